@@ -1,0 +1,52 @@
+//! Well-known labels, annotations, taints and scheduling gates that ebb reads and writes.
+//! ebb's own keys live under `ebb.dev/`; Cluster Autoscaler's and Karpenter's are honoured too.
+
+/// API group of every ebb resource.
+pub const GROUP: &str = "ebb.dev";
+/// API version of every ebb resource.
+pub const VERSION: &str = "v1alpha1";
+
+/// Soft taint (`PreferNoSchedule`) on nodes in the candidate set; value is the unix time it was set.
+pub const TAINT_DELETION_CANDIDATE: &str = "ebb.dev/deletion-candidate";
+/// Hard taint (`NoSchedule`) on nodes being drained; value is the unix time the drain started.
+pub const TAINT_TO_BE_DELETED: &str = "ebb.dev/to-be-deleted";
+/// Label left on nodes drained by a policy in `Drain` mode.
+pub const LABEL_DRAINED: &str = "ebb.dev/drained";
+
+/// Node annotation that keeps a node out of scale-down (`"true"`).
+pub const ANNOTATION_SCALE_DOWN_DISABLED: &str = "ebb.dev/scale-down-disabled";
+/// Cluster Autoscaler's node annotation with the same meaning.
+pub const CA_ANNOTATION_SCALE_DOWN_DISABLED: &str =
+    "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+/// Karpenter's annotation: on a node it keeps the node, on a pod it blocks its eviction.
+pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Pod annotation: `"true"` lets ebb evict a pod that would otherwise block, `"false"` blocks.
+pub const ANNOTATION_SAFE_TO_EVICT: &str = "ebb.dev/safe-to-evict";
+/// Cluster Autoscaler's pod annotation with the same meaning.
+pub const CA_ANNOTATION_SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+
+/// Scheduling gate that opts a pod into placement by a PlacementHistory.
+pub const SCHEDULING_GATE_PLACEMENT: &str = "ebb.dev/placement";
+/// Pod annotation carrying the pod's node-local API token.
+pub const ANNOTATION_TOKEN: &str = "ebb.dev/token";
+/// Pod annotation naming the node a placement pinned the pod to.
+pub const ANNOTATION_PLACED_ON: &str = "ebb.dev/placed-on";
+/// Pod annotation telling how a placement was made (`Pinned`, `Relaxed`, `Anywhere`, `Ungoverned`).
+pub const ANNOTATION_PLACEMENT: &str = "ebb.dev/placement";
+
+/// Field manager name used by the controller for server-side apply.
+pub const FIELD_MANAGER_CONTROLLER: &str = "ebb-controller";
+/// Field manager name used by the node agent for server-side apply.
+pub const FIELD_MANAGER_NODE_AGENT: &str = "ebb-node-agent";
+/// Finalizer the controller puts on ScaleDownPolicies so their taints never leak.
+pub const FINALIZER_SCALEDOWN: &str = "ebb.dev/cleanup-taints";
+
+/// True when an annotation value means "yes" (`"true"`, case-insensitive).
+pub fn is_true(value: Option<&String>) -> bool {
+    value.is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+/// True when an annotation value means "no" (`"false"`, case-insensitive).
+pub fn is_false(value: Option<&String>) -> bool {
+    value.is_some_and(|v| v.eq_ignore_ascii_case("false"))
+}

@@ -1,0 +1,365 @@
+//! `ScaleDownPolicy` (cluster-scoped): which nodes ebb may remove, how fast, and how it reports.
+//! Defaults follow Cluster Autoscaler where it has one; the planner and actuator read this spec.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use crate::conditions::{Condition, Time};
+use crate::duration::KubeDuration;
+use crate::reasons::{BlockingPodReason, DrainPhase, UnremovableReason};
+
+/// What a policy does with nodes it finds removable.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum ScaleDownMode {
+    /// Plan and report only: nothing is tainted, evicted or deleted.
+    #[default]
+    DryRun,
+    /// Cordon and evict; the node is kept, labelled `ebb.dev/drained=true`.
+    Drain,
+    /// Cordon, evict, then delete the Node object.
+    DrainAndDelete,
+}
+
+/// A time-windowed limit on how many nodes may be disrupted at once (Karpenter-style).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.schedule) == has(self.duration)").message("a budget's schedule and duration must be set together (a schedule opens a window of that duration)"))]
+pub struct Budget {
+    /// Most nodes that may be disrupted at once while this budget is active: a count (`"5"`) or a
+    /// percentage of the selected nodes (`"10%"`, rounded down). `"0"` stops all scale-down.
+    #[schemars(regex(pattern = r"^((100|[0-9]{1,2})%|[0-9]+)$"))]
+    pub nodes: String,
+    /// Cron schedule (5 fields, UTC, or `@daily`-style macros) at which the budget's window opens.
+    /// Without a schedule the budget is always active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(
+        pattern = r"^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$"
+    ))]
+    pub schedule: Option<String>,
+    /// How long the window stays open after each scheduled start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<KubeDuration>,
+}
+
+/// Which nodes ebb may remove, how fast, and in which mode.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[kube(
+    group = "ebb.dev",
+    doc = "ScaleDownPolicy governs which nodes ebb may remove in parallel, how fast, and in which mode; its status reports candidates, drains and reasons.",
+    version = "v1alpha1",
+    kind = "ScaleDownPolicy",
+    plural = "scaledownpolicies",
+    shortname = "sdp",
+    category = "ebb",
+    status = "ScaleDownPolicyStatus",
+    printcolumn(name = "Mode", type_ = "string", json_path = ".spec.mode"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Selected",
+        type_ = "integer",
+        json_path = ".status.nodesSelected",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Candidates",
+        type_ = "integer",
+        json_path = ".status.candidates"
+    ),
+    printcolumn(name = "Draining", type_ = "integer", json_path = ".status.draining"),
+    printcolumn(
+        name = "Removed",
+        type_ = "integer",
+        json_path = ".status.removedTotal"
+    ),
+    printcolumn(
+        name = "Last Loop",
+        type_ = "date",
+        json_path = ".status.lastLoop.time"
+    ),
+    printcolumn(
+        name = "Loop ms",
+        type_ = "integer",
+        json_path = ".status.lastLoop.durationMs",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.maxDrainParallelism <= self.maxScaleDownParallelism").message("maxDrainParallelism cannot exceed maxScaleDownParallelism: drains count toward the total number of deletions in flight"))]
+pub struct ScaleDownPolicySpec {
+    /// Nodes this policy governs. Empty selects every node. A node selected by two policies is
+    /// left alone by both (Degraded: OverlappingPolicies).
+    #[serde(default)]
+    pub node_selector: LabelSelector,
+    /// Label key that groups nodes (for example a node pool label); `minNodesPerGroup` applies per
+    /// group. Without it all selected nodes form one group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 317))]
+    pub node_group_label: Option<String>,
+    /// Fewest nodes each group keeps, counting deletions in flight.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub min_nodes_per_group: i32,
+    /// How often the planner runs for this policy.
+    #[serde(default = "defaults::scan_interval")]
+    pub scan_interval: KubeDuration,
+    /// How long a node must stay removable before it is drained.
+    #[serde(default = "defaults::unneeded_time")]
+    pub unneeded_time: KubeDuration,
+    /// How long an unready node must stay removable before it is drained.
+    #[serde(default = "defaults::unready_time")]
+    pub unready_time: KubeDuration,
+    /// A node is underutilized when the larger of its requested cpu and memory, over allocatable,
+    /// is below this fraction.
+    #[serde(default = "defaults::utilization_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub utilization_threshold: f64,
+    /// Count DaemonSet pods' requests in utilization (false: ignore them, as CA's
+    /// `--ignore-daemonsets-utilization` does when set).
+    #[serde(default)]
+    pub ignore_daemon_sets_utilization: bool,
+    /// Ignore mirror (static) pods' requests in utilization.
+    #[serde(default)]
+    pub ignore_mirror_pods_utilization: bool,
+    /// Most nodes being removed at once, empty and non-empty together.
+    #[serde(default = "defaults::parallelism")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_scale_down_parallelism: i32,
+    /// Most non-empty nodes being drained at once. Cannot exceed `maxScaleDownParallelism`.
+    #[serde(default = "defaults::parallelism")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub max_drain_parallelism: i32,
+    /// Time bound of one planning simulation; the rest of the nodes wait for the next loop.
+    #[serde(default = "defaults::simulation_timeout")]
+    pub simulation_timeout: KubeDuration,
+    /// Nodes evaluated per loop even when the time bound is reached.
+    #[serde(default = "defaults::min_nodes_evaluated")]
+    #[schemars(range(min = 0))]
+    pub min_nodes_evaluated: i32,
+    /// How long evicted pods are remembered and re-injected into the simulation until their owner
+    /// has replaced them.
+    #[serde(default = "defaults::recent_eviction_window")]
+    pub recent_eviction_window: KubeDuration,
+    /// Upper bound on the grace period given to evicted pods.
+    #[serde(default = "defaults::max_graceful_termination")]
+    pub max_graceful_termination: KubeDuration,
+    /// Wait between eviction retries when a PodDisruptionBudget says wait (HTTP 429).
+    #[serde(default = "defaults::eviction_retry_interval")]
+    pub eviction_retry_interval: KubeDuration,
+    /// Give up on a node whose pods could not all be evicted within this time; it is untainted.
+    #[serde(default = "defaults::max_pod_eviction_time")]
+    pub max_pod_eviction_time: KubeDuration,
+    /// Keep nodes with pods using local storage (hostPath, disk-backed emptyDir).
+    #[serde(default = "defaults::yes")]
+    pub skip_nodes_with_local_storage: bool,
+    /// Keep nodes with kube-system pods that have no PodDisruptionBudget.
+    #[serde(default = "defaults::yes")]
+    pub skip_nodes_with_system_pods: bool,
+    /// Keep nodes with pods owned by controllers ebb does not know.
+    #[serde(default = "defaults::yes")]
+    pub skip_nodes_with_custom_controller_pods: bool,
+    /// Most nodes soft-tainted (or untainted) per loop.
+    #[serde(default = "defaults::max_bulk_soft_taint_count")]
+    #[schemars(range(min = 0))]
+    pub max_bulk_soft_taint_count: i32,
+    /// Time bound of soft-tainting per loop.
+    #[serde(default = "defaults::max_bulk_soft_taint_time")]
+    pub max_bulk_soft_taint_time: KubeDuration,
+    /// `DryRun` (default: report only), `Drain` (cordon and evict, keep the node) or
+    /// `DrainAndDelete` (also delete the Node object).
+    #[serde(default)]
+    pub mode: ScaleDownMode,
+    /// Time-windowed disruption limits; the most restrictive active one wins.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub budgets: Vec<Budget>,
+}
+
+/// Defaults of [`ScaleDownPolicySpec`], shared by serde and the CRD schema.
+pub mod defaults {
+    use crate::duration::KubeDuration;
+    pub fn scan_interval() -> KubeDuration {
+        KubeDuration::from_secs(10)
+    }
+    pub fn unneeded_time() -> KubeDuration {
+        KubeDuration::from_secs(600)
+    }
+    pub fn unready_time() -> KubeDuration {
+        KubeDuration::from_secs(1200)
+    }
+    pub fn utilization_threshold() -> f64 {
+        0.5
+    }
+    pub fn parallelism() -> i32 {
+        10
+    }
+    pub fn simulation_timeout() -> KubeDuration {
+        KubeDuration::from_secs(30)
+    }
+    pub fn min_nodes_evaluated() -> i32 {
+        50
+    }
+    pub fn recent_eviction_window() -> KubeDuration {
+        KubeDuration::from_secs(300)
+    }
+    pub fn max_graceful_termination() -> KubeDuration {
+        KubeDuration::from_secs(600)
+    }
+    pub fn eviction_retry_interval() -> KubeDuration {
+        KubeDuration::from_secs(10)
+    }
+    pub fn max_pod_eviction_time() -> KubeDuration {
+        KubeDuration::from_secs(120)
+    }
+    pub fn yes() -> bool {
+        true
+    }
+    pub fn max_bulk_soft_taint_count() -> i32 {
+        10
+    }
+    pub fn max_bulk_soft_taint_time() -> KubeDuration {
+        KubeDuration::from_secs(3)
+    }
+}
+
+impl Default for ScaleDownPolicySpec {
+    fn default() -> Self {
+        // An empty object deserializes to all defaults; this cannot fail.
+        serde_json::from_value(serde_json::json!({})).unwrap_or_else(|_| unreachable!())
+    }
+}
+
+/// A node in the candidate set.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateStatus {
+    /// Node name.
+    pub node: String,
+    /// When the node entered the candidate set (reset if it leaves).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub since: Option<Time>,
+    /// No pods to move.
+    #[serde(default)]
+    pub empty: bool,
+    /// Pods to move off the node.
+    #[serde(default)]
+    pub pods_to_move: i32,
+    /// Why it is not being drained yet (for example `NotUnneededLongEnough`), if anything holds it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
+}
+
+/// A node being drained.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainingNodeStatus {
+    /// Node name.
+    pub node: String,
+    /// Current phase.
+    pub phase: DrainPhase,
+    /// When the drain started (the `ebb.dev/to-be-deleted` taint).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// Pods still on the node that must go.
+    #[serde(default)]
+    pub pods_remaining: i32,
+    /// Evictions refused by a PodDisruptionBudget so far.
+    #[serde(default)]
+    pub evictions_blocked: i32,
+}
+
+/// A node that cannot be removed, with the reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnremovableNodeStatus {
+    /// Node name.
+    pub node: String,
+    /// Why the node stays.
+    pub reason: UnremovableReason,
+    /// The pod that blocks it (`namespace/name`), for `BlockedByPod` and `NoPlaceToMovePods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// Why that pod blocks, for `BlockedByPod`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_reason: Option<BlockingPodReason>,
+}
+
+/// How many nodes are unremovable for one reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReasonCount {
+    pub reason: UnremovableReason,
+    pub count: i32,
+}
+
+/// Figures of the last planning loop.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LoopStatus {
+    /// When the loop ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<Time>,
+    /// How long it took, in milliseconds.
+    #[serde(default)]
+    pub duration_ms: i64,
+    /// Nodes simulated.
+    #[serde(default)]
+    pub nodes_evaluated: i32,
+    /// The simulation stopped at `simulationTimeout`.
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// What the policy sees and does.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDownPolicyStatus {
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// `Ready`, `Throttled` and `Degraded`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    /// Nodes matched by `nodeSelector`.
+    #[serde(default)]
+    pub nodes_selected: i32,
+    /// Nodes in the candidate set (removable together).
+    #[serde(default)]
+    pub candidates: i32,
+    /// Nodes being drained now.
+    #[serde(default)]
+    pub draining: i32,
+    /// Nodes removed (or drained, in `Drain` mode) since the policy was created.
+    #[serde(default)]
+    pub removed_total: i64,
+    /// Unremovable nodes counted by reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unremovable: Vec<ReasonCount>,
+    /// The candidate set (at most 50 listed; `candidates` has the full count).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidate_nodes: Vec<CandidateStatus>,
+    /// Nodes being drained.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub draining_nodes: Vec<DrainingNodeStatus>,
+    /// Unremovable nodes with reasons (at most 50 listed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unremovable_nodes: Vec<UnremovableNodeStatus>,
+    /// The last planning loop.
+    #[serde(default)]
+    pub last_loop: LoopStatus,
+}
+
+/// Most entries listed in `candidateNodes` and `unremovableNodes`.
+pub const STATUS_LIST_CAP: usize = 50;

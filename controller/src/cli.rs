@@ -1,0 +1,134 @@
+//! Command line of `ebb-controller`: `run` (the controller), `plan` (offline what-if) and `crds`.
+//! Every flag has an environment variable equivalent so the Helm chart can set it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// ebb: removes under-used Kubernetes nodes in parallel without stranding workloads, and sends
+/// workloads back to the nodes that hold their warm local data.
+#[derive(Debug, Parser)]
+#[command(name = "ebb-controller", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller against the cluster of the current kubeconfig (or in-cluster config).
+    Run(RunArgs),
+    /// Show which nodes a ScaleDownPolicy would remove, offline and read-only.
+    Plan(PlanArgs),
+    /// Print the CustomResourceDefinitions of ebb as YAML (or write one file per CRD).
+    Crds(CrdsArgs),
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line, for log pipelines.
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Address of the HTTP server for /metrics, /healthz and /readyz.
+    #[arg(long, env = "EBB_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Campaign for a Lease and act only while holding it. Turn off only when a single replica runs.
+    #[arg(long, env = "EBB_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "EBB_LEASE_NAME", default_value = "ebb-controller")]
+    pub lease_name: String,
+    /// Namespace of the Lease and of the token Secret (the controller's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "ebb-system")]
+    pub namespace: String,
+    /// Identity in the Lease; defaults to the pod name, else the host name.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Log format.
+    #[arg(long, env = "EBB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter in RUST_LOG syntax (for example `info,ebb_controller=debug`).
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_filter: String,
+}
+
+/// Output format of `plan`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum PlanOutput {
+    /// Stable JSON document (see README, "ebb-controller plan").
+    Json,
+    /// Aligned table for people.
+    #[default]
+    Table,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// A `List` as written by `kubectl get nodes,pods,pdb,replicasets,statefulsets,daemonsets,jobs -A -o json`
+    /// (or `-o yaml`). Without it the same objects are read from the current kubeconfig context.
+    #[arg(long, env = "EBB_PLAN_SNAPSHOT")]
+    pub snapshot: Option<PathBuf>,
+    /// A ScaleDownPolicy YAML or JSON file; without it every default applies and all nodes are selected.
+    #[arg(long, env = "EBB_PLAN_POLICY")]
+    pub policy: Option<PathBuf>,
+    /// The moment to plan at (RFC 3339); defaults to now.
+    #[arg(long)]
+    pub now: Option<String>,
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = PlanOutput::Table)]
+    pub output: PlanOutput,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CrdsArgs {
+    /// Write one `<plural>.ebb.dev.yaml` file per CRD into this directory instead of printing.
+    #[arg(long)]
+    pub out_dir: Option<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn plan_parses_output_and_files() {
+        let cli = Cli::try_parse_from([
+            "ebb-controller",
+            "plan",
+            "--snapshot",
+            "s.json",
+            "-o",
+            "json",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Plan(p) => {
+                assert_eq!(p.output, PlanOutput::Json);
+                assert_eq!(p.snapshot.as_deref(), Some(std::path::Path::new("s.json")));
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        assert!(Cli::try_parse_from(["ebb-controller", "plan", "-o", "xml"]).is_err());
+    }
+
+    #[test]
+    fn run_rejects_a_bad_metrics_address() {
+        let err =
+            Cli::try_parse_from(["ebb-controller", "run", "--metrics-addr", "nope"]).unwrap_err();
+        assert!(err.to_string().contains("--metrics-addr"), "{err}");
+    }
+}

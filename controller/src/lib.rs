@@ -1,0 +1,4 @@
+//! ebb controller library: the parallel-drain planner and actuator, the placement history, and
+//! the command line of the `ebb-controller` binary.
+
+pub mod cli;

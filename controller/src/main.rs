@@ -1,0 +1,51 @@
+//! `ebb-controller`: entry point. Parses the command line and hands over to the subcommand.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Parser;
+use ebb_controller::cli::{Cli, Command, CrdsArgs};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Crds(args) => crds(args),
+        Command::Run(_) => not_yet("run", "the ScaleDownPolicy controller"),
+        Command::Plan(_) => not_yet("plan", "the parallel-drain planner"),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn not_yet(cmd: &str, part: &str) -> anyhow::Result<ExitCode> {
+    eprintln!("ebb-controller {cmd}: not available in this build yet; it arrives with {part}.");
+    Ok(ExitCode::from(2))
+}
+
+fn crds(args: CrdsArgs) -> anyhow::Result<ExitCode> {
+    match args.out_dir {
+        None => {
+            let yaml = ebb_api::crdgen::yaml_stream().context("serializing the CRDs")?;
+            std::io::stdout()
+                .write_all(yaml.as_bytes())
+                .context("writing to stdout")?;
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            for crd in ebb_api::crdgen::crds() {
+                let path = dir.join(ebb_api::crdgen::file_name(&crd));
+                let yaml = ebb_api::crdgen::to_yaml(&crd).context("serializing a CRD")?;
+                std::fs::write(&path, yaml)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,93 @@
+//! Command line of `ebb-node-agent`: `run` (the DaemonSet process) and `dump` (read the store).
+//! Every flag has an environment variable equivalent so the Helm chart can set it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// ebb node agent: keeps node-local state (containers, cached resources, tokens, deletion tasks)
+/// in an LMDB store that survives restarts, and reports it into the node's NodeState.
+#[derive(Debug, Parser)]
+#[command(name = "ebb-node-agent", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent for one node.
+    Run(RunArgs),
+    /// Print the whole state store as JSON (read-only; safe while the agent runs).
+    Dump(DumpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Name of the node this agent serves (the chart sets it from the downward API).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Directory of the LMDB state store. Without it nothing survives a restart (null store).
+    #[arg(long, env = "EBB_STATE_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// Move an unreadable state store aside (timestamped) and start empty. Never done implicitly.
+    #[arg(long, env = "EBB_RESET_STATE", default_value_t = false)]
+    pub reset_state: bool,
+    /// Directory of the node cache for localized resources.
+    #[arg(long, env = "EBB_CACHE_DIR", default_value = "/var/cache/ebb")]
+    pub cache_dir: PathBuf,
+    /// Unix socket of the node-local API that pods use.
+    #[arg(long, env = "EBB_SOCKET", default_value = "/run/ebb/agent.sock")]
+    pub socket: PathBuf,
+    /// Also serve the node-local API, /metrics, /healthz and /readyz on this address.
+    #[arg(long, env = "EBB_LISTEN_ADDR", default_value = "127.0.0.1:8081")]
+    pub listen_addr: SocketAddr,
+    /// Seconds between NodeState reports (written only when something changed).
+    #[arg(long, env = "EBB_REPORT_INTERVAL", default_value_t = 10)]
+    pub report_interval_secs: u64,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DumpArgs {
+    /// Directory of the LMDB state store.
+    #[arg(long, env = "EBB_STATE_DIR")]
+    pub state_dir: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_requires_a_node_name() {
+        // SAFETY-free: only checks that the flag is required when NODE_NAME is unset in the test env.
+        if std::env::var_os("NODE_NAME").is_none() {
+            let err = Cli::try_parse_from(["ebb-node-agent", "run"]).unwrap_err();
+            assert!(err.to_string().contains("--node-name"), "{err}");
+        }
+        let cli = Cli::try_parse_from([
+            "ebb-node-agent",
+            "run",
+            "--node-name",
+            "n1",
+            "--state-dir",
+            "/tmp/x",
+        ])
+        .unwrap();
+        match cli.command {
+            Command::Run(r) => {
+                assert_eq!(r.node_name, "n1");
+                assert_eq!(r.state_dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
+                assert!(!r.reset_state);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,4 @@
+//! ebb node agent library: the node-local state store (LMDB through heed), recovery at start,
+//! and the command line of the `ebb-node-agent` binary.
+
+pub mod cli;
