@@ -1,0 +1,62 @@
+{{/* Name of the release's objects. */}}
+{{- define "ebb.fullname" -}}
+{{- if contains "ebb" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-ebb" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Labels on every object. */}}
+{{- define "ebb.labels" -}}
+app.kubernetes.io/name: ebb
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of a component (controller or node-agent). */}}
+{{- define "ebb.selector" -}}
+app.kubernetes.io/name: ebb
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{/* Image reference of a component. */}}
+{{- define "ebb.image" -}}
+{{- printf "%s/%s:%s" .root.Values.image.registry .name (default .root.Chart.AppVersion .root.Values.image.tag) -}}
+{{- end -}}
+
+{{/* Security context shared by both containers. */}}
+{{- define "ebb.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* OpenTelemetry environment of a component. */}}
+{{- define "ebb.otelEnv" -}}
+{{- if .root.Values.otel.endpoint }}
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .root.Values.otel.endpoint | quote }}
+- name: OTEL_SERVICE_NAME
+  value: {{ .service | quote }}
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: {{ include "ebb.otelAttributes" . | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "ebb.otelAttributes" -}}
+{{- $attrs := list (printf "service.namespace=%s" .root.Release.Namespace) (printf "service.version=%s" .root.Chart.AppVersion) -}}
+{{- range $k, $v := .root.Values.otel.resourceAttributes -}}
+{{- $attrs = append $attrs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $attrs -}}
+{{- end -}}
