@@ -315,26 +315,30 @@ fn duration_pattern_in_schema_matches_the_parser() {
     assert_eq!(pattern, ebb_api::duration::DURATION_PATTERN);
 }
 
-/// `crds/` is generated; it must equal what the code generates now.
+/// `crds/` and the chart's `charts/ebb/crds/` are generated; both must equal what the code
+/// generates now.
 #[test]
-fn crds_directory_is_up_to_date() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../crds");
+fn crds_directories_are_up_to_date() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let update = std::env::var_os("EBB_UPDATE_CRDS").is_some();
     let mut stale = vec![];
-    for crd in ebb_api::crdgen::crds() {
-        let path = dir.join(ebb_api::crdgen::file_name(&crd));
-        let want = ebb_api::crdgen::to_yaml(&crd).unwrap();
-        if update {
-            std::fs::write(&path, &want).unwrap();
-            continue;
-        }
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        if have != want {
-            stale.push(path.display().to_string());
+    for dir in [root.join("crds"), root.join("charts/ebb/crds")] {
+        for crd in ebb_api::crdgen::crds() {
+            let path = dir.join(ebb_api::crdgen::file_name(&crd));
+            let want = ebb_api::crdgen::to_yaml(&crd).unwrap();
+            if update {
+                std::fs::write(&path, &want).unwrap();
+                continue;
+            }
+            let have = std::fs::read_to_string(&path).unwrap_or_default();
+            if have != want {
+                stale.push(path.display().to_string());
+            }
         }
     }
     assert!(
         stale.is_empty(),
-        "stale CRD files {stale:?}: regenerate with `cargo run -p ebb-controller -- crds --out-dir crds` (or EBB_UPDATE_CRDS=1 cargo test -p ebb-api)"
+        "stale CRD files {stale:?}: regenerate with `EBB_UPDATE_CRDS=1 cargo test -p ebb-api --test validation` \
+         (or `cargo run -p ebb-controller -- crds --out-dir crds` and the same for charts/ebb/crds)"
     );
 }
