@@ -2,3 +2,5 @@
 //! the command line of the `ebb-controller` binary.
 
 pub mod cli;
+pub mod cluster;
+pub mod scaledown;

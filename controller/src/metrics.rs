@@ -1,0 +1,292 @@
+//! Prometheus metrics of the controller (prefix `ebb_`), with trace-id exemplars on durations.
+//! Every reason label is the name of an `ebb_api::reasons` enum value.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::exemplar::HistogramWithExemplars;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// A timed function of the controller.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Function {
+    plan,
+    simulate,
+    soft_taint,
+    actuate,
+    reconcile,
+    placement,
+}
+
+/// Why a node was scaled down.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ScaleDownKind {
+    empty,
+    underutilized,
+    unready,
+}
+
+/// Result of one eviction call.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum EvictionResult {
+    /// Accepted (201/200).
+    evicted,
+    /// A PodDisruptionBudget said wait (429).
+    blocked_by_pdb,
+    /// The pod was already gone (404).
+    gone,
+    /// Any other error.
+    error,
+}
+
+/// How a gated pod was released.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum PlacementOutcome {
+    pinned,
+    relaxed,
+    anywhere,
+    ungoverned,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyReasonLabels {
+    pub policy: String,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleDownLabels {
+    pub policy: String,
+    pub reason: ScaleDownKind,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EvictionLabels {
+    pub policy: String,
+    pub result: EvictionResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FunctionLabels {
+    pub function: Function,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlacementLabels {
+    pub namespace: String,
+    pub placement_history: String,
+    pub outcome: PlacementOutcome,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PlacementHistoryLabels {
+    pub namespace: String,
+    pub placement_history: String,
+}
+
+/// Exemplar carrying the trace id of the span that was measured.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TraceExemplar {
+    pub trace_id: String,
+}
+
+/// All controller metrics. Cheap to clone (every metric is an `Arc` inside).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    pub unneeded_nodes: Family<PolicyLabels, Gauge>,
+    pub unremovable_nodes: Family<PolicyReasonLabels, Gauge>,
+    pub nodes_scaled_down: Family<ScaleDownLabels, Counter>,
+    pub evictions: Family<EvictionLabels, Counter>,
+    pub drains_in_progress: Family<PolicyLabels, Gauge>,
+    pub throttled: Family<PolicyReasonLabels, Gauge>,
+    pub function_duration: Family<FunctionLabels, HistogramWithExemplars<TraceExemplar>>,
+    pub placements: Family<PlacementLabels, Counter>,
+    pub placement_escalations: Family<PlacementHistoryLabels, Counter>,
+    pub placement_hits: Family<PlacementHistoryLabels, Counter>,
+    pub gate_wait: Family<PlacementHistoryLabels, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ebb");
+        let unneeded_nodes = Family::<PolicyLabels, Gauge>::default();
+        registry.register(
+            "unneeded_nodes",
+            "Nodes in the candidate set (removable together)",
+            unneeded_nodes.clone(),
+        );
+        let unremovable_nodes = Family::<PolicyReasonLabels, Gauge>::default();
+        registry.register(
+            "unremovable_nodes",
+            "Nodes that cannot be removed, by reason",
+            unremovable_nodes.clone(),
+        );
+        let nodes_scaled_down = Family::<ScaleDownLabels, Counter>::default();
+        registry.register(
+            "nodes_scaled_down",
+            "Nodes removed (or drained in Drain mode), by kind",
+            nodes_scaled_down.clone(),
+        );
+        let evictions = Family::<EvictionLabels, Counter>::default();
+        registry.register(
+            "evictions",
+            "Eviction API calls, by result",
+            evictions.clone(),
+        );
+        let drains_in_progress = Family::<PolicyLabels, Gauge>::default();
+        registry.register(
+            "drains_in_progress",
+            "Nodes being drained now",
+            drains_in_progress.clone(),
+        );
+        let throttled = Family::<PolicyReasonLabels, Gauge>::default();
+        registry.register(
+            "throttled_nodes",
+            "Removable nodes held back by a limit, by reason",
+            throttled.clone(),
+        );
+        let function_duration =
+            Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
+                || HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),
+            );
+        registry.register(
+            "function_duration_seconds",
+            "Duration of controller functions",
+            function_duration.clone(),
+        );
+        let placements = Family::<PlacementLabels, Counter>::default();
+        registry.register(
+            "placements",
+            "Gated pods released, by outcome",
+            placements.clone(),
+        );
+        let placement_escalations = Family::<PlacementHistoryLabels, Counter>::default();
+        registry.register(
+            "placement_escalations",
+            "Pinned requests relaxed after their escalation timeout",
+            placement_escalations.clone(),
+        );
+        let placement_hits = Family::<PlacementHistoryLabels, Counter>::default();
+        registry.register(
+            "placement_hits",
+            "Pods that landed on a node with history or warm data",
+            placement_hits.clone(),
+        );
+        let gate_wait = Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.05, 2.0, 14))
+        });
+        registry.register(
+            "placement_gate_wait_seconds",
+            "Time pods spent behind the placement gate",
+            gate_wait.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            unneeded_nodes,
+            unremovable_nodes,
+            nodes_scaled_down,
+            evictions,
+            drains_in_progress,
+            throttled,
+            function_duration,
+            placements,
+            placement_escalations,
+            placement_hits,
+            gate_wait,
+        }
+    }
+
+    /// Record how long a function took, with the current trace id as exemplar when exporting.
+    pub fn observe(&self, function: Function, took: Duration) {
+        let exemplar =
+            crate::telemetry::current_trace_id().map(|trace_id| TraceExemplar { trace_id });
+        self.function_duration
+            .get_or_create(&FunctionLabels { function })
+            .observe(took.as_secs_f64(), exemplar, None);
+    }
+
+    /// The registry in OpenMetrics text format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encoded_metrics_carry_prefix_labels_and_values() {
+        let m = Metrics::new();
+        m.unneeded_nodes
+            .get_or_create(&PolicyLabels {
+                policy: "workers".into(),
+            })
+            .set(7);
+        m.evictions
+            .get_or_create(&EvictionLabels {
+                policy: "workers".into(),
+                result: EvictionResult::blocked_by_pdb,
+            })
+            .inc_by(3);
+        m.observe(Function::plan, Duration::from_millis(12));
+        let text = m.encode();
+        assert!(
+            text.contains("ebb_unneeded_nodes{policy=\"workers\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ebb_evictions_total{policy=\"workers\",result=\"blocked_by_pdb\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ebb_function_duration_seconds_count{function=\"plan\"} 1"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn exemplars_carry_the_trace_id() {
+        let m = Metrics::new();
+        m.function_duration
+            .get_or_create(&FunctionLabels {
+                function: Function::actuate,
+            })
+            .observe(
+                0.5,
+                Some(TraceExemplar {
+                    trace_id: "4bf92f3577b34da6a3ce929d0e0e4736".into(),
+                }),
+                None,
+            );
+        assert!(
+            m.encode()
+                .contains("# {trace_id=\"4bf92f3577b34da6a3ce929d0e0e4736\"} 0.5")
+        );
+    }
+}
