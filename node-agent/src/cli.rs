@@ -21,6 +21,22 @@ pub enum Command {
     Run(RunArgs),
     /// Print the whole state store as JSON (read-only; safe while the agent runs).
     Dump(DumpArgs),
+    /// Testing aid for the crash-safety test: performs container transitions through the group
+    /// writer as fast as it can and prints `ack <container> <step>` for each one committed.
+    #[command(hide = true)]
+    CrashWriter(CrashWriterArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CrashWriterArgs {
+    #[arg(long)]
+    pub state_dir: PathBuf,
+    /// Number of transitions (three per container: requested, launched, completed).
+    #[arg(long, default_value_t = 10_000)]
+    pub transitions: u64,
+    /// Concurrent submitters (their transitions are group-committed together).
+    #[arg(long, default_value_t = 4)]
+    pub submitters: u64,
 }
 
 #[derive(Debug, clap::Args)]

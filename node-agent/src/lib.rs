@@ -2,3 +2,6 @@
 //! and the command line of the `ebb-node-agent` binary.
 
 pub mod cli;
+pub mod crash_writer;
+pub mod dump;
+pub mod store;

@@ -2,17 +2,34 @@
 
 use std::process::ExitCode;
 
+use anyhow::Context as _;
 use clap::Parser;
 use ebb_node_agent::cli::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let what = match cli.command {
-        Command::Run(_) => "run",
-        Command::Dump(_) => "dump",
+    let result = match cli.command {
+        Command::Run(_) => Err(anyhow::anyhow!(
+            "ebb-node-agent run: not available in this build yet"
+        )),
+        Command::Dump(args) => dump(&args.state_dir),
+        Command::CrashWriter(args) => {
+            ebb_node_agent::crash_writer::run(&args).context("crash-writer")
+        }
     };
-    eprintln!(
-        "ebb-node-agent {what}: not available in this build yet; it arrives with the node agent state store."
-    );
-    ExitCode::from(2)
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ebb-node-agent: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn dump(dir: &std::path::Path) -> anyhow::Result<()> {
+    let value = ebb_node_agent::dump::dump_dir(dir)
+        .with_context(|| format!("dump of state store {}", dir.display()))?;
+    let text = serde_json::to_string_pretty(&value).context("rendering the store as JSON")?;
+    println!("{text}");
+    Ok(())
 }
