@@ -3,5 +3,10 @@
 
 pub mod cli;
 pub mod crash_writer;
+pub mod deletion;
 pub mod dump;
+pub mod livepod;
+pub mod recovery;
+pub mod state;
 pub mod store;
+pub mod transitions;

@@ -64,6 +64,11 @@ pub fn writes_for(op: &Op, out: &mut Vec<Write>) {
         Op::ContainerCompleted(id, done) => {
             out.push(put(C, keys::container(id, F::Completed), done))
         }
+        Op::ContainerRelaunched(id, at) => {
+            out.push(put(C, keys::container(id, F::Launched), at));
+            out.push(del(C, keys::container(id, F::Killed)));
+            out.push(del(C, keys::container(id, F::Completed)));
+        }
         Op::ContainerRestarts(id, n) => out.push(put(C, keys::container(id, F::Restarts), n)),
         Op::ContainerDiagnostics(id, msg) => {
             out.push(put(C, keys::container(id, F::Diagnostics), msg))

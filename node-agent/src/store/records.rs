@@ -210,6 +210,9 @@ pub enum Op {
     ContainerKilled(ContainerId, KillRecord),
     ContainerCompleted(ContainerId, Completion),
     ContainerRestarts(ContainerId, u32),
+    /// The container started again in place: new launch time; the previous kill and completion
+    /// records are cleared.
+    ContainerRelaunched(ContainerId, UnixMillis),
     ContainerDiagnostics(ContainerId, String),
     ContainerRemoved(ContainerId),
     LocalizationStarted {
