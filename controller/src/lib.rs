@@ -1,6 +1,10 @@
 //! ebb controller library: the parallel-drain planner and actuator, the placement history, and
 //! the command line of the `ebb-controller` binary.
 
+pub mod actuation;
 pub mod cli;
 pub mod cluster;
+pub mod http;
+pub mod metrics;
 pub mod scaledown;
+pub mod telemetry;

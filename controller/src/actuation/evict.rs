@@ -1,0 +1,161 @@
+//! Evictions through the policy/v1 Eviction API: per pod with the retry rule of
+//! [`after_eviction`](super::drain::after_eviction), per node in parallel with a bound.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::Api;
+use kube::api::{DeleteParams, EvictParams, Preconditions};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::drain::{EvictionCall, Retry, after_eviction, grace_seconds};
+use super::pods::PodRef;
+use crate::metrics::{EvictionLabels, EvictionResult, Metrics};
+
+/// How a policy evicts (from its spec).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionSettings {
+    /// `maxGracefulTermination`.
+    pub grace_cap: Duration,
+    /// `evictionRetryInterval`.
+    pub retry_interval: Duration,
+    /// `maxPodEvictionTime`.
+    pub max_time: Duration,
+    /// Evictions in flight at once on one node.
+    pub parallelism: usize,
+}
+
+impl EvictionSettings {
+    pub fn from_spec(spec: &ebb_api::ScaleDownPolicySpec) -> Self {
+        Self {
+            grace_cap: spec.max_graceful_termination.as_duration(),
+            retry_interval: spec.eviction_retry_interval.as_duration(),
+            max_time: spec.max_pod_eviction_time.as_duration(),
+            parallelism: DEFAULT_PARALLELISM,
+        }
+    }
+}
+
+/// Evictions in flight at once per node unless configured otherwise.
+pub const DEFAULT_PARALLELISM: usize = 8;
+
+/// Observer of eviction calls (the drain counts 429s, the tracker remembers evictions).
+pub trait EvictionObserver: Send + Sync {
+    fn on_call(&self, pod: &PodRef, call: &EvictionCall);
+}
+
+fn classify(result: Result<kube::core::Status, kube::Error>) -> EvictionCall {
+    match result {
+        Ok(_) => EvictionCall::Accepted,
+        Err(kube::Error::Api(status)) if status.code == 404 => EvictionCall::Gone,
+        Err(kube::Error::Api(status)) if status.code == 429 => EvictionCall::Blocked,
+        Err(e) => EvictionCall::Failed(e.to_string()),
+    }
+}
+
+/// One Eviction call: grace capped, precondition on the pod's uid (never evict a replacement
+/// that reused the name).
+pub async fn evict_once(api: &Api<Pod>, pod: &PodRef, grace_cap: Duration) -> EvictionCall {
+    let params = EvictParams {
+        delete_options: Some(DeleteParams {
+            grace_period_seconds: Some(grace_seconds(pod.grace, grace_cap)),
+            preconditions: (!pod.uid.is_empty()).then(|| Preconditions {
+                uid: Some(pod.uid.clone()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    classify(api.evict(&pod.name, &params).await)
+}
+
+/// Evict `pod`, retrying 429s and errors every `retry_interval` until `max_time`. True when the
+/// pod is on its way out; false when it gave up or was cancelled.
+pub async fn evict_with_retry(
+    client: kube::Client,
+    pod: &PodRef,
+    settings: &EvictionSettings,
+    cancel: &CancellationToken,
+    metrics: &Metrics,
+    policy: &str,
+    observer: &dyn EvictionObserver,
+) -> bool {
+    let api: Api<Pod> = Api::namespaced(client, &pod.namespace);
+    let started = tokio::time::Instant::now();
+    loop {
+        let call = evict_once(&api, pod, settings.grace_cap).await;
+        let result = match &call {
+            EvictionCall::Accepted => EvictionResult::evicted,
+            EvictionCall::Gone => EvictionResult::gone,
+            EvictionCall::Blocked => EvictionResult::blocked_by_pdb,
+            EvictionCall::Failed(e) => {
+                tracing::warn!(pod = %pod.key(), error = %e, "eviction failed; will retry");
+                EvictionResult::error
+            }
+        };
+        metrics
+            .evictions
+            .get_or_create(&EvictionLabels {
+                policy: policy.to_string(),
+                result,
+            })
+            .inc();
+        observer.on_call(pod, &call);
+        match after_eviction(
+            &call,
+            started.elapsed(),
+            settings.retry_interval,
+            settings.max_time,
+        ) {
+            Retry::Done => return true,
+            Retry::GiveUp => return false,
+            Retry::After(wait) => {
+                tokio::select! {
+                    _ = cancel.cancelled() => return false,
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Evict every pod, at most `settings.parallelism` at once. Returns the pods that could not be
+/// evicted (`namespace/name`, sorted).
+pub async fn evict_all(
+    client: kube::Client,
+    pods: Vec<PodRef>,
+    settings: &EvictionSettings,
+    cancel: &CancellationToken,
+    metrics: &Metrics,
+    policy: &str,
+    observer: &dyn EvictionObserver,
+) -> Vec<String> {
+    let parallelism = settings.parallelism.max(1);
+    let mut failed: Vec<String> = futures::stream::iter(pods)
+        .map(|pod| {
+            let client = client.clone();
+            let span = tracing::info_span!("evict", pod = %pod.key());
+            async move {
+                let t0 = std::time::Instant::now();
+                let ok =
+                    evict_with_retry(client, &pod, settings, cancel, metrics, policy, observer)
+                        .await;
+                tracing::debug!(
+                    ok,
+                    took_ms = t0.elapsed().as_millis() as u64,
+                    "eviction done"
+                );
+                (!ok).then(|| pod.key())
+            }
+            .instrument(span)
+        })
+        .buffer_unordered(parallelism)
+        .filter_map(|r| async move { r })
+        .collect()
+        .await;
+    failed.sort();
+    failed
+}

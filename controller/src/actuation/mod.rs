@@ -1,0 +1,19 @@
+//! Actuation of a ScaleDownPolicy: soft taints, the drain state machine and its runner
+//! (taint, re-check, evict, wait, delete or mark), and restart re-derivation from taints.
+
+pub mod drain;
+pub mod evict;
+pub mod nodes;
+pub mod pods;
+pub mod recover;
+pub mod runner;
+pub mod taints;
+pub mod testkit;
+pub mod tracker;
+
+pub use drain::{Drain, DrainEvent, GiveUpReason, Outcome};
+pub use evict::EvictionSettings;
+pub use nodes::{NodeWriteError, NodeWriter, Written};
+pub use runner::{Actuator, DrainOrder, Recheck, StartError};
+pub use taints::EbbTaint;
+pub use tracker::Tracker;

@@ -1,0 +1,182 @@
+//! Which pods of a node a drain evicts, which it waits for, and which landed after the plan.
+//! Pure functions over Pod objects (from the reflector store).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::Pod;
+
+/// A pod the drain deals with.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `spec.terminationGracePeriodSeconds`.
+    pub grace: Option<i64>,
+}
+
+impl PodRef {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The pods of one node, sorted by how the drain treats them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodePods {
+    /// Evicted, then waited for.
+    pub evict: Vec<PodRef>,
+    /// Evicted best-effort, never waited for (their controller puts them back on every node).
+    pub daemon_set: Vec<PodRef>,
+    /// Already terminating: not evicted again, but waited for.
+    pub terminating: Vec<PodRef>,
+}
+
+fn pod_ref(pod: &Pod) -> PodRef {
+    PodRef {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone().unwrap_or_default(),
+        grace: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.termination_grace_period_seconds),
+    }
+}
+
+fn is_mirror(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn is_daemon_set(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+}
+
+fn node_of(pod: &Pod) -> Option<&str> {
+    pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+}
+
+/// Sort the pods bound to `node` (mirror and finished pods are ignored: nothing to evict).
+pub fn classify<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> NodePods {
+    let mut out = NodePods::default();
+    for pod in pods {
+        if node_of(pod) != Some(node) || is_mirror(pod) || is_terminal(pod) {
+            continue;
+        }
+        let r = pod_ref(pod);
+        if is_daemon_set(pod) {
+            out.daemon_set.push(r);
+        } else if pod.metadata.deletion_timestamp.is_some() {
+            out.terminating.push(r);
+        } else {
+            out.evict.push(r);
+        }
+    }
+    out.evict.sort();
+    out.daemon_set.sort();
+    out.terminating.sort();
+    out
+}
+
+/// Pods the drain still waits for on `node` (`namespace/name`, sorted).
+pub fn remaining<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<String> {
+    let c = classify(node, pods);
+    let mut keys: Vec<String> = c
+        .evict
+        .iter()
+        .chain(c.terminating.iter())
+        .map(PodRef::key)
+        .collect();
+    keys.sort();
+    keys
+}
+
+/// Pods on `node` now that were not there when the node was planned for removal (by uid),
+/// DaemonSet pods excepted (they are on every node).
+pub fn landed_since_plan<'a>(
+    node: &str,
+    planned: &BTreeSet<String>,
+    pods: impl IntoIterator<Item = &'a Pod>,
+) -> Vec<String> {
+    let c = classify(node, pods);
+    c.evict
+        .iter()
+        .filter(|p| !planned.contains(&p.uid))
+        .map(PodRef::key)
+        .collect()
+}
+
+/// The uids of the pods on `node` now (what a plan knew), DaemonSet pods included.
+pub fn uids_on<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> BTreeSet<String> {
+    let c = classify(node, pods);
+    c.evict
+        .into_iter()
+        .chain(c.daemon_set)
+        .chain(c.terminating)
+        .map(|p| p.uid)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actuation::testkit::pod;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn terminating(mut p: Pod) -> Pod {
+        p.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
+        p
+    }
+
+    #[test]
+    fn pods_are_sorted_by_how_the_drain_treats_them() {
+        let pods = vec![
+            pod("web-2").on("n1").owned_by("ReplicaSet", "web").build(),
+            pod("web-1").on("n1").owned_by("ReplicaSet", "web").build(),
+            pod("logs").on("n1").owned_by("DaemonSet", "logs").build(),
+            pod("static").on("n1").mirror().build(),
+            pod("done").on("n1").phase("Succeeded").build(),
+            terminating(pod("leaving").on("n1").build()),
+            pod("elsewhere").on("n2").build(),
+        ];
+        let c = classify("n1", &pods);
+        let names = |v: &[PodRef]| v.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&c.evict), vec!["web-1", "web-2"]);
+        assert_eq!(names(&c.daemon_set), vec!["logs"]);
+        assert_eq!(names(&c.terminating), vec!["leaving"]);
+        assert_eq!(
+            remaining("n1", &pods),
+            vec!["default/leaving", "default/web-1", "default/web-2"]
+        );
+        assert!(remaining("n3", &pods).is_empty());
+    }
+
+    #[test]
+    fn pods_that_landed_after_the_plan_are_found() {
+        let before = vec![
+            pod("web-1").on("n1").build(),
+            pod("logs").on("n1").owned_by("DaemonSet", "logs").build(),
+        ];
+        let planned = uids_on("n1", &before);
+        let mut after = before.clone();
+        after.push(pod("new").ns("shop").on("n1").build());
+        after.push(pod("logs-2").on("n1").owned_by("DaemonSet", "logs").build());
+        assert_eq!(landed_since_plan("n1", &planned, &after), vec!["shop/new"]);
+        assert!(landed_since_plan("n1", &planned, &before).is_empty());
+    }
+}

@@ -1,0 +1,339 @@
+//! Runs drains: taints synchronously, then per node in its own task re-checks, evicts, waits for
+//! the pods to be gone (watching the pod cache), and deletes or marks the node; rolls back on failure.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ebb_api::ScaleDownMode;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::Store;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::drain::{Drain, DrainEvent, EvictionCall, GiveUpReason, Outcome, Step};
+use super::evict::{EvictionObserver, EvictionSettings, evict_all, evict_once};
+use super::nodes::{NodeWriteError, NodeWriter, Written};
+use super::pods::{self, PodRef};
+use super::taints::EbbTaint;
+use super::tracker::{Evicted, Tracker};
+use crate::metrics::{Function, Metrics, ScaleDownKind, ScaleDownLabels};
+
+/// The planner's re-check of one node after it was tainted: `Err(reason)` when it is no longer
+/// removable.
+pub type Recheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+
+/// Default wait between the `to-be-deleted` taint and the re-check.
+pub const DEFAULT_RECHECK_DELAY: Duration = Duration::from_secs(5);
+/// Extra time, beyond the capped grace period, that evicted pods get to disappear.
+pub const POD_GONE_SLACK: Duration = Duration::from_secs(30);
+/// Attempts at removing the taint when a drain is rolled back.
+const ROLLBACK_ATTEMPTS: u32 = 5;
+
+/// One node to drain.
+pub struct DrainOrder {
+    pub policy: String,
+    pub node: String,
+    pub kind: ScaleDownKind,
+    /// `Drain` or `DrainAndDelete` (`DryRun` is refused).
+    pub mode: ScaleDownMode,
+    pub settings: EvictionSettings,
+    /// Uids of the pods on the node when the planner decided (pods not in it landed since).
+    pub planned_pods: BTreeSet<String>,
+    /// Set when picking up a drain found tainted at start: no new taint is written.
+    pub resume_from: Option<jiff::Timestamp>,
+    pub recheck: Recheck,
+    /// Cancelled when the policy is deleted or the controller stops.
+    pub cancel: CancellationToken,
+}
+
+/// Why a drain did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("policy {policy}: mode DryRun never drains (node {node})")]
+    DryRun { policy: String, node: String },
+    #[error(transparent)]
+    Taint(#[from] NodeWriteError),
+}
+
+/// Carries drains out. Cheap to clone.
+#[derive(Clone)]
+pub struct Actuator {
+    client: kube::Client,
+    nodes: NodeWriter,
+    pods: Store<Pod>,
+    pod_changes: watch::Receiver<u64>,
+    tracker: Tracker,
+    metrics: Metrics,
+    recheck_delay: Duration,
+    finished: Option<mpsc::UnboundedSender<String>>,
+}
+
+impl Actuator {
+    /// `pods` is the shared pod cache; `pod_changes` ticks on every pod event it sees.
+    pub fn new(
+        client: kube::Client,
+        pods: Store<Pod>,
+        pod_changes: watch::Receiver<u64>,
+        tracker: Tracker,
+        metrics: Metrics,
+    ) -> Self {
+        Self {
+            nodes: NodeWriter::new(client.clone()),
+            client,
+            pods,
+            pod_changes,
+            tracker,
+            metrics,
+            recheck_delay: DEFAULT_RECHECK_DELAY,
+            finished: None,
+        }
+    }
+
+    /// Wait between the taint and the re-check.
+    pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
+        self.recheck_delay = delay;
+        self
+    }
+
+    /// Send the policy's name here when one of its drains ends (to reconcile it at once).
+    pub fn notify_finished(mut self, tx: mpsc::UnboundedSender<String>) -> Self {
+        self.finished = Some(tx);
+        self
+    }
+
+    pub fn tracker(&self) -> &Tracker {
+        &self.tracker
+    }
+
+    pub fn node_writer(&self) -> &NodeWriter {
+        &self.nodes
+    }
+
+    /// Taint the node `to-be-deleted` now (unless resuming) and drain it in a task. `Ok(None)`
+    /// when the node is already being drained or no longer exists.
+    pub async fn start(
+        &self,
+        order: DrainOrder,
+    ) -> Result<Option<JoinHandle<Outcome>>, StartError> {
+        if order.mode == ScaleDownMode::DryRun {
+            return Err(StartError::DryRun {
+                policy: order.policy,
+                node: order.node,
+            });
+        }
+        if self.tracker.get(&order.node).is_some() {
+            return Ok(None);
+        }
+        let now = jiff::Timestamp::now();
+        let started = match order.resume_from {
+            Some(at) => at,
+            None => {
+                let t0 = std::time::Instant::now();
+                let written = self
+                    .nodes
+                    .add_taint(&order.node, EbbTaint::ToBeDeleted, now)
+                    .await?;
+                self.metrics.observe(Function::actuate, t0.elapsed());
+                if written == Written::NotFound {
+                    return Ok(None);
+                }
+                now
+            }
+        };
+        if !self
+            .tracker
+            .begin(Drain::new(&order.policy, &order.node, order.kind, started))
+        {
+            return Ok(None);
+        }
+        let span = tracing::info_span!("drain", policy = %order.policy, node = %order.node, mode = ?order.mode);
+        let this = self.clone();
+        Ok(Some(tokio::spawn(
+            async move { this.run(order).await }.instrument(span),
+        )))
+    }
+
+    async fn run(self, order: DrainOrder) -> Outcome {
+        let t0 = std::time::Instant::now();
+        tracing::info!(resumed = order.resume_from.is_some(), "drain started");
+        let outcome = match self.drive(&order).await {
+            Ok(()) => Outcome::Removed,
+            Err(reason) => {
+                self.roll_back(&order.node).await;
+                Outcome::GaveUp(reason)
+            }
+        };
+        let now = jiff::Timestamp::now();
+        match &outcome {
+            Outcome::Removed => {
+                self.step(&order.node, DrainEvent::Finished);
+                self.metrics
+                    .nodes_scaled_down
+                    .get_or_create(&ScaleDownLabels {
+                        policy: order.policy.clone(),
+                        reason: order.kind,
+                    })
+                    .inc();
+                tracing::info!(took_ms = t0.elapsed().as_millis() as u64, "drain finished");
+            }
+            Outcome::GaveUp(reason) => {
+                self.tracker
+                    .apply(&order.node, DrainEvent::GiveUp(reason.clone()), now);
+                tracing::warn!(reason = reason.as_str(), %reason, "drain abandoned; node untainted");
+            }
+        }
+        self.metrics.observe(Function::actuate, t0.elapsed());
+        if let Some(tx) = &self.finished {
+            let _ = tx.send(order.policy.clone());
+        }
+        outcome
+    }
+
+    /// Apply an event to the tracked drain; invalid transitions are bugs, logged loudly.
+    fn step(&self, node: &str, event: DrainEvent) {
+        match self.tracker.apply(node, event, jiff::Timestamp::now()) {
+            Some(Ok(Step::Continue(phase))) => tracing::debug!(%phase, "drain phase"),
+            Some(Ok(Step::Done(_))) | None => {}
+            Some(Err(e)) => tracing::error!(error = %e, "drain state machine"),
+        }
+    }
+
+    fn pods_now(&self) -> Vec<Arc<Pod>> {
+        self.pods.state()
+    }
+
+    async fn drive(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+        let node = order.node.as_str();
+        // Tainted: wait, then re-check that nothing changed under the plan.
+        tokio::select! {
+            _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+            _ = tokio::time::sleep(self.recheck_delay) => {}
+        }
+        let snapshot = self.pods_now();
+        let landed =
+            pods::landed_since_plan(node, &order.planned_pods, snapshot.iter().map(|p| &**p));
+        if !landed.is_empty() {
+            return Err(GiveUpReason::PodsLanded(landed));
+        }
+        (order.recheck)(node).map_err(GiveUpReason::NoLongerRemovable)?;
+        self.step(node, DrainEvent::RecheckPassed);
+
+        // Evicting.
+        let on_node = pods::classify(node, snapshot.iter().map(|p| &**p));
+        let observer = Observer {
+            tracker: self.tracker.clone(),
+            policy: order.policy.clone(),
+            node: order.node.clone(),
+        };
+        let failed = evict_all(
+            self.client.clone(),
+            on_node.evict.clone(),
+            &order.settings,
+            &order.cancel,
+            &self.metrics,
+            &order.policy,
+            &observer,
+        )
+        .await;
+        if order.cancel.is_cancelled() {
+            return Err(GiveUpReason::Cancelled);
+        }
+        if !failed.is_empty() {
+            return Err(GiveUpReason::EvictionTimeout { pods: failed });
+        }
+        for ds in &on_node.daemon_set {
+            let api = kube::Api::<Pod>::namespaced(self.client.clone(), &ds.namespace);
+            let call = evict_once(&api, ds, order.settings.grace_cap).await;
+            tracing::debug!(pod = %ds.key(), ?call, "DaemonSet pod evicted best-effort");
+        }
+        let remaining = pods::remaining(node, self.pods_now().iter().map(|p| &**p)).len();
+        self.step(
+            node,
+            DrainEvent::EvictionsAccepted {
+                remaining: remaining as i32,
+            },
+        );
+
+        // WaitingForPods.
+        self.wait_pods_gone(order).await?;
+        self.step(node, DrainEvent::PodsGone);
+
+        // Deleting.
+        let written = match order.mode {
+            ScaleDownMode::DrainAndDelete => self.nodes.delete(node).await,
+            _ => self.nodes.mark_drained(node).await,
+        };
+        written.map_err(|e| GiveUpReason::ApiError(e.to_string()))?;
+        Ok(())
+    }
+
+    async fn wait_pods_gone(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+        let deadline = tokio::time::Instant::now() + order.settings.grace_cap + POD_GONE_SLACK;
+        let mut changes = self.pod_changes.clone();
+        loop {
+            changes.mark_unchanged();
+            let left = pods::remaining(&order.node, self.pods_now().iter().map(|p| &**p));
+            if left.is_empty() {
+                return Ok(());
+            }
+            self.step(&order.node, DrainEvent::PodsRemaining(left.len() as i32));
+            tokio::select! {
+                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = tokio::time::sleep_until(deadline) => {
+                    return Err(GiveUpReason::PodsDidNotTerminate { pods: left });
+                }
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        // The pod watch is gone (shutting down); look again shortly.
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Remove the `to-be-deleted` taint; retried, then left to the start-up sweep.
+    async fn roll_back(&self, node: &str) {
+        for attempt in 1..=ROLLBACK_ATTEMPTS {
+            match self.nodes.remove_taint(node, EbbTaint::ToBeDeleted).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(attempt, error = %e, "could not untaint node");
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt))).await;
+                }
+            }
+        }
+        tracing::error!(
+            node,
+            "node left tainted to-be-deleted; the next loop of its policy removes the taint"
+        );
+    }
+}
+
+struct Observer {
+    tracker: Tracker,
+    policy: String,
+    node: String,
+}
+
+impl EvictionObserver for Observer {
+    fn on_call(&self, pod: &PodRef, call: &EvictionCall) {
+        let now = jiff::Timestamp::now();
+        match call {
+            EvictionCall::Blocked => {
+                self.tracker
+                    .apply(&self.node, DrainEvent::EvictionBlocked, now);
+            }
+            EvictionCall::Accepted => self.tracker.record_eviction(Evicted {
+                policy: self.policy.clone(),
+                node: self.node.clone(),
+                pod: pod.clone(),
+                at: now,
+            }),
+            EvictionCall::Gone | EvictionCall::Failed(_) => {}
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! The drains in flight, the ones that finished since the controller last looked, and the recent
+//! evictions (for the planner). Shared by the drain tasks and the reconcile loop.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::drain::{Drain, DrainEvent, InvalidTransition, Outcome, Step};
+use super::pods::PodRef;
+
+/// A drain that ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    pub drain: Drain,
+    pub outcome: Outcome,
+    pub at: jiff::Timestamp,
+}
+
+/// A pod the actuator evicted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    pub policy: String,
+    pub node: String,
+    pub pod: PodRef,
+    pub at: jiff::Timestamp,
+}
+
+#[derive(Default)]
+struct Inner {
+    drains: BTreeMap<String, Drain>,
+    finished: Vec<Finished>,
+    evicted: Vec<Evicted>,
+}
+
+/// Shared record of the actuator's work. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct Tracker {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl Tracker {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain data behind; keep going with it.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Register a drain; false when its node is already being drained.
+    pub fn begin(&self, drain: Drain) -> bool {
+        let mut inner = self.lock();
+        if inner.drains.contains_key(&drain.node) {
+            return false;
+        }
+        inner.drains.insert(drain.node.clone(), drain);
+        true
+    }
+
+    /// Feed an event to the drain of `node`. When it ends, it moves to the finished list.
+    /// `None` when no drain of that node is in flight.
+    pub fn apply(
+        &self,
+        node: &str,
+        event: DrainEvent,
+        now: jiff::Timestamp,
+    ) -> Option<Result<Step, InvalidTransition>> {
+        let mut inner = self.lock();
+        let drain = inner.drains.get_mut(node)?;
+        let result = drain.apply(event);
+        if let Ok(Step::Done(outcome)) = &result {
+            let outcome = outcome.clone();
+            if let Some(drain) = inner.drains.remove(node) {
+                inner.finished.push(Finished {
+                    drain,
+                    outcome,
+                    at: now,
+                });
+            }
+        }
+        Some(result)
+    }
+
+    /// The drain of `node`, if in flight.
+    pub fn get(&self, node: &str) -> Option<Drain> {
+        self.lock().drains.get(node).cloned()
+    }
+
+    /// Drains in flight, of one policy or all, sorted by node.
+    pub fn draining(&self, policy: Option<&str>) -> Vec<Drain> {
+        self.lock()
+            .drains
+            .values()
+            .filter(|d| policy.is_none_or(|p| d.policy == p))
+            .cloned()
+            .collect()
+    }
+
+    /// Nodes being drained, by any policy.
+    pub fn in_flight(&self) -> BTreeSet<String> {
+        self.lock().drains.keys().cloned().collect()
+    }
+
+    /// Take the drains of `policy` that ended since the last call.
+    pub fn take_finished(&self, policy: &str) -> Vec<Finished> {
+        let mut inner = self.lock();
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.finished)
+            .into_iter()
+            .partition(|f| f.drain.policy == policy);
+        inner.finished = rest;
+        mine
+    }
+
+    /// Remember an eviction.
+    pub fn record_eviction(&self, evicted: Evicted) {
+        self.lock().evicted.push(evicted);
+    }
+
+    /// Evictions at or after `since` (older ones are forgotten).
+    pub fn recent_evictions(&self, since: jiff::Timestamp) -> Vec<Evicted> {
+        let mut inner = self.lock();
+        inner.evicted.retain(|e| e.at >= since);
+        inner.evicted.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actuation::drain::GiveUpReason;
+    use crate::metrics::ScaleDownKind;
+
+    fn ts(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(s).unwrap()
+    }
+
+    #[test]
+    fn finished_drains_leave_the_in_flight_set_once() {
+        let t = Tracker::default();
+        assert!(t.begin(Drain::new("p", "n1", ScaleDownKind::empty, ts(1))));
+        assert!(!t.begin(Drain::new("q", "n1", ScaleDownKind::empty, ts(2))));
+        assert!(t.begin(Drain::new("q", "n2", ScaleDownKind::empty, ts(2))));
+        assert_eq!(t.in_flight().len(), 2);
+        assert_eq!(t.draining(Some("p")).len(), 1);
+        assert!(
+            t.apply("n1", DrainEvent::RecheckPassed, ts(3))
+                .unwrap()
+                .is_ok()
+        );
+        t.apply(
+            "n1",
+            DrainEvent::GiveUp(GiveUpReason::PodsLanded(vec![])),
+            ts(4),
+        );
+        assert_eq!(t.in_flight(), ["n2".to_string()].into());
+        assert!(t.take_finished("q").is_empty());
+        let done = t.take_finished("p");
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].drain.node, "n1");
+        assert_eq!(done[0].at, ts(4));
+        assert!(t.take_finished("p").is_empty(), "taken once");
+        assert!(t.apply("n1", DrainEvent::RecheckPassed, ts(5)).is_none());
+    }
+
+    #[test]
+    fn old_evictions_are_forgotten() {
+        let t = Tracker::default();
+        for (i, at) in [10, 20, 30].into_iter().enumerate() {
+            t.record_eviction(Evicted {
+                policy: "p".into(),
+                node: "n1".into(),
+                pod: PodRef {
+                    namespace: "default".into(),
+                    name: format!("web-{i}"),
+                    uid: format!("u{i}"),
+                    grace: None,
+                },
+                at: ts(at),
+            });
+        }
+        let recent = t.recent_evictions(ts(20));
+        assert_eq!(
+            recent
+                .iter()
+                .map(|e| e.pod.name.as_str())
+                .collect::<Vec<_>>(),
+            vec!["web-1", "web-2"]
+        );
+        assert_eq!(t.recent_evictions(ts(0)).len(), 2, "pruned for good");
+    }
+}
