@@ -9,4 +9,5 @@ pub mod livepod;
 pub mod recovery;
 pub mod state;
 pub mod store;
+pub mod tokens;
 pub mod transitions;
