@@ -6,5 +6,6 @@ pub mod cli;
 pub mod cluster;
 pub mod http;
 pub mod metrics;
+pub mod placement;
 pub mod scaledown;
 pub mod telemetry;
