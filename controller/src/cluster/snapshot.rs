@@ -1,0 +1,413 @@
+//! `ClusterSnapshot`: nodes, pods, PDBs and owners with per-node placement and requested
+//! totals, and `fork()/commit()/revert()` through an undo log that costs O(changes).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::model::{
+    ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodId, PodInfo, Resources, SchedClass,
+    SchedRequirements,
+};
+
+/// One reversible change.
+#[derive(Clone, Debug)]
+enum Change {
+    /// The pod was moved; `from` is where it was before.
+    Moved { pod: PodId, from: Option<NodeId> },
+    /// The pod was appended to the snapshot (it is the last pod).
+    Added { pod: PodId },
+}
+
+/// A consistent picture of the cluster that simulations change and undo.
+///
+/// Build it with [`crate::cluster::build_snapshot`]. Simulations move pods with
+/// [`ClusterSnapshot::place`] inside a [`fork`](ClusterSnapshot::fork); a
+/// [`revert`](ClusterSnapshot::revert) undoes every change since the matching fork and
+/// [`commit`](ClusterSnapshot::commit) keeps them (folding them into the enclosing fork, if any).
+/// Forks nest.
+#[derive(Clone, Debug)]
+pub struct ClusterSnapshot {
+    pub(crate) nodes: Vec<NodeInfo>,
+    pub(crate) node_ids: HashMap<String, NodeId>,
+    pub(crate) pods: Vec<PodInfo>,
+    pub(crate) pod_ids: HashMap<String, PodId>,
+    pub(crate) classes: Vec<SchedClass>,
+    pub(crate) class_ids: HashMap<SchedRequirements, ClassId>,
+    pub(crate) pdbs: Vec<PdbInfo>,
+    pub(crate) owners: HashMap<(String, String, String), OwnerInfo>,
+    /// (label key, value) → nodes carrying it, for topology domains.
+    pub(crate) domains: HashMap<(String, String), Vec<NodeId>>,
+    pub(crate) pod_node: Vec<Option<NodeId>>,
+    pub(crate) node_pods: Vec<Vec<PodId>>,
+    pub(crate) requested: Vec<Resources>,
+    pub(crate) generation: Vec<u64>,
+    undo: Vec<Change>,
+    marks: Vec<usize>,
+}
+
+impl ClusterSnapshot {
+    pub(crate) fn from_parts(
+        nodes: Vec<NodeInfo>,
+        pods: Vec<PodInfo>,
+        classes: Vec<SchedClass>,
+        class_ids: HashMap<SchedRequirements, ClassId>,
+        pdbs: Vec<PdbInfo>,
+        owners: HashMap<(String, String, String), OwnerInfo>,
+        placement: Vec<Option<NodeId>>,
+    ) -> Self {
+        let node_ids = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i as NodeId))
+            .collect();
+        let pod_ids = pods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.uid.clone(), i as PodId))
+            .collect();
+        let mut domains: HashMap<(String, String), Vec<NodeId>> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            for (k, v) in &n.labels {
+                domains
+                    .entry((k.clone(), v.clone()))
+                    .or_default()
+                    .push(i as NodeId);
+            }
+        }
+        let mut snap = ClusterSnapshot {
+            node_pods: vec![Vec::new(); nodes.len()],
+            requested: vec![Resources::default(); nodes.len()],
+            generation: vec![0; nodes.len()],
+            pod_node: vec![None; pods.len()],
+            nodes,
+            node_ids,
+            pods,
+            pod_ids,
+            classes,
+            class_ids,
+            pdbs,
+            owners,
+            domains,
+            undo: Vec::new(),
+            marks: Vec::new(),
+        };
+        for (pod, node) in placement.into_iter().enumerate() {
+            if let Some(node) = node {
+                snap.attach(pod as PodId, node);
+            }
+        }
+        snap
+    }
+
+    // ---- read access -------------------------------------------------------------------
+
+    /// Number of nodes; node ids are `0..node_count()`.
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Number of pods (placed or not); pod ids are `0..pod_count()`.
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    pub fn node(&self, id: NodeId) -> &NodeInfo {
+        &self.nodes[id as usize]
+    }
+
+    pub fn node_id(&self, name: &str) -> Option<NodeId> {
+        self.node_ids.get(name).copied()
+    }
+
+    pub fn pod(&self, id: PodId) -> &PodInfo {
+        &self.pods[id as usize]
+    }
+
+    /// The pod with this UID.
+    pub fn pod_by_uid(&self, uid: &str) -> Option<PodId> {
+        self.pod_ids.get(uid).copied()
+    }
+
+    /// The scheduling class of a pod.
+    pub fn class_of(&self, pod: PodId) -> &SchedClass {
+        &self.classes[self.pods[pod as usize].class as usize]
+    }
+
+    pub fn class(&self, id: ClassId) -> &SchedClass {
+        &self.classes[id as usize]
+    }
+
+    pub fn class_count(&self) -> usize {
+        self.classes.len()
+    }
+
+    /// Labels of a pod.
+    pub fn pod_labels(&self, pod: PodId) -> &BTreeMap<String, String> {
+        &self.class_of(pod).req.labels
+    }
+
+    /// Where the pod is in the (possibly simulated) state; `None` when pending or removed.
+    pub fn node_of(&self, pod: PodId) -> Option<NodeId> {
+        self.pod_node[pod as usize]
+    }
+
+    /// Pods currently placed on a node (terminal pods are never placed).
+    pub fn pods_on(&self, node: NodeId) -> &[PodId] {
+        &self.node_pods[node as usize]
+    }
+
+    /// Sum of the effective requests of the pods placed on a node.
+    pub fn requested(&self, node: NodeId) -> &Resources {
+        &self.requested[node as usize]
+    }
+
+    /// Increases whenever the pods of the node change, so caches can key on it.
+    pub fn generation(&self, node: NodeId) -> u64 {
+        self.generation[node as usize]
+    }
+
+    pub fn pdbs(&self) -> &[PdbInfo] {
+        &self.pdbs
+    }
+
+    /// The owner object (`kind`, namespace, name), if the snapshot has it.
+    pub fn owner(&self, kind: &str, namespace: &str, name: &str) -> Option<&OwnerInfo> {
+        self.owners
+            .get(&(kind.to_string(), namespace.to_string(), name.to_string()))
+    }
+
+    /// Nodes whose label `key` has value `value` (a topology domain).
+    pub fn domain(&self, key: &str, value: &str) -> &[NodeId] {
+        self.domains
+            .get(&(key.to_string(), value.to_string()))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    }
+
+    /// Node ids in name order.
+    pub fn nodes_by_name(&self) -> Vec<NodeId> {
+        let mut ids: Vec<NodeId> = (0..self.nodes.len() as NodeId).collect();
+        ids.sort_by(|a, b| {
+            self.nodes[*a as usize]
+                .name
+                .cmp(&self.nodes[*b as usize].name)
+        });
+        ids
+    }
+
+    // ---- changes -----------------------------------------------------------------------
+
+    /// Moves a pod to `to` (`None`: removes it from its node). Recorded for `revert`.
+    pub fn place(&mut self, pod: PodId, to: Option<NodeId>) {
+        let from = self.pod_node[pod as usize];
+        if from == to {
+            return;
+        }
+        if let Some(f) = from {
+            self.detach(pod, f);
+        }
+        if let Some(t) = to {
+            self.attach(pod, t);
+        }
+        if !self.marks.is_empty() {
+            self.undo.push(Change::Moved { pod, from });
+        }
+    }
+
+    /// Adds a pod that is not in the snapshot (for example one that was just evicted), unplaced.
+    /// Returns its id; inside a fork, `revert` removes it again.
+    pub fn add_pod(&mut self, mut pod: PodInfo, req: SchedRequirements) -> PodId {
+        pod.class = self.intern_class(req);
+        let id = self.pods.len() as PodId;
+        self.pod_ids.insert(pod.uid.clone(), id);
+        self.pods.push(pod);
+        self.pod_node.push(None);
+        if !self.marks.is_empty() {
+            self.undo.push(Change::Added { pod: id });
+        }
+        id
+    }
+
+    pub(crate) fn intern_class(&mut self, req: SchedRequirements) -> ClassId {
+        if let Some(id) = self.class_ids.get(&req) {
+            return *id;
+        }
+        let id = self.classes.len() as ClassId;
+        let targeted = self.classes.iter().any(|c| {
+            c.req
+                .anti_affinity
+                .iter()
+                .any(|t| t.selects(&req.namespace, &req.labels))
+        });
+        // The new class's own anti-affinity may target existing classes.
+        for c in &mut self.classes {
+            if req
+                .anti_affinity
+                .iter()
+                .any(|t| t.selects(&c.req.namespace, &c.req.labels))
+            {
+                c.targeted_by_anti_affinity = true;
+            }
+        }
+        let self_targeted = req
+            .anti_affinity
+            .iter()
+            .any(|t| t.selects(&req.namespace, &req.labels));
+        self.class_ids.insert(req.clone(), id);
+        self.classes.push(SchedClass {
+            req,
+            targeted_by_anti_affinity: targeted || self_targeted,
+        });
+        id
+    }
+
+    /// Starts a fork: later changes can be undone with `revert` or kept with `commit`.
+    pub fn fork(&mut self) {
+        self.marks.push(self.undo.len());
+    }
+
+    /// Keeps the changes of the innermost fork.
+    pub fn commit(&mut self) {
+        self.marks.pop();
+        if self.marks.is_empty() {
+            self.undo.clear();
+        }
+    }
+
+    /// Undoes every change since the innermost fork, in O(changes).
+    pub fn revert(&mut self) {
+        let Some(mark) = self.marks.pop() else {
+            return;
+        };
+        while self.undo.len() > mark {
+            match self.undo.pop() {
+                Some(Change::Moved { pod, from }) => {
+                    if let Some(cur) = self.pod_node[pod as usize] {
+                        self.detach(pod, cur);
+                    }
+                    if let Some(f) = from {
+                        self.attach(pod, f);
+                    }
+                }
+                Some(Change::Added { pod }) => {
+                    if let Some(cur) = self.pod_node[pod as usize] {
+                        self.detach(pod, cur);
+                    }
+                    let info = self.pods.pop();
+                    self.pod_node.pop();
+                    if let Some(info) = info {
+                        self.pod_ids.remove(&info.uid);
+                    }
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// Depth of nested forks.
+    pub fn fork_depth(&self) -> usize {
+        self.marks.len()
+    }
+
+    fn attach(&mut self, pod: PodId, node: NodeId) {
+        let class = self.pods[pod as usize].class as usize;
+        self.requested[node as usize].add(&self.classes[class].req.requests);
+        self.node_pods[node as usize].push(pod);
+        self.pod_node[pod as usize] = Some(node);
+        self.generation[node as usize] += 1;
+    }
+
+    fn detach(&mut self, pod: PodId, node: NodeId) {
+        let class = self.pods[pod as usize].class as usize;
+        self.requested[node as usize].sub(&self.classes[class].req.requests);
+        let list = &mut self.node_pods[node as usize];
+        if let Some(i) = list.iter().rposition(|p| *p == pod) {
+            list.remove(i);
+        }
+        self.pod_node[pod as usize] = None;
+        self.generation[node as usize] += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cluster::testkit::{node, pod, snapshot};
+
+    #[test]
+    fn nested_forks_revert_only_their_changes() {
+        let mut s = snapshot(
+            [node("a").cpu("4"), node("b").cpu("4")],
+            [pod("p1").on("a").cpu("1"), pod("p2").on("a").cpu("2")],
+        );
+        let (a, b) = (s.node_id("a").unwrap(), s.node_id("b").unwrap());
+        let (p1, p2) = (
+            s.pod_by_uid("uid-default-p1").unwrap(),
+            s.pod_by_uid("uid-default-p2").unwrap(),
+        );
+        assert_eq!(s.requested(a).cpu_milli, 3000);
+        s.fork();
+        s.place(p1, Some(b));
+        s.fork();
+        s.place(p2, Some(b));
+        assert_eq!(s.requested(b).cpu_milli, 3000);
+        assert!(s.pods_on(a).is_empty());
+        s.revert();
+        assert_eq!(s.node_of(p2), Some(a));
+        assert_eq!(s.node_of(p1), Some(b));
+        s.fork();
+        s.place(p2, None);
+        s.commit(); // folded into the outer fork
+        s.revert();
+        assert_eq!(s.node_of(p1), Some(a));
+        assert_eq!(s.node_of(p2), Some(a));
+        assert_eq!(s.requested(a).cpu_milli, 3000);
+        assert_eq!(s.requested(b).cpu_milli, 0);
+        assert_eq!(s.fork_depth(), 0);
+    }
+
+    #[test]
+    fn added_pods_disappear_on_revert() {
+        let mut s = snapshot([node("a").cpu("4")], [pod("p1").on("a").cpu("1")]);
+        let (info, req) =
+            crate::cluster::build::parse_pod(&pod("new").cpu("1").build(), &Default::default())
+                .unwrap();
+        s.fork();
+        let id = s.add_pod(info, req);
+        s.place(id, s.node_id("a"));
+        assert_eq!(s.requested(0).cpu_milli, 2000);
+        s.revert();
+        assert_eq!(s.pod_count(), 1);
+        assert!(s.pod_by_uid("uid-default-new").is_none());
+        assert_eq!(s.requested(0).cpu_milli, 1000);
+    }
+
+    #[test]
+    fn missing_node_and_bad_quantity_name_the_object() {
+        let e = crate::cluster::build_snapshot(&crate::cluster::testkit::objects(
+            [node("a").cpu("4")],
+            [pod("p1").on("ghost")],
+        ))
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("default/p1") && e.to_string().contains("ghost"),
+            "{e}"
+        );
+        let e = crate::cluster::build_snapshot(&crate::cluster::testkit::objects(
+            [node("a").cpu("4")],
+            [pod("p1").on("a").cpu("lots")],
+        ))
+        .unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("Pod default/p1")
+                && msg.contains("resources.requests.cpu")
+                && msg.contains("lots"),
+            "{msg}"
+        );
+        let e = crate::cluster::build_snapshot(&crate::cluster::testkit::objects(
+            [node("a").mem("12XB")],
+            Vec::<crate::cluster::testkit::PodBuilder>::new(),
+        ))
+        .unwrap_err();
+        assert!(e.to_string().contains("Node a"), "{e}");
+    }
+}

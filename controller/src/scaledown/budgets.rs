@@ -1,0 +1,225 @@
+//! StartDeletion limits: which removable nodes start now. Empty nodes up to
+//! `maxScaleDownParallelism`, drains up to `maxDrainParallelism`, group minimum sizes, and
+//! time-windowed budgets (cron + duration, most restrictive active one wins, invalid → closed).
+
+use std::collections::BTreeMap;
+use std::str::FromStr;
+
+use ebb_api::reasons::{ThrottledReason, UnremovableReason};
+use ebb_api::scaledown::Budget;
+use jiff::Timestamp;
+use jiff::tz::TimeZone;
+
+/// How many nodes a budget allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetNodes {
+    Count(i64),
+    /// Percent of the selected nodes, rounded down.
+    Percent(i64),
+}
+
+/// A parsed budget.
+#[derive(Clone, Debug)]
+pub struct ParsedBudget {
+    pub nodes: BudgetNodes,
+    /// Cron schedule and window length; `None`: always active.
+    pub window: Option<(croner::Cron, jiff::SignedDuration)>,
+}
+
+/// The policy's budgets, or why they cannot be used (then every deletion is held).
+#[derive(Clone, Debug)]
+pub enum Budgets {
+    Valid(Vec<ParsedBudget>),
+    Invalid(String),
+}
+
+impl Default for Budgets {
+    fn default() -> Self {
+        Budgets::Valid(Vec::new())
+    }
+}
+
+/// Parses the budgets of a policy; the first invalid one makes the whole set invalid.
+pub fn parse_budgets(budgets: &[Budget]) -> Budgets {
+    let mut out = Vec::new();
+    for (i, b) in budgets.iter().enumerate() {
+        let nodes = match b.nodes.strip_suffix('%') {
+            Some(p) => p
+                .parse()
+                .ok()
+                .filter(|p| (0..=100).contains(p))
+                .map(BudgetNodes::Percent),
+            None => b
+                .nodes
+                .parse()
+                .ok()
+                .filter(|n| *n >= 0)
+                .map(BudgetNodes::Count),
+        };
+        let Some(nodes) = nodes else {
+            return Budgets::Invalid(format!(
+                "budgets[{i}].nodes `{}` is neither a count nor a percentage",
+                b.nodes
+            ));
+        };
+        let window = match (&b.schedule, &b.duration) {
+            (None, None) => None,
+            (Some(s), Some(d)) => match croner::Cron::from_str(s) {
+                Ok(c) => Some((c, d.as_span())),
+                Err(e) => {
+                    return Budgets::Invalid(format!("budgets[{i}].schedule `{s}`: {e}"));
+                }
+            },
+            _ => {
+                return Budgets::Invalid(format!(
+                    "budgets[{i}]: schedule and duration must be set together"
+                ));
+            }
+        };
+        out.push(ParsedBudget { nodes, window });
+    }
+    Budgets::Valid(out)
+}
+
+impl Budgets {
+    /// Most nodes that may be disrupted at once at `now` (`None`: no budget limits), given the
+    /// number of nodes the policy selects. Invalid budgets allow nothing.
+    pub fn allowed(&self, now: Timestamp, selected_nodes: usize) -> Option<i64> {
+        let list = match self {
+            Budgets::Invalid(_) => return Some(0),
+            Budgets::Valid(l) => l,
+        };
+        let zoned = now.to_zoned(TimeZone::UTC);
+        let mut min: Option<i64> = None;
+        for b in list {
+            let active = match &b.window {
+                None => true,
+                Some((cron, duration)) => match cron.find_previous_occurrence(&zoned, true) {
+                    Ok(start) => start
+                        .timestamp()
+                        .saturating_add(*duration)
+                        .is_ok_and(|end| now < end),
+                    Err(_) => return Some(0), // cannot evaluate: fail closed
+                },
+            };
+            if !active {
+                continue;
+            }
+            let n = match b.nodes {
+                BudgetNodes::Count(c) => c,
+                BudgetNodes::Percent(p) => p * selected_nodes as i64 / 100,
+            };
+            min = Some(min.map_or(n, |m: i64| m.min(n)));
+        }
+        min
+    }
+}
+
+/// A removable node as the selection sees it.
+#[derive(Clone, Debug)]
+pub struct Removable {
+    pub node: String,
+    pub empty: bool,
+    pub ready: bool,
+    /// When it entered the candidate set.
+    pub since: Timestamp,
+    /// Node group (value of `nodeGroupLabel`).
+    pub group: Option<String>,
+}
+
+/// Limits that apply to one selection.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_scale_down_parallelism: i64,
+    pub max_drain_parallelism: i64,
+    pub unneeded_time: jiff::SignedDuration,
+    pub unready_time: jiff::SignedDuration,
+    pub min_nodes_per_group: i64,
+}
+
+/// Deletions already in flight.
+#[derive(Clone, Debug, Default)]
+pub struct InFlight {
+    pub empty: i64,
+    pub drains: i64,
+    /// Per node group, both kinds.
+    pub per_group: BTreeMap<Option<String>, i64>,
+}
+
+/// What StartDeletion does this loop.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Selection {
+    pub empty: Vec<String>,
+    pub drain: Vec<String>,
+    pub throttled: Vec<(String, ThrottledReason)>,
+    /// Removable, but not for long enough yet.
+    pub waiting: Vec<(String, UnremovableReason)>,
+}
+
+/// Picks the nodes to start deleting, in the order given (empty nodes first).
+/// `group_sizes`: governed nodes per group; `selected`: nodes the policy selects (for percent
+/// budgets); `ignore_unneeded_time`: treat every node as removable for long enough.
+#[allow(clippy::too_many_arguments)]
+pub fn select(
+    removable: &[Removable],
+    in_flight: &InFlight,
+    limits: &Limits,
+    budgets: &Budgets,
+    now: Timestamp,
+    group_sizes: &BTreeMap<Option<String>, i64>,
+    selected: usize,
+    ignore_unneeded_time: bool,
+) -> Selection {
+    let mut sel = Selection::default();
+    let total_in_flight = in_flight.empty + in_flight.drains;
+    let budget = budgets.allowed(now, selected);
+    let mut per_group = in_flight.per_group.clone();
+    let mut started = 0i64;
+    let mut drains = 0i64;
+    let ordered = removable
+        .iter()
+        .filter(|r| r.empty)
+        .chain(removable.iter().filter(|r| !r.empty));
+    for r in ordered {
+        if !ignore_unneeded_time {
+            let (need, reason) = if r.ready {
+                (
+                    limits.unneeded_time,
+                    UnremovableReason::NotUnneededLongEnough,
+                )
+            } else {
+                (limits.unready_time, UnremovableReason::NotUnreadyLongEnough)
+            };
+            if now.duration_since(r.since) < need {
+                sel.waiting.push((r.node.clone(), reason));
+                continue;
+            }
+        }
+        let in_group = per_group.get(&r.group).copied().unwrap_or(0);
+        let size = group_sizes.get(&r.group).copied().unwrap_or(0);
+        let reason = if budget.is_some_and(|b| total_in_flight + started >= b) {
+            Some(ThrottledReason::Budget)
+        } else if total_in_flight + started >= limits.max_scale_down_parallelism {
+            Some(ThrottledReason::MaxScaleDownParallelism)
+        } else if !r.empty && in_flight.drains + drains >= limits.max_drain_parallelism {
+            Some(ThrottledReason::MaxDrainParallelism)
+        } else if size - in_group - 1 < limits.min_nodes_per_group {
+            Some(ThrottledReason::NodeGroupMinSize)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            sel.throttled.push((r.node.clone(), reason));
+            continue;
+        }
+        started += 1;
+        *per_group.entry(r.group.clone()).or_insert(0) += 1;
+        if r.empty {
+            sel.empty.push(r.node.clone());
+        } else {
+            drains += 1;
+            sel.drain.push(r.node.clone());
+        }
+    }
+    sel
+}
