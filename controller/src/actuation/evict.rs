@@ -4,9 +4,8 @@
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
-use kube::Api;
-use kube::api::{DeleteParams, EvictParams, Preconditions};
+use k8s_openapi::api::policy::v1::Eviction;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, Preconditions};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -57,19 +56,40 @@ fn classify(result: Result<kube::core::Status, kube::Error>) -> EvictionCall {
 
 /// One Eviction call: grace capped, precondition on the pod's uid (never evict a replacement
 /// that reused the name).
-pub async fn evict_once(api: &Api<Pod>, pod: &PodRef, grace_cap: Duration) -> EvictionCall {
-    let params = EvictParams {
-        delete_options: Some(DeleteParams {
-            grace_period_seconds: Some(grace_seconds(pod.grace, grace_cap)),
+///
+/// The request is built here rather than with `Api::evict`: kube-core 5.0 serializes the delete
+/// options as `delete_options`, a field the API server ignores, which would drop the grace cap.
+pub async fn evict_once(client: &kube::Client, pod: &PodRef, grace_cap: Duration) -> EvictionCall {
+    let eviction = Eviction {
+        metadata: ObjectMeta {
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            ..Default::default()
+        },
+        delete_options: Some(DeleteOptions {
+            grace_period_seconds: Some(i64::from(grace_seconds(pod.grace, grace_cap))),
             preconditions: (!pod.uid.is_empty()).then(|| Preconditions {
                 uid: Some(pod.uid.clone()),
                 resource_version: None,
             }),
             ..Default::default()
         }),
-        ..Default::default()
     };
-    classify(api.evict(&pod.name, &params).await)
+    let request = serde_json::to_vec(&eviction)
+        .map_err(|e| e.to_string())
+        .and_then(|body| {
+            axum::http::Request::post(format!(
+                "/api/v1/namespaces/{}/pods/{}/eviction",
+                pod.namespace, pod.name
+            ))
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .map_err(|e| e.to_string())
+        });
+    match request {
+        Ok(req) => classify(client.request::<kube::core::Status>(req).await),
+        Err(e) => EvictionCall::Failed(format!("building the eviction of {}: {e}", pod.key())),
+    }
 }
 
 /// Evict `pod`, retrying 429s and errors every `retry_interval` until `max_time`. True when the
@@ -83,10 +103,9 @@ pub async fn evict_with_retry(
     policy: &str,
     observer: &dyn EvictionObserver,
 ) -> bool {
-    let api: Api<Pod> = Api::namespaced(client, &pod.namespace);
     let started = tokio::time::Instant::now();
     loop {
-        let call = evict_once(&api, pod, settings.grace_cap).await;
+        let call = evict_once(&client, pod, settings.grace_cap).await;
         let result = match &call {
             EvictionCall::Accepted => EvictionResult::evicted,
             EvictionCall::Gone => EvictionResult::gone,

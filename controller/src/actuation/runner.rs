@@ -245,8 +245,7 @@ impl Actuator {
             return Err(GiveUpReason::EvictionTimeout { pods: failed });
         }
         for ds in &on_node.daemon_set {
-            let api = kube::Api::<Pod>::namespaced(self.client.clone(), &ds.namespace);
-            let call = evict_once(&api, ds, order.settings.grace_cap).await;
+            let call = evict_once(&self.client, ds, order.settings.grace_cap).await;
             tracing::debug!(pod = %ds.key(), ?call, "DaemonSet pod evicted best-effort");
         }
         let remaining = pods::remaining(node, self.pods_now().iter().map(|p| &**p)).len();

@@ -1,0 +1,444 @@
+//! The actuator against an in-memory API: eviction retries on 429, taint writes with conflict
+//! retries, whole drains per mode, roll-back when pods land, evictions time out or a policy goes.
+
+mod controller_fake;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller_fake::FakeApi;
+use ebb_api::ScaleDownMode;
+use ebb_api::names::{LABEL_DRAINED, TAINT_TO_BE_DELETED};
+use ebb_controller::actuation::drain::EvictionCall;
+use ebb_controller::actuation::evict::{EvictionObserver, evict_with_retry};
+use ebb_controller::actuation::pods::{PodRef, uids_on};
+use ebb_controller::actuation::taints;
+use ebb_controller::actuation::testkit::{node, pod};
+use ebb_controller::actuation::{
+    Actuator, DrainOrder, EbbTaint, EvictionSettings, GiveUpReason, Outcome, Tracker, Written,
+};
+use ebb_controller::metrics::{Metrics, ScaleDownKind};
+use k8s_openapi::api::core::v1::Taint;
+use tokio_util::sync::CancellationToken;
+
+fn settings() -> EvictionSettings {
+    EvictionSettings {
+        grace_cap: Duration::from_secs(60),
+        retry_interval: Duration::from_secs(10),
+        max_time: Duration::from_secs(120),
+        parallelism: 4,
+    }
+}
+
+struct Calls(std::sync::Mutex<Vec<EvictionCall>>);
+impl EvictionObserver for Calls {
+    fn on_call(&self, _pod: &PodRef, call: &EvictionCall) {
+        self.0.lock().unwrap().push(call.clone());
+    }
+}
+
+fn pod_ref(name: &str, grace: Option<i64>) -> PodRef {
+    PodRef {
+        namespace: "default".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        grace,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pdb_429_is_retried_every_interval_until_accepted() {
+    let api = FakeApi::new();
+    api.add_pod(pod("web-1").on("n1").build());
+    api.script_evictions("default/web-1", &[429, 429]);
+    let calls = Calls(Default::default());
+    let metrics = Metrics::new();
+    let t0 = tokio::time::Instant::now();
+    let ok = evict_with_retry(
+        api.client(),
+        &pod_ref("web-1", Some(3600)),
+        &settings(),
+        &CancellationToken::new(),
+        &metrics,
+        "p",
+        &calls,
+    )
+    .await;
+    assert!(ok);
+    assert_eq!(
+        *calls.0.lock().unwrap(),
+        vec![
+            EvictionCall::Blocked,
+            EvictionCall::Blocked,
+            EvictionCall::Accepted
+        ]
+    );
+    assert_eq!(t0.elapsed(), Duration::from_secs(20), "two waits of 10s");
+    let evictions = api.requests("POST", "/pods/web-1/eviction");
+    assert_eq!(evictions.len(), 3);
+    assert_eq!(evictions[0].body["apiVersion"], "policy/v1");
+    assert_eq!(evictions[0].body["kind"], "Eviction");
+    let opts = &evictions[0].body["deleteOptions"];
+    assert_eq!(opts["gracePeriodSeconds"], 60, "grace capped: {opts}");
+    assert_eq!(opts["preconditions"]["uid"], "uid-web-1");
+    let text = metrics.encode();
+    assert!(
+        text.contains("ebb_evictions_total{policy=\"p\",result=\"blocked_by_pdb\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("ebb_evictions_total{policy=\"p\",result=\"evicted\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pdb_that_never_allows_gives_up_at_max_pod_eviction_time() {
+    let api = FakeApi::new();
+    api.add_pod(pod("db-0").on("n1").build());
+    api.script_evictions("default/db-0", &[429; 100]);
+    let calls = Calls(Default::default());
+    let t0 = tokio::time::Instant::now();
+    let ok = evict_with_retry(
+        api.client(),
+        &pod_ref("db-0", None),
+        &settings(),
+        &CancellationToken::new(),
+        &Metrics::new(),
+        "p",
+        &calls,
+    )
+    .await;
+    assert!(!ok);
+    // Calls at 0, 10, ..., 120 s: 13 calls, then the next retry would pass 120 s.
+    assert_eq!(calls.0.lock().unwrap().len(), 13);
+    assert_eq!(t0.elapsed(), Duration::from_secs(120));
+}
+
+#[tokio::test]
+async fn taints_are_written_with_the_resource_version_and_conflicts_retried() {
+    let api = FakeApi::new();
+    let foreign = Taint {
+        key: "dedicated".into(),
+        value: Some("gpu".into()),
+        effect: "NoSchedule".into(),
+        time_added: None,
+    };
+    api.add_node(node("n1").taint(foreign.clone()).build());
+    api.conflict_next_node_patches(1);
+    let tracker = Tracker::default();
+    let actuator = Actuator::new(
+        api.client(),
+        api.pod_store(),
+        api.pod_changes(),
+        tracker,
+        Metrics::new(),
+    );
+    let writer = actuator.node_writer();
+    let now = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+    assert_eq!(
+        writer
+            .add_taint("n1", EbbTaint::Candidate, now)
+            .await
+            .unwrap(),
+        Written::Changed
+    );
+    let patches = api.requests("PATCH", "/api/v1/nodes/n1");
+    assert_eq!(patches.len(), 2, "one conflict, one success");
+    assert_eq!(patches[1].body["metadata"]["resourceVersion"], "1");
+    let n1 = api.node("n1").unwrap();
+    let t = taints::taints_of(&n1);
+    assert_eq!(t.len(), 2);
+    assert_eq!(t[0], foreign);
+    assert_eq!(t[1].key, "ebb.dev/deletion-candidate");
+    assert_eq!(t[1].value.as_deref(), Some("1700000000"));
+    assert_eq!(
+        writer
+            .add_taint("n1", EbbTaint::Candidate, now)
+            .await
+            .unwrap(),
+        Written::Unchanged
+    );
+    assert_eq!(api.requests("PATCH", "/api/v1/nodes/n1").len(), 2);
+    assert_eq!(
+        writer
+            .remove_taint("n1", EbbTaint::Candidate)
+            .await
+            .unwrap(),
+        Written::Changed
+    );
+    assert_eq!(taints::taints_of(&api.node("n1").unwrap()), &[foreign]);
+    assert_eq!(
+        writer
+            .remove_taint("gone", EbbTaint::Candidate)
+            .await
+            .unwrap(),
+        Written::NotFound
+    );
+}
+
+fn setup(api: &FakeApi) -> (Actuator, Tracker) {
+    let tracker = Tracker::default();
+    let actuator = Actuator::new(
+        api.client(),
+        api.pod_store(),
+        api.pod_changes(),
+        tracker.clone(),
+        Metrics::new(),
+    )
+    .with_recheck_delay(Duration::from_secs(2));
+    (actuator, tracker)
+}
+
+fn order(api: &FakeApi, node: &str, mode: ScaleDownMode) -> DrainOrder {
+    DrainOrder {
+        policy: "workers".into(),
+        node: node.into(),
+        kind: ScaleDownKind::underutilized,
+        mode,
+        settings: settings(),
+        planned_pods: uids_on(node, api.pod_store().state().iter().map(|p| &**p)),
+        resume_from: None,
+        recheck: Arc::new(|_| Ok(())),
+        cancel: CancellationToken::new(),
+    }
+}
+
+fn has_hard_taint(api: &FakeApi, name: &str) -> bool {
+    api.node(name)
+        .is_some_and(|n| taints::has(&n, EbbTaint::ToBeDeleted))
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_and_delete_evicts_everything_then_deletes_the_node() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("web-1").on("n1").owned_by("ReplicaSet", "web").build());
+    api.add_pod(pod("web-2").on("n1").owned_by("ReplicaSet", "web").build());
+    api.add_pod(pod("logs").on("n1").owned_by("DaemonSet", "logs").build());
+    api.add_pod(pod("other").on("n2").build());
+    api.script_evictions("default/web-2", &[429]);
+    let (actuator, tracker) = setup(&api);
+    let handle = actuator
+        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+        .await
+        .unwrap()
+        .expect("drain started");
+    assert!(has_hard_taint(&api, "n1"), "tainted synchronously by start");
+    assert_eq!(tracker.in_flight(), BTreeSet::from(["n1".to_string()]));
+    assert_eq!(handle.await.unwrap(), Outcome::Removed);
+    assert!(api.node("n1").is_none(), "node deleted");
+    let finished = tracker.take_finished("workers");
+    assert_eq!(finished.len(), 1);
+    assert_eq!(finished[0].drain.evictions_blocked, 1);
+    assert!(tracker.in_flight().is_empty());
+    let evicted: BTreeSet<String> = tracker
+        .recent_evictions(jiff::Timestamp::UNIX_EPOCH)
+        .into_iter()
+        .map(|e| e.pod.name)
+        .collect();
+    assert_eq!(evicted, BTreeSet::from(["web-1".into(), "web-2".into()]));
+    assert_eq!(api.requests("POST", "/pods/logs/eviction").len(), 1);
+    assert!(api.requests("POST", "/pods/other/eviction").is_empty());
+    // Order on the wire: taint, evictions, delete.
+    let log = api.log();
+    let first_evict = log.iter().position(|l| l.path.ends_with("/eviction"));
+    let taint = log.iter().position(|l| l.method == "PATCH");
+    let delete = log.iter().position(|l| l.method == "DELETE");
+    assert!(taint < first_evict && first_evict < delete, "{log:#?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn drain_mode_keeps_the_node_cordoned_labelled_and_untainted() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("web-1").on("n1").owned_by("ReplicaSet", "web").build());
+    let (actuator, _) = setup(&api);
+    let handle = actuator
+        .start(order(&api, "n1", ScaleDownMode::Drain))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(handle.await.unwrap(), Outcome::Removed);
+    let n1 = api.node("n1").expect("node kept");
+    assert_eq!(n1.spec.as_ref().unwrap().unschedulable, Some(true));
+    assert_eq!(n1.metadata.labels.as_ref().unwrap()[LABEL_DRAINED], "true");
+    assert!(!taints::has(&n1, EbbTaint::ToBeDeleted));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_landing_after_the_plan_rolls_the_drain_back() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("web-1").on("n1").build());
+    let (actuator, tracker) = setup(&api);
+    let o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
+    // The pod arrives between the plan and the taint.
+    api.add_pod(pod("late").ns("shop").on("n1").build());
+    let outcome = actuator.start(o).await.unwrap().unwrap().await.unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::GaveUp(GiveUpReason::PodsLanded(vec!["shop/late".into()]))
+    );
+    assert!(api.node("n1").is_some());
+    assert!(!has_hard_taint(&api, "n1"), "rolled back");
+    assert!(
+        api.requests("POST", "/eviction").is_empty(),
+        "nothing evicted"
+    );
+    assert!(tracker.in_flight().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_planner_recheck_can_veto_the_drain() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    let (actuator, _) = setup(&api);
+    let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
+    o.recheck = Arc::new(|n| Err(format!("{n}: NoPlaceToMovePods")));
+    let outcome = actuator.start(o).await.unwrap().unwrap().await.unwrap();
+    assert!(
+        matches!(outcome, Outcome::GaveUp(GiveUpReason::NoLongerRemovable(ref w)) if w.contains("NoPlaceToMovePods")),
+        "{outcome:?}"
+    );
+    assert!(!has_hard_taint(&api, "n1"));
+    assert!(api.node("n1").is_some());
+}
+
+#[tokio::test(start_paused = true)]
+async fn evictions_refused_past_the_max_time_untaint_the_node() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("db-0").on("n1").owned_by("StatefulSet", "db").build());
+    api.add_pod(pod("web-1").on("n1").owned_by("ReplicaSet", "web").build());
+    api.script_evictions("default/db-0", &[429; 100]);
+    let (actuator, tracker) = setup(&api);
+    let outcome = actuator
+        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+        .await
+        .unwrap()
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::GaveUp(GiveUpReason::EvictionTimeout {
+            pods: vec!["default/db-0".into()]
+        })
+    );
+    assert!(!has_hard_taint(&api, "n1"));
+    assert!(api.node("n1").is_some());
+    assert!(api.requests("DELETE", "/nodes/").is_empty());
+    let finished = tracker.take_finished("workers");
+    assert!(finished[0].drain.evictions_blocked >= 12);
+}
+
+#[tokio::test(start_paused = true)]
+async fn pods_that_never_terminate_fail_the_drain_after_their_grace() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("stuck").on("n1").owned_by("ReplicaSet", "s").build());
+    *api.keep_evicted_pods.lock().unwrap() = true;
+    let (actuator, _) = setup(&api);
+    let t0 = tokio::time::Instant::now();
+    let outcome = actuator
+        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+        .await
+        .unwrap()
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        Outcome::GaveUp(GiveUpReason::PodsDidNotTerminate {
+            pods: vec!["default/stuck".into()]
+        })
+    );
+    // re-check delay (2s) + grace cap (60s) + slack (30s)
+    assert_eq!(t0.elapsed(), Duration::from_secs(92));
+    assert!(!has_hard_taint(&api, "n1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn waiting_ends_as_soon_as_the_watch_sees_the_pods_go() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("slow").on("n1").owned_by("ReplicaSet", "s").build());
+    *api.keep_evicted_pods.lock().unwrap() = true;
+    let (actuator, _) = setup(&api);
+    let t0 = tokio::time::Instant::now();
+    let handle = actuator
+        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(api.node("n1").is_some(), "still waiting for the pod");
+    api.remove_pod("default", "slow");
+    assert_eq!(handle.await.unwrap(), Outcome::Removed);
+    assert_eq!(t0.elapsed(), Duration::from_secs(7));
+    assert!(api.node("n1").is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_a_drain_rolls_it_back() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_pod(pod("web-1").on("n1").build());
+    api.script_evictions("default/web-1", &[429; 100]);
+    let (actuator, _) = setup(&api);
+    let o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
+    let cancel = o.cancel.clone();
+    let handle = actuator.start(o).await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(has_hard_taint(&api, "n1"));
+    cancel.cancel();
+    assert_eq!(
+        handle.await.unwrap(),
+        Outcome::GaveUp(GiveUpReason::Cancelled)
+    );
+    assert!(!has_hard_taint(&api, "n1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resumed_drain_keeps_its_taint_and_start_time() {
+    let api = FakeApi::new();
+    let started = jiff::Timestamp::from_second(1_600_000_000).unwrap();
+    api.add_node(node("n1").taint(EbbTaint::ToBeDeleted.at(started)).build());
+    let (actuator, tracker) = setup(&api);
+    let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
+    o.resume_from = Some(started);
+    let handle = actuator.start(o).await.unwrap().unwrap();
+    assert_eq!(tracker.get("n1").unwrap().started, started);
+    assert!(
+        api.requests("PATCH", "/nodes/n1").is_empty(),
+        "no new taint"
+    );
+    assert_eq!(handle.await.unwrap(), Outcome::Removed);
+    assert!(api.node("n1").is_none());
+}
+
+#[tokio::test]
+async fn dry_run_never_starts_a_drain() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    let (actuator, _) = setup(&api);
+    assert!(
+        actuator
+            .start(order(&api, "n1", ScaleDownMode::DryRun))
+            .await
+            .is_err()
+    );
+    assert!(api.log().is_empty(), "nothing written");
+    let n1 = api.node("n1").unwrap();
+    assert!(!taints::has(&n1, EbbTaint::ToBeDeleted));
+    assert!(
+        !n1.spec
+            .unwrap()
+            .taints
+            .unwrap_or_default()
+            .iter()
+            .any(|t| t.key == TAINT_TO_BE_DELETED)
+    );
+}

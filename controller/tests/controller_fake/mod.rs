@@ -1,0 +1,270 @@
+//! A small in-memory Kubernetes API for the controller's edge tests: Nodes (get, merge patch
+//! with resourceVersion preconditions, delete), Pod evictions with scripted answers (an accepted
+//! eviction removes the pod from the shared pod cache, as the watch would), status patches and
+//! Events (recorded). Every request is logged for assertions.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::http::{Request, Response, StatusCode};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::client::Body;
+use kube::runtime::reflector::{self, Store, store::Writer};
+use kube::runtime::watcher;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+/// One request the fake served.
+#[derive(Clone, Debug)]
+pub struct Logged {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub body: Value,
+    pub status: u16,
+}
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<String, Node>,
+    /// Scripted eviction answers per `namespace/name`; when empty, 201.
+    evictions: BTreeMap<String, VecDeque<u16>>,
+    /// Conflicts (409) to answer to the next node patches.
+    node_conflicts: usize,
+    log: Vec<Logged>,
+    rv: u64,
+}
+
+/// The fake API server plus the pod cache it keeps in step.
+#[derive(Clone)]
+pub struct FakeApi {
+    state: Arc<Mutex<State>>,
+    pods: Arc<Mutex<Writer<Pod>>>,
+    pod_store: Store<Pod>,
+    pod_tick: Arc<watch::Sender<u64>>,
+    /// When true, accepted evictions do not remove the pod (it "hangs" terminating).
+    pub keep_evicted_pods: Arc<Mutex<bool>>,
+}
+
+fn status(code: u16, reason: &str) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+           "reason": reason, "message": format!("fake: {reason}")})
+}
+
+fn merge(target: &mut Value, patch: &Value) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+impl FakeApi {
+    pub fn new() -> Self {
+        let (pod_store, writer) = reflector::store::<Pod>();
+        let mut writer = writer;
+        writer.apply_watcher_event(&watcher::Event::Init);
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        Self {
+            state: Arc::default(),
+            pods: Arc::new(Mutex::new(writer)),
+            pod_store,
+            pod_tick: Arc::new(watch::channel(0).0),
+            keep_evicted_pods: Arc::default(),
+        }
+    }
+
+    pub fn client(&self) -> kube::Client {
+        let this = self.clone();
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let this = this.clone();
+            async move { Ok::<_, Infallible>(this.serve(req).await) }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    pub fn pod_store(&self) -> Store<Pod> {
+        self.pod_store.clone()
+    }
+
+    pub fn pod_changes(&self) -> watch::Receiver<u64> {
+        self.pod_tick.subscribe()
+    }
+
+    pub fn add_node(&self, node: Node) {
+        let mut s = self.state.lock().unwrap();
+        let name = node.metadata.name.clone().unwrap();
+        s.nodes.insert(name, node);
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.state.lock().unwrap().nodes.get(name).cloned()
+    }
+
+    /// Put a pod into the cache (as if the watch saw it).
+    pub fn add_pod(&self, pod: Pod) {
+        self.pods
+            .lock()
+            .unwrap()
+            .apply_watcher_event(&watcher::Event::Apply(pod));
+        self.pod_tick.send_modify(|v| *v += 1);
+    }
+
+    /// Remove a pod from the cache (as if it terminated).
+    pub fn remove_pod(&self, namespace: &str, name: &str) {
+        let found = self.pod_store.state().into_iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(namespace)
+                && p.metadata.name.as_deref() == Some(name)
+        });
+        if let Some(p) = found {
+            self.pods
+                .lock()
+                .unwrap()
+                .apply_watcher_event(&watcher::Event::Delete((*p).clone()));
+            self.pod_tick.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Answer the next evictions of `namespace/name` with these codes (then 201).
+    pub fn script_evictions(&self, pod: &str, codes: &[u16]) {
+        self.state
+            .lock()
+            .unwrap()
+            .evictions
+            .insert(pod.to_string(), codes.iter().copied().collect());
+    }
+
+    /// Answer the next `n` node patches with 409 Conflict.
+    pub fn conflict_next_node_patches(&self, n: usize) {
+        self.state.lock().unwrap().node_conflicts = n;
+    }
+
+    pub fn log(&self) -> Vec<Logged> {
+        self.state.lock().unwrap().log.clone()
+    }
+
+    /// Logged requests with this method whose path contains `fragment`.
+    pub fn requests(&self, method: &str, fragment: &str) -> Vec<Logged> {
+        self.log()
+            .into_iter()
+            .filter(|l| l.method == method && l.path.contains(fragment))
+            .collect()
+    }
+
+    async fn serve(&self, req: Request<Body>) -> Response<Body> {
+        let method = req.method().to_string();
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let (code, out) = self.route(&method, &path, &body);
+        self.state.lock().unwrap().log.push(Logged {
+            method,
+            path,
+            query,
+            body,
+            status: code,
+        });
+        Response::builder()
+            .status(StatusCode::from_u16(code).unwrap())
+            .header("content-type", "application/json")
+            .body(Body::from(serde_json::to_vec(&out).unwrap()))
+            .unwrap()
+    }
+
+    fn route(&self, method: &str, path: &str, body: &Value) -> (u16, Value) {
+        let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+        match (method, parts.as_slice()) {
+            ("GET", ["api", "v1", "nodes", name]) => match self.node(name) {
+                Some(n) => (200, serde_json::to_value(n).unwrap()),
+                None => (404, status(404, "NotFound")),
+            },
+            ("PATCH", ["api", "v1", "nodes", name]) => self.patch_node(name, body),
+            ("DELETE", ["api", "v1", "nodes", name]) => {
+                match self.state.lock().unwrap().nodes.remove(*name) {
+                    Some(n) => (200, serde_json::to_value(n).unwrap()),
+                    None => (404, status(404, "NotFound")),
+                }
+            }
+            ("POST", ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
+                self.evict(ns, name)
+            }
+            (
+                "PATCH",
+                [
+                    "apis",
+                    "ebb.dev",
+                    "v1alpha1",
+                    "scaledownpolicies",
+                    _name,
+                    "status",
+                ],
+            ) => (200, body.clone()),
+            ("PATCH", ["apis", "ebb.dev", "v1alpha1", "scaledownpolicies", _name]) => {
+                (200, body.clone())
+            }
+            ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _ns, "events"]) => {
+                (201, body.clone())
+            }
+            _ => (404, status(404, "NotFound")),
+        }
+    }
+
+    fn patch_node(&self, name: &str, patch: &Value) -> (u16, Value) {
+        let mut s = self.state.lock().unwrap();
+        if s.node_conflicts > 0 {
+            s.node_conflicts -= 1;
+            return (409, status(409, "Conflict"));
+        }
+        s.rv += 1;
+        let next_rv = format!("{}", 100 + s.rv);
+        let Some(node) = s.nodes.get_mut(name) else {
+            return (404, status(404, "NotFound"));
+        };
+        let mut value = serde_json::to_value(&*node).unwrap();
+        if let Some(want) = patch.pointer("/metadata/resourceVersion")
+            && !want.is_null()
+            && Some(want) != value.pointer("/metadata/resourceVersion")
+        {
+            return (409, status(409, "Conflict"));
+        }
+        merge(&mut value, patch);
+        value["metadata"]["resourceVersion"] = json!(next_rv);
+        *node = serde_json::from_value(value.clone()).unwrap();
+        (200, value)
+    }
+
+    fn evict(&self, ns: &str, name: &str) -> (u16, Value) {
+        let key = format!("{ns}/{name}");
+        let scripted = self
+            .state
+            .lock()
+            .unwrap()
+            .evictions
+            .get_mut(&key)
+            .and_then(|q| q.pop_front());
+        let exists = self.pod_store.state().iter().any(|p| {
+            p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name)
+        });
+        let code = scripted.unwrap_or(if exists { 201 } else { 404 });
+        if code == 201 && !*self.keep_evicted_pods.lock().unwrap() {
+            self.remove_pod(ns, name);
+        }
+        let out = if code == 201 {
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})
+        } else {
+            status(code, "TooManyRequests")
+        };
+        (code, out)
+    }
+}
