@@ -6,6 +6,7 @@ pub mod crash_writer;
 pub mod deletion;
 pub mod dump;
 pub mod livepod;
+pub mod localizer;
 pub mod membership;
 pub mod recovery;
 pub mod report;
