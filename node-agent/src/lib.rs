@@ -1,6 +1,8 @@
 //! ebb node agent library: the node-local state store (LMDB through heed), recovery at start,
 //! and the command line of the `ebb-node-agent` binary.
 
+pub mod api;
+pub mod cache;
 pub mod cli;
 pub mod crash_writer;
 pub mod deletion;
