@@ -1,77 +1,63 @@
 //! A role's available-node list: nodes that may take a new pod of the role, most recently used
-//! first. Unlike Slider's list it can never hold a node twice.
+//! first (never-used last, then by name). Unlike Slider's list it can never hold a node twice.
 
-use std::cmp::Ordering;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 
 use jiff::Timestamp;
 
-use super::node_map::newer_first;
+type Key = (Reverse<Option<Timestamp>>, String);
 
-/// Nodes ordered most recently used first, without duplicates.
+/// Nodes ordered most recently used first, without duplicates. A node just released gets
+/// `lastUsed = now`, which puts it at the head.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AvailableList {
-    nodes: Vec<String>,
+    order: BTreeSet<Key>,
+    keys: HashMap<String, Option<Timestamp>>,
 }
 
 impl AvailableList {
-    /// Build from (node, last used) pairs; duplicates keep their first occurrence.
+    /// Build from (node, last used) pairs; a repeated node keeps its last pair.
     pub fn from_entries<'a>(
         entries: impl IntoIterator<Item = (&'a str, Option<Timestamp>)>,
     ) -> Self {
-        let mut all: Vec<(&str, Option<Timestamp>)> = entries.into_iter().collect();
-        all.sort_by(|a, b| newer_first(*a, *b));
         let mut list = Self::default();
-        for (node, _) in all {
-            if !list.contains(node) {
-                list.nodes.push(node.to_string());
-            }
+        for (node, last_used) in entries {
+            list.insert(node, last_used);
         }
         list
     }
 
-    /// Put `node` at the head (it was just released).
-    pub fn push_front(&mut self, node: &str) {
+    /// Put `node` at its place for `last_used` (replacing any previous place).
+    pub fn insert(&mut self, node: &str, last_used: Option<Timestamp>) {
         self.remove(node);
-        self.nodes.insert(0, node.to_string());
-    }
-
-    /// Put `node` at its place in recency order; `last_used` gives every node's key.
-    pub fn insert_sorted(&mut self, node: &str, last_used: impl Fn(&str) -> Option<Timestamp>) {
-        self.remove(node);
-        let key = (node, last_used(node));
-        let at = self
-            .nodes
-            .iter()
-            .position(|n| newer_first(key, (n.as_str(), last_used(n))) == Ordering::Less)
-            .unwrap_or(self.nodes.len());
-        self.nodes.insert(at, node.to_string());
+        self.order.insert((Reverse(last_used), node.to_string()));
+        self.keys.insert(node.to_string(), last_used);
     }
 
     /// Remove `node`; true when it was there.
     pub fn remove(&mut self, node: &str) -> bool {
-        match self.nodes.iter().position(|n| n == node) {
-            Some(i) => {
-                self.nodes.remove(i);
-                true
-            }
+        match self.keys.remove(node) {
+            Some(last_used) => self.order.remove(&(Reverse(last_used), node.to_string())),
             None => false,
         }
     }
 
     pub fn contains(&self, node: &str) -> bool {
-        self.nodes.iter().any(|n| n == node)
+        self.keys.contains_key(node)
     }
 
+    /// Most recently used first.
     pub fn iter(&self) -> impl Iterator<Item = &str> {
-        self.nodes.iter().map(String::as_str)
+        self.order.iter().map(|(_, n)| n.as_str())
     }
 
     pub fn len(&self) -> usize {
-        self.nodes.len()
+        self.order.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty()
+        self.order.is_empty()
     }
 }
 
@@ -84,19 +70,14 @@ mod tests {
     }
 
     #[test]
-    fn insert_sorted_keeps_recency_and_no_duplicates() {
-        let key = |n: &str| match n {
-            "a" => at(30),
-            "b" => at(20),
-            "c" => at(10),
-            _ => None,
-        };
-        let mut list = AvailableList::from_entries([("c", key("c")), ("a", key("a"))]);
-        list.insert_sorted("b", key);
-        list.insert_sorted("b", key);
-        list.insert_sorted("z", key);
+    fn ordered_by_recency_never_used_last_and_no_duplicates() {
+        let mut list = AvailableList::from_entries([("c", at(10)), ("z", None), ("a", at(30))]);
+        list.insert("b", at(20));
+        list.insert("b", at(20));
         assert_eq!(list.iter().collect::<Vec<_>>(), ["a", "b", "c", "z"]);
-        list.push_front("c");
+        list.insert("c", at(40));
         assert_eq!(list.iter().collect::<Vec<_>>(), ["c", "a", "b", "z"]);
+        assert!(list.remove("a") && !list.remove("a"));
+        assert_eq!(list.len(), 3);
     }
 }

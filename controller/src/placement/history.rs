@@ -214,9 +214,11 @@ impl RoleHistory {
         self.counters.get(&role).cloned().unwrap_or_default()
     }
 
-    /// When failure counters reset next.
-    pub fn next_failure_reset(&self) -> Timestamp {
-        self.window.next_reset()
+    /// When failure counters reset next, seen from `now`.
+    pub fn next_failure_reset(&self, now: Timestamp) -> Timestamp {
+        let mut window = self.window;
+        window.roll(now);
+        window.next_reset()
     }
 
     /// True when persisted state (active, lastUsed) changed since the last save.
@@ -434,7 +436,7 @@ impl RoleHistory {
                     if let Some(e) = self.nodes.get_mut(&pod.node, role.id) {
                         e.last_used = Some(now);
                     }
-                    self.list(role.id).push_front(&pod.node);
+                    self.list(role.id).insert(&pod.node, Some(now));
                     Requeue::Head
                 }
             }
@@ -502,8 +504,8 @@ impl RoleHistory {
             }
             self.requests.add_return(role.id, &node);
             self.requests.mark_relax_next(role.id, &request.pod_name);
+            // Returned once the role's requests are resolved (the replacement pod is one).
             self.counters.entry(role.id).or_default().escalations += 1;
-            self.flush_returns(role.id);
             out.push(Overdue {
                 uid: request.uid,
                 pod_name: request.pod_name,
@@ -603,11 +605,8 @@ impl RoleHistory {
     }
 
     fn insert_sorted(&mut self, role: RoleId, node: &str) {
-        let nodes = &self.nodes;
-        self.available
-            .entry(role)
-            .or_default()
-            .insert_sorted(node, |n| nodes.get(n, role).and_then(|e| e.last_used));
+        let last_used = self.nodes.get(node, role).and_then(|e| e.last_used);
+        self.list(role).insert(node, last_used);
     }
 
     fn flush_returns(&mut self, role: RoleId) {
