@@ -113,6 +113,12 @@ impl DeletionGraph {
         Some(Op::DeletionTaskRemoved(id))
     }
 
+    /// Drops a task that is no longer wanted (its resource is in use again); its successors are
+    /// scheduled as if it had run. Returns the op removing it from the store.
+    pub fn cancel(&mut self, id: u64) -> Option<Op> {
+        self.finished(id)
+    }
+
     /// Ids of the tasks that can run now or later (not waiting on a predecessor).
     pub fn scheduled_ids(&self) -> Vec<u64> {
         self.scheduled.keys().copied().collect()

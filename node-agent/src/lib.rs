@@ -4,6 +4,7 @@
 pub mod api;
 pub mod cache;
 pub mod cli;
+pub mod core;
 pub mod crash_writer;
 pub mod deletion;
 pub mod dump;

@@ -37,6 +37,10 @@ pub struct LivePod {
     pub labels: BTreeMap<String, String>,
     /// The pod is being deleted.
     pub deleting: bool,
+    /// Phase `Succeeded` or `Failed`: no container will run again.
+    pub terminal: bool,
+    /// The pod's node-local API token annotation, if any.
+    pub token: Option<String>,
     /// The pod has a `DisruptionTarget` condition (eviction, preemption).
     pub disrupted: bool,
 }
@@ -111,6 +115,14 @@ impl LivePod {
             restart_counts,
             labels: meta.labels.clone().unwrap_or_default(),
             deleting: meta.deletion_timestamp.is_some(),
+            terminal: status
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|p| p == "Succeeded" || p == "Failed"),
+            token: meta
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ebb_api::names::ANNOTATION_TOKEN))
+                .cloned(),
             disrupted,
         })
     }
@@ -131,6 +143,8 @@ pub mod build {
             restart_counts: BTreeMap::new(),
             labels: BTreeMap::new(),
             deleting: false,
+            terminal: false,
+            token: None,
             disrupted: false,
         }
     }
@@ -174,6 +188,14 @@ pub mod build {
         }
         pub fn disrupted(mut self) -> Self {
             self.disrupted = true;
+            self
+        }
+        pub fn terminal(mut self) -> Self {
+            self.terminal = true;
+            self
+        }
+        pub fn token(mut self, t: &str) -> Self {
+            self.token = Some(t.into());
             self
         }
         pub fn deleting(mut self) -> Self {
