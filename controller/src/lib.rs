@@ -4,6 +4,7 @@
 pub mod actuation;
 pub mod cli;
 pub mod cluster;
+pub mod controller;
 pub mod http;
 pub mod metrics;
 pub mod placement;

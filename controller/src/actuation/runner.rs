@@ -218,12 +218,21 @@ impl Actuator {
         if !landed.is_empty() {
             return Err(GiveUpReason::PodsLanded(landed));
         }
-        (order.recheck)(node).map_err(GiveUpReason::NoLongerRemovable)?;
+        let recheck = order.recheck.clone();
+        let owned = order.node.clone();
+        tokio::task::spawn_blocking(move || recheck(&owned))
+            .await
+            .map_err(|e| GiveUpReason::ApiError(format!("re-check crashed: {e}")))?
+            .map_err(GiveUpReason::NoLongerRemovable)?;
         self.step(node, DrainEvent::RecheckPassed);
 
         // Evicting.
         let on_node = pods::classify(node, snapshot.iter().map(|p| &**p));
         let observer = Observer {
+            objects: snapshot
+                .iter()
+                .filter_map(|p| Some((p.metadata.uid.clone()?, p.clone())))
+                .collect(),
             tracker: self.tracker.clone(),
             policy: order.policy.clone(),
             node: order.node.clone(),
@@ -313,6 +322,7 @@ impl Actuator {
 }
 
 struct Observer {
+    objects: std::collections::HashMap<String, Arc<Pod>>,
     tracker: Tracker,
     policy: String,
     node: String,
@@ -330,6 +340,7 @@ impl EvictionObserver for Observer {
                 policy: self.policy.clone(),
                 node: self.node.clone(),
                 pod: pod.clone(),
+                object: self.objects.get(&pod.uid).cloned(),
                 at: now,
             }),
             EvictionCall::Gone | EvictionCall::Failed(_) => {}

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::drain::{Drain, DrainEvent, InvalidTransition, Outcome, Step};
+use k8s_openapi::api::core::v1::Pod;
+
 use super::pods::PodRef;
 
 /// A drain that ended.
@@ -16,11 +18,13 @@ pub struct Finished {
 }
 
 /// A pod the actuator evicted.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Evicted {
     pub policy: String,
     pub node: String,
     pub pod: PodRef,
+    /// The Pod as it was when evicted (the planner re-injects it until it is replaced).
+    pub object: Option<Arc<Pod>>,
     pub at: jiff::Timestamp,
 }
 
@@ -29,6 +33,8 @@ struct Inner {
     drains: BTreeMap<String, Drain>,
     finished: Vec<Finished>,
     evicted: Vec<Evicted>,
+    /// Evictions not yet handed to the planner.
+    unseen: Vec<Evicted>,
 }
 
 /// Shared record of the actuator's work. Cheap to clone.
@@ -109,7 +115,19 @@ impl Tracker {
 
     /// Remember an eviction.
     pub fn record_eviction(&self, evicted: Evicted) {
-        self.lock().evicted.push(evicted);
+        let mut inner = self.lock();
+        inner.unseen.push(evicted.clone());
+        inner.evicted.push(evicted);
+    }
+
+    /// Take the evictions of `policy` not taken yet (to tell the planner once).
+    pub fn take_evictions(&self, policy: &str) -> Vec<Evicted> {
+        let mut inner = self.lock();
+        let (mine, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut inner.unseen)
+            .into_iter()
+            .partition(|e| e.policy == policy);
+        inner.unseen = rest;
+        mine
     }
 
     /// Evictions at or after `since` (older ones are forgotten).
@@ -171,6 +189,7 @@ mod tests {
                     uid: format!("u{i}"),
                     grace: None,
                 },
+                object: None,
                 at: ts(at),
             });
         }
@@ -183,5 +202,7 @@ mod tests {
             vec!["web-1", "web-2"]
         );
         assert_eq!(t.recent_evictions(ts(0)).len(), 2, "pruned for good");
+        assert_eq!(t.take_evictions("p").len(), 3);
+        assert!(t.take_evictions("p").is_empty(), "taken once");
     }
 }

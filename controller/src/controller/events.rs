@@ -1,0 +1,296 @@
+//! Kubernetes Events only on transitions: the facts of one loop are compared with the last
+//! loop's, and only what changed becomes an Event (pure); `publish` sends them (events.k8s.io/v1).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ebb_api::reasons::{DegradedReason, ThrottledReason};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder};
+
+use crate::actuation::Outcome;
+use crate::actuation::tracker::Finished;
+
+/// Event reasons.
+pub const SCALE_DOWN_CANDIDATE: &str = "ScaleDownCandidate";
+pub const DRAIN_STARTED: &str = "DrainStarted";
+pub const EVICTION_BLOCKED: &str = "EvictionBlocked";
+pub const DRAIN_FAILED: &str = "DrainFailed";
+pub const NODE_REMOVED: &str = "NodeRemoved";
+pub const THROTTLED: &str = "Throttled";
+pub const DEGRADED: &str = "Degraded";
+
+/// What one loop saw, as far as Events are concerned.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Facts {
+    pub candidates: BTreeSet<String>,
+    pub draining: BTreeSet<String>,
+    /// Drains with at least one eviction refused by a PodDisruptionBudget.
+    pub blocked: BTreeSet<String>,
+    pub throttled: Option<ThrottledReason>,
+    pub degraded: Option<(DegradedReason, String)>,
+}
+
+/// The object an Event is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Regarding {
+    Policy,
+    Node(String),
+}
+
+/// An Event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Planned {
+    pub regarding: Regarding,
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+fn ev(regarding: Regarding, warning: bool, reason: &'static str, note: String) -> Planned {
+    Planned {
+        regarding,
+        warning,
+        reason,
+        note,
+    }
+}
+
+/// Events for what changed from `prev` to `next`, plus one per finished drain.
+pub fn transitions(
+    policy: &str,
+    prev: &Facts,
+    next: &Facts,
+    finished: &[Finished],
+) -> Vec<Planned> {
+    let mut out = Vec::new();
+    if next.degraded != prev.degraded
+        && let Some((reason, message)) = &next.degraded
+    {
+        out.push(ev(
+            Regarding::Policy,
+            true,
+            DEGRADED,
+            format!("{reason}: {message}"),
+        ));
+    }
+    let new_candidates: Vec<&String> = next.candidates.difference(&prev.candidates).collect();
+    for n in &new_candidates {
+        out.push(ev(
+            Regarding::Node((*n).clone()),
+            false,
+            SCALE_DOWN_CANDIDATE,
+            format!("removable together with the other candidates of ScaleDownPolicy {policy}"),
+        ));
+    }
+    if !new_candidates.is_empty() {
+        out.push(ev(
+            Regarding::Policy,
+            false,
+            SCALE_DOWN_CANDIDATE,
+            format!(
+                "{} node(s) became candidates ({} in the candidate set)",
+                new_candidates.len(),
+                next.candidates.len()
+            ),
+        ));
+    }
+    for n in next.draining.difference(&prev.draining) {
+        out.push(ev(
+            Regarding::Node(n.clone()),
+            false,
+            DRAIN_STARTED,
+            format!("tainted ebb.dev/to-be-deleted by ScaleDownPolicy {policy}; evicting its pods"),
+        ));
+    }
+    let started = next.draining.difference(&prev.draining).count();
+    if started > 0 {
+        out.push(ev(
+            Regarding::Policy,
+            false,
+            DRAIN_STARTED,
+            format!(
+                "{started} drain(s) started ({} in progress)",
+                next.draining.len()
+            ),
+        ));
+    }
+    for n in next.blocked.difference(&prev.blocked) {
+        out.push(ev(
+            Regarding::Node(n.clone()),
+            true,
+            EVICTION_BLOCKED,
+            "a PodDisruptionBudget refused an eviction; retrying every evictionRetryInterval until maxPodEvictionTime".into(),
+        ));
+    }
+    for f in finished {
+        match &f.outcome {
+            Outcome::Removed => out.push(ev(
+                Regarding::Policy,
+                false,
+                NODE_REMOVED,
+                format!(
+                    "node {} removed ({})",
+                    f.drain.node,
+                    kind_name(f.drain.kind)
+                ),
+            )),
+            Outcome::GaveUp(reason) => {
+                let note = format!(
+                    "drain of node {} abandoned, node untainted: {reason}",
+                    f.drain.node
+                );
+                out.push(ev(
+                    Regarding::Node(f.drain.node.clone()),
+                    true,
+                    DRAIN_FAILED,
+                    note.clone(),
+                ));
+                out.push(ev(Regarding::Policy, true, DRAIN_FAILED, note));
+            }
+        }
+    }
+    if next.throttled != prev.throttled
+        && let Some(r) = next.throttled
+    {
+        out.push(ev(
+            Regarding::Policy,
+            false,
+            THROTTLED,
+            format!("removable nodes held back by {r}"),
+        ));
+    }
+    out
+}
+
+fn kind_name(kind: crate::metrics::ScaleDownKind) -> &'static str {
+    match kind {
+        crate::metrics::ScaleDownKind::empty => "empty",
+        crate::metrics::ScaleDownKind::underutilized => "underutilized",
+        crate::metrics::ScaleDownKind::unready => "unready",
+    }
+}
+
+/// Sends planned Events; failures are logged, never fatal.
+pub async fn publish(
+    recorder: &Recorder,
+    policy: &ObjectReference,
+    planned: &[Planned],
+    node_uids: &BTreeMap<String, String>,
+) {
+    for p in planned {
+        let reference = match &p.regarding {
+            Regarding::Policy => policy.clone(),
+            Regarding::Node(n) => ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(n.clone()),
+                uid: node_uids.get(n).cloned(),
+                ..Default::default()
+            },
+        };
+        let event = Event {
+            type_: if p.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: p.reason.into(),
+            note: Some(p.note.clone()),
+            action: "ScaleDown".into(),
+            secondary: matches!(p.regarding, Regarding::Node(_)).then(|| policy.clone()),
+        };
+        if let Err(e) = recorder.publish(&event, &reference).await {
+            tracing::warn!(reason = p.reason, error = %e, "could not publish an Event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actuation::{Drain, GiveUpReason};
+    use crate::metrics::ScaleDownKind;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn reasons(events: &[Planned]) -> Vec<(&'static str, Regarding)> {
+        events
+            .iter()
+            .map(|e| (e.reason, e.regarding.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn nothing_changes_nothing_is_said() {
+        let f = Facts {
+            candidates: set(&["a", "b"]),
+            draining: set(&["c"]),
+            blocked: set(&["c"]),
+            throttled: Some(ThrottledReason::MaxDrainParallelism),
+            degraded: Some((DegradedReason::OverlappingPolicies, "x".into())),
+        };
+        assert!(transitions("p", &f, &f, &[]).is_empty());
+    }
+
+    #[test]
+    fn transitions_become_events_once() {
+        let prev = Facts {
+            candidates: set(&["a"]),
+            ..Facts::default()
+        };
+        let next = Facts {
+            candidates: set(&["a", "b"]),
+            draining: set(&["c"]),
+            blocked: set(&["c"]),
+            throttled: Some(ThrottledReason::Budget),
+            degraded: None,
+        };
+        let t0 = jiff::Timestamp::UNIX_EPOCH;
+        let finished = vec![
+            Finished {
+                drain: Drain::new("p", "d", ScaleDownKind::empty, t0),
+                outcome: Outcome::Removed,
+                at: t0,
+            },
+            Finished {
+                drain: Drain::new("p", "e", ScaleDownKind::underutilized, t0),
+                outcome: Outcome::GaveUp(GiveUpReason::PodsLanded(vec!["default/x".into()])),
+                at: t0,
+            },
+        ];
+        let events = transitions("p", &prev, &next, &finished);
+        assert_eq!(
+            reasons(&events),
+            vec![
+                (SCALE_DOWN_CANDIDATE, Regarding::Node("b".into())),
+                (SCALE_DOWN_CANDIDATE, Regarding::Policy),
+                (DRAIN_STARTED, Regarding::Node("c".into())),
+                (DRAIN_STARTED, Regarding::Policy),
+                (EVICTION_BLOCKED, Regarding::Node("c".into())),
+                (NODE_REMOVED, Regarding::Policy),
+                (DRAIN_FAILED, Regarding::Node("e".into())),
+                (DRAIN_FAILED, Regarding::Policy),
+                (THROTTLED, Regarding::Policy),
+            ]
+        );
+        assert!(events[6].warning && events[6].note.contains("default/x"));
+        assert!(events[5].note.contains("node d removed (empty)"));
+        // The next loop with the same facts is silent.
+        assert!(transitions("p", &next, &next, &[]).is_empty());
+    }
+
+    #[test]
+    fn degraded_is_announced_when_it_starts_or_changes() {
+        let ok = Facts::default();
+        let bad = Facts {
+            degraded: Some((DegradedReason::SelectorMatchesNothing, "no node".into())),
+            ..Facts::default()
+        };
+        let e = transitions("p", &ok, &bad, &[]);
+        assert_eq!(reasons(&e), vec![(DEGRADED, Regarding::Policy)]);
+        assert!(e[0].warning && e[0].note.contains("SelectorMatchesNothing: no node"));
+        assert!(transitions("p", &bad, &ok, &[]).is_empty());
+    }
+}

@@ -1,0 +1,13 @@
+//! The ScaleDownPolicy controller: shared reflectors, the per-policy loop (plan, soft taints,
+//! drains, status, events), overlap and bad-input detection, and start-up recovery.
+
+pub mod context;
+pub mod events;
+pub mod reconcile;
+pub mod selection;
+pub mod startup;
+pub mod status;
+pub mod stores;
+
+pub use context::{Context, Leadership};
+pub use reconcile::{error_policy, reconcile};

@@ -1,0 +1,440 @@
+//! Builds a ScaleDownPolicy's status from the loop's decisions and the drains in flight, and
+//! decides whether it is worth a write. Pure.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ebb_api::ScaleDownMode;
+use ebb_api::conditions::{self, Condition, Time};
+use ebb_api::reasons::{ThrottledReason, UnremovableReason};
+use ebb_api::scaledown::{
+    CandidateStatus, DrainingNodeStatus, LoopStatus, ReasonCount, STATUS_LIST_CAP,
+    ScaleDownPolicyStatus, UnremovableNodeStatus,
+};
+
+use super::selection::Degraded;
+use crate::actuation::Drain;
+use crate::scaledown::Plan;
+use crate::scaledown::budgets::Selection;
+
+/// A status older than this is rewritten even when nothing else changed, so `lastLoop` stays
+/// a heartbeat.
+pub const HEARTBEAT: Duration = Duration::from_secs(300);
+
+/// Everything one loop knows about a policy.
+pub struct LoopFacts<'a> {
+    pub generation: Option<i64>,
+    pub now: jiff::Timestamp,
+    pub mode: ScaleDownMode,
+    pub nodes_selected: usize,
+    /// The planner's decisions; `None` when bad input stopped the policy.
+    pub plan: Option<&'a Plan>,
+    pub selection: Option<&'a Selection>,
+    pub drains: &'a [Drain],
+    /// Nodes shared with other policies (left alone).
+    pub overlapping: &'a BTreeMap<String, Vec<String>>,
+    pub degraded: Option<&'a Degraded>,
+    pub removed_total: i64,
+    pub loop_duration: Duration,
+    pub previous: Option<&'a ScaleDownPolicyStatus>,
+}
+
+/// The reason most nodes are throttled for (ties: declaration order).
+pub fn main_throttle(selection: Option<&Selection>) -> Option<ThrottledReason> {
+    let mut counts: BTreeMap<ThrottledReason, usize> = BTreeMap::new();
+    for (_, r) in selection.map(|s| s.throttled.as_slice()).unwrap_or(&[]) {
+        *counts.entry(*r).or_insert(0) += 1;
+    }
+    let max = counts.values().copied().max()?;
+    counts.into_iter().find(|(_, c)| *c == max).map(|(r, _)| r)
+}
+
+/// The status for these facts. Conditions keep their transition times from `previous`.
+pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
+    let draining: BTreeMap<&str, &Drain> = f.drains.iter().map(|d| (d.node.as_str(), d)).collect();
+    let mut waiting: BTreeMap<&str, String> = BTreeMap::new();
+    if let Some(sel) = f.selection {
+        for (n, r) in &sel.waiting {
+            waiting.insert(n, r.to_string());
+        }
+        for (n, r) in &sel.throttled {
+            waiting.insert(n, r.to_string());
+        }
+    }
+    let candidates: Vec<CandidateStatus> = f
+        .plan
+        .map(|p| p.candidates.as_slice())
+        .unwrap_or(&[])
+        .iter()
+        .filter(|c| !draining.contains_key(c.node.as_str()) && !f.overlapping.contains_key(&c.node))
+        .map(|c| CandidateStatus {
+            node: c.node.clone(),
+            since: Some(Time(c.since)),
+            empty: c.empty,
+            pods_to_move: c.moves.len() as i32,
+            waiting_for: match f.mode {
+                ScaleDownMode::DryRun => Some("DryRun".to_string()),
+                _ => waiting.get(c.node.as_str()).cloned(),
+            },
+        })
+        .collect();
+
+    let mut unremovable: Vec<UnremovableNodeStatus> = f
+        .plan
+        .map(|p| p.unremovable.as_slice())
+        .unwrap_or(&[])
+        .iter()
+        .filter(|u| !f.overlapping.contains_key(&u.node))
+        .filter(|u| {
+            // Our own drains show under drainingNodes, not as "being deleted".
+            !(u.reason == UnremovableReason::CurrentlyBeingDeleted
+                && draining.contains_key(u.node.as_str()))
+        })
+        .map(|u| UnremovableNodeStatus {
+            node: u.node.clone(),
+            reason: u.reason,
+            pod: u.pod.clone(),
+            pod_reason: u.pod_reason,
+        })
+        .collect();
+    unremovable.extend(f.overlapping.keys().map(|n| UnremovableNodeStatus {
+        node: n.clone(),
+        reason: UnremovableReason::OverlappingPolicies,
+        pod: None,
+        pod_reason: None,
+    }));
+    unremovable.sort_by(|a, b| a.node.cmp(&b.node));
+    let mut by_reason: BTreeMap<UnremovableReason, i32> = BTreeMap::new();
+    for u in &unremovable {
+        *by_reason.entry(u.reason).or_insert(0) += 1;
+    }
+
+    let mut conds: Vec<Condition> = f.previous.map(|p| p.conditions.clone()).unwrap_or_default();
+    let gen_ = f.generation;
+    let stopped = f.degraded.is_some_and(|d| d.stops_policy);
+    let ready = match f.degraded {
+        Some(d) if d.stops_policy => conditions::condition(
+            conditions::READY,
+            false,
+            d.reason.as_str(),
+            d.message.clone(),
+            gen_,
+            f.now,
+        ),
+        _ => conditions::condition(
+            conditions::READY,
+            true,
+            "Reconciled",
+            match f.mode {
+                ScaleDownMode::DryRun => {
+                    "planning every loop; DryRun: nothing is tainted, evicted or deleted"
+                }
+                ScaleDownMode::Drain => {
+                    "planning every loop; removable nodes are drained and kept cordoned"
+                }
+                ScaleDownMode::DrainAndDelete => {
+                    "planning every loop; removable nodes are drained and deleted"
+                }
+            },
+            gen_,
+            f.now,
+        ),
+    };
+    conditions::set_condition(&mut conds, ready);
+    let throttle = if stopped {
+        None
+    } else {
+        main_throttle(f.selection)
+    };
+    let throttled = match throttle {
+        Some(r) => {
+            let n = f.selection.map(|s| s.throttled.len()).unwrap_or(0);
+            conditions::condition(
+                conditions::THROTTLED,
+                true,
+                r.as_str(),
+                format!("{n} removable node(s) held back; most by {r}"),
+                gen_,
+                f.now,
+            )
+        }
+        None => conditions::condition(
+            conditions::THROTTLED,
+            false,
+            "NotThrottled",
+            "",
+            gen_,
+            f.now,
+        ),
+    };
+    conditions::set_condition(&mut conds, throttled);
+    let degraded = match f.degraded {
+        Some(d) => conditions::condition(
+            conditions::DEGRADED,
+            true,
+            d.reason.as_str(),
+            d.message.clone(),
+            gen_,
+            f.now,
+        ),
+        None => conditions::condition(conditions::DEGRADED, false, "AsExpected", "", gen_, f.now),
+    };
+    conditions::set_condition(&mut conds, degraded);
+
+    let stats = f.plan.map(|p| p.simulation).unwrap_or_default();
+    let mut candidate_nodes = candidates.clone();
+    candidate_nodes.truncate(STATUS_LIST_CAP);
+    let mut unremovable_nodes = unremovable;
+    unremovable_nodes.truncate(STATUS_LIST_CAP);
+    ScaleDownPolicyStatus {
+        observed_generation: gen_,
+        conditions: conds,
+        nodes_selected: f.nodes_selected as i32,
+        candidates: candidates.len() as i32,
+        draining: f.drains.len() as i32,
+        removed_total: f.removed_total,
+        unremovable: by_reason
+            .into_iter()
+            .map(|(reason, count)| ReasonCount { reason, count })
+            .collect(),
+        candidate_nodes,
+        draining_nodes: f
+            .drains
+            .iter()
+            .map(|d| DrainingNodeStatus {
+                node: d.node.clone(),
+                phase: d.phase,
+                started: Some(Time(d.started)),
+                pods_remaining: d.pods_remaining,
+                evictions_blocked: d.evictions_blocked,
+            })
+            .collect(),
+        unremovable_nodes,
+        last_loop: LoopStatus {
+            time: Some(Time(f.now)),
+            duration_ms: f.loop_duration.as_millis() as i64,
+            nodes_evaluated: stats.nodes_evaluated as i32,
+            timed_out: stats.timed_out,
+        },
+    }
+}
+
+/// True when `next` says something `last` (the status last written) does not, or `last` is
+/// older than [`HEARTBEAT`]. Loop time and duration alone do not count.
+pub fn needs_write(
+    last: Option<&ScaleDownPolicyStatus>,
+    next: &ScaleDownPolicyStatus,
+    now: jiff::Timestamp,
+) -> bool {
+    let Some(last) = last else {
+        return true;
+    };
+    let strip = |s: &ScaleDownPolicyStatus| {
+        let mut s = s.clone();
+        s.last_loop.time = None;
+        s.last_loop.duration_ms = 0;
+        s
+    };
+    if strip(last) != strip(next) {
+        return true;
+    }
+    match &last.last_loop.time {
+        Some(Time(t)) => now.duration_since(*t).unsigned_abs() >= HEARTBEAT,
+        None => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::ScaleDownKind;
+    use crate::scaledown::{Candidate, Move, Unremovable};
+    use ebb_api::reasons::{DegradedReason, DrainPhase};
+
+    fn ts(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(s).unwrap()
+    }
+
+    fn candidate(name: &str, moves: usize) -> Candidate {
+        Candidate {
+            node: name.into(),
+            since: ts(100),
+            empty: moves == 0,
+            ready: true,
+            group: None,
+            moves: (0..moves)
+                .map(|i| Move {
+                    pod: format!("default/p{i}"),
+                    uid: format!("u{i}"),
+                    to: "x".into(),
+                })
+                .collect(),
+        }
+    }
+
+    fn facts<'a>(
+        plan: &'a Plan,
+        sel: &'a Selection,
+        drains: &'a [Drain],
+        overlapping: &'a BTreeMap<String, Vec<String>>,
+    ) -> LoopFacts<'a> {
+        LoopFacts {
+            generation: Some(3),
+            now: ts(1000),
+            mode: ScaleDownMode::DrainAndDelete,
+            nodes_selected: 70,
+            plan: Some(plan),
+            selection: Some(sel),
+            drains,
+            overlapping,
+            degraded: None,
+            removed_total: 4,
+            loop_duration: Duration::from_millis(42),
+            previous: None,
+        }
+    }
+
+    #[test]
+    fn status_lists_candidates_drains_and_reasons_capped() {
+        let mut plan = Plan {
+            candidates: (0..60)
+                .map(|i| candidate(&format!("c{i:02}"), i % 3))
+                .collect(),
+            unremovable: vec![
+                Unremovable {
+                    node: "u1".into(),
+                    reason: UnremovableReason::NotUnderutilized,
+                    pod: None,
+                    pod_reason: None,
+                },
+                Unremovable {
+                    node: "u2".into(),
+                    reason: UnremovableReason::NotUnderutilized,
+                    pod: None,
+                    pod_reason: None,
+                },
+                Unremovable {
+                    node: "d1".into(),
+                    reason: UnremovableReason::CurrentlyBeingDeleted,
+                    pod: None,
+                    pod_reason: None,
+                },
+            ],
+            ..Plan::default()
+        };
+        plan.simulation.nodes_evaluated = 63;
+        let sel = Selection {
+            throttled: vec![("c01".into(), ThrottledReason::MaxDrainParallelism)],
+            waiting: vec![("c02".into(), UnremovableReason::NotUnneededLongEnough)],
+            ..Selection::default()
+        };
+        let mut d = Drain::new("p", "d1", ScaleDownKind::underutilized, ts(900));
+        d.phase = DrainPhase::Evicting;
+        d.pods_remaining = 2;
+        let drains = vec![d];
+        let overlapping: BTreeMap<String, Vec<String>> =
+            [("c00".to_string(), vec!["other".to_string()])].into();
+        let s = build(&facts(&plan, &sel, &drains, &overlapping));
+        assert_eq!(s.observed_generation, Some(3));
+        assert_eq!(s.nodes_selected, 70);
+        assert_eq!(s.candidates, 59, "the overlapping node is not a candidate");
+        assert_eq!(s.candidate_nodes.len(), STATUS_LIST_CAP);
+        assert_eq!(s.candidate_nodes[0].node, "c01");
+        assert_eq!(
+            s.candidate_nodes[0].waiting_for.as_deref(),
+            Some("MaxDrainParallelism")
+        );
+        assert_eq!(
+            s.candidate_nodes[1].waiting_for.as_deref(),
+            Some("NotUnneededLongEnough")
+        );
+        assert_eq!(s.candidate_nodes[1].pods_to_move, 2);
+        assert_eq!(s.draining, 1);
+        assert_eq!(s.draining_nodes[0].phase, DrainPhase::Evicting);
+        assert_eq!(s.draining_nodes[0].pods_remaining, 2);
+        assert_eq!(
+            s.unremovable,
+            vec![
+                ReasonCount {
+                    reason: UnremovableReason::NotUnderutilized,
+                    count: 2
+                },
+                ReasonCount {
+                    reason: UnremovableReason::OverlappingPolicies,
+                    count: 1
+                },
+            ]
+        );
+        assert_eq!(s.removed_total, 4);
+        assert_eq!(s.last_loop.duration_ms, 42);
+        assert_eq!(s.last_loop.nodes_evaluated, 63);
+        assert!(conditions::is_true(&s.conditions, conditions::READY));
+        assert!(conditions::is_true(&s.conditions, conditions::THROTTLED));
+        assert_eq!(
+            conditions::find(&s.conditions, conditions::THROTTLED)
+                .unwrap()
+                .reason,
+            "MaxDrainParallelism"
+        );
+        assert!(!conditions::is_true(&s.conditions, conditions::DEGRADED));
+    }
+
+    #[test]
+    fn bad_input_makes_the_policy_not_ready_and_degraded() {
+        let plan = Plan::default();
+        let sel = Selection::default();
+        let none = BTreeMap::new();
+        let d = Degraded {
+            reason: DegradedReason::SelectorMatchesNothing,
+            message: "spec.nodeSelector matches no node".into(),
+            stops_policy: true,
+        };
+        let mut f = facts(&plan, &sel, &[], &none);
+        f.plan = None;
+        f.selection = None;
+        f.degraded = Some(&d);
+        let s = build(&f);
+        let ready = conditions::find(&s.conditions, conditions::READY).unwrap();
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "SelectorMatchesNothing")
+        );
+        let deg = conditions::find(&s.conditions, conditions::DEGRADED).unwrap();
+        assert_eq!(deg.status, "True");
+        assert!(deg.message.contains("matches no node"));
+        assert_eq!(s.candidates, 0);
+    }
+
+    #[test]
+    fn writes_only_when_something_changed_or_the_heartbeat_is_due() {
+        let plan = Plan {
+            candidates: vec![candidate("a", 1)],
+            ..Plan::default()
+        };
+        let sel = Selection::default();
+        let none = BTreeMap::new();
+        let first = build(&facts(&plan, &sel, &[], &none));
+        assert!(needs_write(None, &first, ts(1000)));
+        let mut f = facts(&plan, &sel, &[], &none);
+        f.now = ts(1010);
+        f.loop_duration = Duration::from_millis(99);
+        f.previous = Some(&first);
+        let same = build(&f);
+        assert_eq!(
+            conditions::find(&same.conditions, conditions::READY)
+                .unwrap()
+                .last_transition_time,
+            Time(ts(1000)),
+            "transition time kept"
+        );
+        assert!(!needs_write(Some(&first), &same, ts(1010)));
+        assert!(needs_write(Some(&first), &same, ts(1000 + 300)));
+        let plan2 = Plan {
+            candidates: vec![candidate("a", 1), candidate("b", 0)],
+            ..Plan::default()
+        };
+        let mut f = facts(&plan2, &sel, &[], &none);
+        f.previous = Some(&first);
+        assert!(needs_write(Some(&first), &build(&f), ts(1010)));
+    }
+}

@@ -1,0 +1,199 @@
+//! Shared reflectors: one watch per kind (Nodes, Pods, PDBs and the owner kinds), shared by every
+//! policy; the pod watch ticks a channel drains wait on, the node watch wakes the policies.
+
+use std::collections::BTreeSet;
+
+use futures::{Stream, StreamExt};
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::cluster::ClusterObjects;
+
+/// The caches of every kind the controller reads.
+#[derive(Clone)]
+pub struct Stores {
+    pub nodes: Store<Node>,
+    pub pods: Store<Pod>,
+    pub pdbs: Store<PodDisruptionBudget>,
+    pub replica_sets: Store<ReplicaSet>,
+    pub stateful_sets: Store<StatefulSet>,
+    pub daemon_sets: Store<DaemonSet>,
+    pub jobs: Store<Job>,
+    pub replication_controllers: Store<ReplicationController>,
+}
+
+/// The running watches and what they signal.
+pub struct Watches {
+    pub stores: Stores,
+    /// Ticks on every pod event.
+    pub pod_changes: watch::Receiver<u64>,
+    /// A unit per node event that changed labels, taints or schedulability (coalesced).
+    pub node_changes: mpsc::Receiver<()>,
+    pub tasks: Vec<JoinHandle<()>>,
+}
+
+/// Run one reflector; `on_event` sees every applied or deleted object.
+fn reflect<K>(
+    api: Api<K>,
+    kind: &'static str,
+    on_event: impl Fn(&K) + Send + 'static,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store::<K>();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .reflect(writer)
+        .touched_objects();
+    let task = tokio::spawn(drive(stream, kind, on_event));
+    (store, task)
+}
+
+async fn drive<K>(
+    stream: impl Stream<Item = Result<K, watcher::Error>>,
+    kind: &'static str,
+    on_event: impl Fn(&K),
+) {
+    let mut stream = std::pin::pin!(stream);
+    let mut seen: u64 = 0;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(obj) => {
+                seen += 1;
+                on_event(&obj);
+                if seen.is_multiple_of(10_000) {
+                    tracing::debug!(kind, seen, "watch events");
+                }
+            }
+            // The backoff retries; say so once per failure.
+            Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
+        }
+    }
+    tracing::info!(kind, seen, "watch ended");
+}
+
+/// Hash of what of a node matters to the policies: labels, taints, schedulability, deletion.
+fn node_fingerprint(node: &Node) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    node.metadata.labels.hash(&mut h);
+    node.metadata.deletion_timestamp.is_some().hash(&mut h);
+    if let Some(spec) = &node.spec {
+        spec.unschedulable.hash(&mut h);
+        for t in spec.taints.iter().flatten() {
+            (&t.key, &t.value, &t.effect).hash(&mut h);
+        }
+    }
+    h.finish()
+}
+
+/// Start the watches (cluster-wide).
+pub fn start(client: kube::Client) -> Watches {
+    let (pod_tx, pod_changes) = watch::channel(0u64);
+    let (node_tx, node_changes) = mpsc::channel(1);
+    let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
+    let mut tasks = Vec::new();
+    let (nodes, t) = reflect(Api::<Node>::all(client.clone()), "Node", move |n: &Node| {
+        let print = node_fingerprint(n);
+        let fresh = seen_nodes
+            .lock()
+            .map(|mut seen| seen.insert(n.name_any(), print) != Some(print))
+            .unwrap_or(true);
+        if fresh {
+            // Full channel: a wake-up is already pending, which is all we need.
+            let _ = node_tx.try_send(());
+        }
+    });
+    tasks.push(t);
+    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |_: &Pod| {
+        pod_tx.send_modify(|v| *v = v.wrapping_add(1));
+    });
+    tasks.push(t);
+    macro_rules! plain {
+        ($kind:ty, $name:literal) => {{
+            let (s, t) = reflect(Api::<$kind>::all(client.clone()), $name, |_: &$kind| {});
+            tasks.push(t);
+            s
+        }};
+    }
+    let stores = Stores {
+        nodes,
+        pods,
+        pdbs: plain!(PodDisruptionBudget, "PodDisruptionBudget"),
+        replica_sets: plain!(ReplicaSet, "ReplicaSet"),
+        stateful_sets: plain!(StatefulSet, "StatefulSet"),
+        daemon_sets: plain!(DaemonSet, "DaemonSet"),
+        jobs: plain!(Job, "Job"),
+        replication_controllers: plain!(ReplicationController, "ReplicationController"),
+    };
+    Watches {
+        stores,
+        pod_changes,
+        node_changes,
+        tasks,
+    }
+}
+
+impl Stores {
+    /// Wait until every cache has listed its kind once.
+    pub async fn wait_synced(&self) -> Result<(), reflector::store::WriterDropped> {
+        self.nodes.wait_until_ready().await?;
+        self.pods.wait_until_ready().await?;
+        self.pdbs.wait_until_ready().await?;
+        self.replica_sets.wait_until_ready().await?;
+        self.stateful_sets.wait_until_ready().await?;
+        self.daemon_sets.wait_until_ready().await?;
+        self.jobs.wait_until_ready().await?;
+        self.replication_controllers.wait_until_ready().await?;
+        Ok(())
+    }
+
+    /// The objects a snapshot is built from. Pods bound to a node the cache does not know (a
+    /// node deleted a moment ago) are left out: they are going away with it.
+    pub fn objects(&self) -> ClusterObjects {
+        fn all<K: Clone + kube::Resource<DynamicType = ()> + 'static>(s: &Store<K>) -> Vec<K> {
+            s.state().iter().map(|o| (**o).clone()).collect()
+        }
+        let nodes = all(&self.nodes);
+        let names: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
+        let pods = self
+            .pods
+            .state()
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_none_or(|n| names.contains(n))
+            })
+            .map(|p| (**p).clone())
+            .collect();
+        ClusterObjects {
+            nodes,
+            pods,
+            pdbs: all(&self.pdbs),
+            replica_sets: all(&self.replica_sets),
+            stateful_sets: all(&self.stateful_sets),
+            daemon_sets: all(&self.daemon_sets),
+            jobs: all(&self.jobs),
+            replication_controllers: all(&self.replication_controllers),
+            ..ClusterObjects::default()
+        }
+    }
+}
