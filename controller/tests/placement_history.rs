@@ -1189,3 +1189,135 @@ proptest! {
         }
     }
 }
+
+// ---------- spec changes, cancellation, status figures, warm data ----------
+
+#[test]
+fn spec_update_keeps_ids_and_drops_removed_roles() {
+    let mut w = World::new(spec(vec![role("a"), role("b")]), &["n1", "n2"]);
+    w.history("a", &["n1"]);
+    w.history("b", &["n1", "n2"]);
+    let b_id = w.h.roles().by_name("b").map(|r| r.id);
+    let (removed, dropped) =
+        w.h.update_spec(&spec(vec![role("b"), role("c")]), w.now)
+            .expect("valid spec");
+    assert_eq!((removed, dropped), (vec!["a".to_string()], 1));
+    assert_eq!(w.h.roles().by_name("b").map(|r| r.id), b_id);
+    assert!(
+        w.h.roles().by_name("c").map(|r| r.id) > b_id,
+        "new roles get fresh ids"
+    );
+    assert!(w.h.entry("n1", "a").is_none());
+    assert_eq!(w.list("b"), ["n2", "n1"]);
+    let (_, d) = w.place("c");
+    assert_eq!(d.reason, PlacementReason::NoAvailableHistoryNode);
+    let err =
+        w.h.update_spec(&spec(vec![role("b"), role("b")]), w.now)
+            .expect_err("duplicate");
+    assert_eq!(err, HistoryError::DuplicateRole { name: "b".into() });
+    assert!(
+        w.h.roles().by_name("c").is_some(),
+        "a rejected spec changes nothing"
+    );
+}
+
+#[test]
+fn cancelled_request_gives_its_node_back() {
+    let mut w = World::new(spec(vec![role("a")]), &["n1", "n2"]);
+    w.history("a", &["n2", "n1"]);
+    let (uid, d) = w.place("a");
+    assert_eq!(pinned(&d), Some("n1"));
+    assert!(w.h.cancel(&uid));
+    assert!(!w.h.cancel(&uid));
+    assert_eq!(w.list("a"), ["n1", "n2"]);
+    assert_eq!(w.h.entry("n1", "a").map(|e| e.requested), Some(0));
+    // A pod that ends before it was ever bound cancels its request too.
+    let (uid, _) = w.place("a");
+    assert!(w.h.on_terminated(&uid, &exit(0), w.now).is_none());
+    assert_eq!(w.list("a"), ["n1", "n2"]);
+}
+
+#[test]
+fn status_carries_role_figures_and_hit_rate() {
+    let mut w = World::new(spec(vec![role("a")]), &["n1", "n2", "n3"]);
+    w.history("a", &["n1"]);
+    let (p1, _) = w.place("a");
+    w.bind(&p1, "n1");
+    let (p2, d) = w.place("a");
+    assert_eq!(d.reason, PlacementReason::NoAvailableHistoryNode);
+    w.bind(&p2, "n3");
+    w.history("a", &["n2"]);
+    w.node("n2").schedulable_ready = false;
+    w.place("a");
+    let status = w.save();
+    assert_eq!(status.schema_version, 1);
+    assert_eq!(
+        (status.role_count, status.node_count, status.gated_pods),
+        (1, 3, 1)
+    );
+    let r = &status.roles[0];
+    assert_eq!(
+        (
+            r.name.as_str(),
+            r.live,
+            r.gated,
+            r.pinned,
+            r.relaxed,
+            r.anywhere
+        ),
+        ("a", 2, 1, 1, 0, 1)
+    );
+    // Bound: the first pods on n1 and n2 (no history yet), p1 on n1 (hit), p2 on n3 (miss).
+    assert_eq!(w.h.counters("a").bound, 4);
+    assert_eq!(status.hit_rate.as_deref(), Some("25%"));
+    let n1 = status
+        .nodes
+        .iter()
+        .find(|n| n.node == "n1")
+        .expect("n1 saved");
+    assert!(n1.entries.ends_with(":a"), "{}", n1.entries);
+}
+
+#[test]
+fn warm_roles_need_every_declared_resource_localized() {
+    use ebb_api::nodestate::{LocalizedResource, NodeStateStatus};
+    use ebb_controller::placement::warm_roles;
+    let s = spec(vec![
+        role("a").resource("m1").resource("m2"),
+        role("b").resource("m1"),
+        role("c"),
+    ]);
+    let res = |ph: &str, role: &str, name: &str, state: &str| LocalizedResource {
+        namespace: "data".into(),
+        placement_history: ph.into(),
+        role: role.into(),
+        name: name.into(),
+        state: state.into(),
+        ..Default::default()
+    };
+    let status = NodeStateStatus {
+        localized: vec![
+            res("db", "a", "m1", "Localized"),
+            res("db", "a", "m2", "Localized"),
+            res("db", "b", "m1", "Fetching"),
+            res("other", "b", "m1", "Localized"),
+        ],
+        ..Default::default()
+    };
+    let warm = warm_roles(&status, "data", "db", &s);
+    assert_eq!(warm.into_iter().collect::<Vec<_>>(), ["a"]);
+}
+
+#[test]
+fn persisted_role_map_with_duplicates_is_read_safely() {
+    let mut w = World::new(spec(vec![role("a")]), &["n1"]);
+    w.history("a", &["n1"]);
+    let mut status = w.save();
+    let mut dup = status.roles[0].clone();
+    dup.id = 9;
+    status.roles.push(dup);
+    let (h, report) =
+        RoleHistory::rebuild(&spec(vec![role("a")]), Some(&status), w.now).expect("rebuild");
+    assert_eq!(report.malformed, 1);
+    assert_eq!(h.available("a"), ["n1"]);
+}
