@@ -58,6 +58,9 @@ pub struct RunArgs {
     /// Log filter in RUST_LOG syntax (for example `info,ebb_controller=debug`).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
+    /// Name of the Secret (in `--namespace`) holding the node-local API token keys.
+    #[arg(long, env = "EBB_TOKEN_SECRET", default_value = "ebb-token-keys")]
+    pub token_secret: String,
 }
 
 /// Output format of `plan`.

@@ -11,7 +11,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Crds(args) => crds(args),
-        Command::Run(_) => not_yet("run", "the ScaleDownPolicy controller"),
+        Command::Run(args) => run(args),
         Command::Plan(_) => not_yet("plan", "the parallel-drain planner"),
     };
     match result {
@@ -26,6 +26,17 @@ fn main() -> ExitCode {
 fn not_yet(cmd: &str, part: &str) -> anyhow::Result<ExitCode> {
     eprintln!("ebb-controller {cmd}: not available in this build yet; it arrives with {part}.");
     Ok(ExitCode::from(2))
+}
+
+fn run(args: ebb_controller::cli::RunArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let exit = runtime.block_on(ebb_controller::run::run(args))?;
+    // Do not wait for stray blocking work (a planner re-check) to end.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    Ok(match exit {
+        ebb_controller::run::Exit::Stopped => ExitCode::SUCCESS,
+        ebb_controller::run::Exit::LostLeadership => ExitCode::from(3),
+    })
 }
 
 fn crds(args: CrdsArgs) -> anyhow::Result<ExitCode> {

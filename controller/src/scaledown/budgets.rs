@@ -223,3 +223,190 @@ pub fn select(
     }
     sel
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn removable(name: &str, empty: bool) -> Removable {
+        Removable {
+            node: name.into(),
+            empty,
+            ready: true,
+            since: "2026-01-01T00:00:00Z".parse().unwrap(),
+            group: None,
+        }
+    }
+
+    fn limits(total: i64, drain: i64) -> Limits {
+        Limits {
+            max_scale_down_parallelism: total,
+            max_drain_parallelism: drain,
+            unneeded_time: jiff::SignedDuration::from_mins(10),
+            unready_time: jiff::SignedDuration::from_mins(20),
+            min_nodes_per_group: 0,
+        }
+    }
+
+    fn at(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn run(r: &[Removable], inf: &InFlight, l: &Limits, b: &Budgets, now: &str) -> Selection {
+        let sizes = BTreeMap::from([(None, 100)]);
+        select(r, inf, l, b, at(now), &sizes, 100, false)
+    }
+
+    const LATER: &str = "2026-01-01T01:00:00Z";
+
+    #[test]
+    fn empty_first_then_drains_within_both_limits() {
+        let r = [
+            removable("d1", false),
+            removable("d2", false),
+            removable("e1", true),
+            removable("e2", true),
+        ];
+        let s = run(
+            &r,
+            &InFlight::default(),
+            &limits(3, 1),
+            &Budgets::default(),
+            LATER,
+        );
+        assert_eq!(s.empty, ["e1", "e2"]);
+        assert_eq!(s.drain, ["d1"]);
+        assert_eq!(
+            s.throttled,
+            [("d2".to_string(), ThrottledReason::MaxScaleDownParallelism)]
+        );
+        // Drains in flight use up the drain limit but leave room for empty nodes.
+        let inf = InFlight {
+            drains: 1,
+            ..Default::default()
+        };
+        let s = run(&r, &inf, &limits(10, 1), &Budgets::default(), LATER);
+        assert_eq!(s.empty, ["e1", "e2"]);
+        assert!(s.drain.is_empty());
+        assert_eq!(s.throttled.len(), 2);
+        assert!(
+            s.throttled
+                .iter()
+                .all(|(_, r)| *r == ThrottledReason::MaxDrainParallelism)
+        );
+    }
+
+    #[test]
+    fn waits_for_unneeded_time_and_unready_time() {
+        let mut unready = removable("u", false);
+        unready.ready = false;
+        let r = [removable("n", false), unready];
+        let s = run(
+            &r,
+            &InFlight::default(),
+            &limits(10, 10),
+            &Budgets::default(),
+            "2026-01-01T00:15:00Z",
+        );
+        assert_eq!(s.drain, ["n"]);
+        assert_eq!(
+            s.waiting,
+            [("u".to_string(), UnremovableReason::NotUnreadyLongEnough)]
+        );
+        let s = run(
+            &r,
+            &InFlight::default(),
+            &limits(10, 10),
+            &Budgets::default(),
+            "2026-01-01T00:05:00Z",
+        );
+        assert_eq!(s.waiting.len(), 2);
+        assert_eq!(s.waiting[0].1, UnremovableReason::NotUnneededLongEnough);
+    }
+
+    #[test]
+    fn group_minimum_counts_deletions_in_flight() {
+        let mut a = removable("a", true);
+        a.group = Some("pool".into());
+        let mut b = a.clone();
+        b.node = "b".into();
+        let sizes = BTreeMap::from([(Some("pool".to_string()), 4)]);
+        let mut l = limits(10, 10);
+        l.min_nodes_per_group = 2;
+        let inf = InFlight {
+            empty: 1,
+            per_group: BTreeMap::from([(Some("pool".to_string()), 1)]),
+            ..Default::default()
+        };
+        let s = select(
+            &[a, b],
+            &inf,
+            &l,
+            &Budgets::default(),
+            at(LATER),
+            &sizes,
+            4,
+            false,
+        );
+        assert_eq!(s.empty, ["a"]);
+        assert_eq!(
+            s.throttled,
+            [("b".to_string(), ThrottledReason::NodeGroupMinSize)]
+        );
+    }
+
+    fn budget(nodes: &str, schedule: Option<&str>, duration: Option<&str>) -> Budget {
+        Budget {
+            nodes: nodes.into(),
+            schedule: schedule.map(String::from),
+            duration: duration.map(|d| d.parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn budgets_most_restrictive_active_wins() {
+        // Always 10% of 100 = 10; during 09:00-10:00 UTC on weekdays, 1.
+        let b = parse_budgets(&[
+            budget("10%", None, None),
+            budget("1", Some("0 9 * * 1-5"), Some("1h")),
+        ]);
+        // 2026-01-05 is a Monday.
+        assert_eq!(b.allowed(at("2026-01-05T09:30:00Z"), 100), Some(1));
+        assert_eq!(b.allowed(at("2026-01-05T10:00:00Z"), 100), Some(10));
+        assert_eq!(
+            b.allowed(at("2026-01-04T09:30:00Z"), 100),
+            Some(10),
+            "Sunday: window closed"
+        );
+        assert_eq!(parse_budgets(&[]).allowed(at(LATER), 100), None);
+        let r = [removable("a", true), removable("b", true)];
+        let inf = InFlight {
+            empty: 9,
+            ..Default::default()
+        };
+        let s = run(&r, &inf, &limits(100, 10), &b, "2026-01-05T12:00:00Z");
+        assert_eq!(s.empty, ["a"]);
+        assert_eq!(s.throttled, [("b".to_string(), ThrottledReason::Budget)]);
+    }
+
+    #[test]
+    fn invalid_budgets_fail_closed() {
+        for b in [
+            budget("1", Some("not a cron"), Some("1h")),
+            budget("lots", None, None),
+            budget("1", Some("0 9 * * *"), None),
+        ] {
+            let parsed = parse_budgets(&[b]);
+            assert!(matches!(parsed, Budgets::Invalid(_)), "{parsed:?}");
+            assert_eq!(parsed.allowed(at(LATER), 100), Some(0));
+            let s = run(
+                &[removable("a", true)],
+                &InFlight::default(),
+                &limits(10, 10),
+                &parsed,
+                LATER,
+            );
+            assert_eq!(s.throttled, [("a".to_string(), ThrottledReason::Budget)]);
+        }
+    }
+}

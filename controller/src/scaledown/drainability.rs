@@ -119,3 +119,154 @@ pub fn pods_to_move(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::testkit::{PodBuilder, node, objects, pod};
+    use crate::cluster::{ClusterObjects, build_snapshot};
+
+    fn classify_in(objs: ClusterObjects, rules: DrainRules) -> PodDisposition {
+        let s = build_snapshot(&objs).unwrap();
+        let p = s
+            .pod_by_uid(&objs.pods[0].metadata.uid.clone().unwrap())
+            .unwrap();
+        classify(&s, p, &rules, &mut PdbTracker::new(&s))
+    }
+
+    fn one(p: PodBuilder) -> PodDisposition {
+        classify_in(
+            objects([node("n1").cpu("4")], [p.on("n1")]),
+            DrainRules::default(),
+        )
+    }
+
+    #[test]
+    fn pods_that_stay() {
+        assert_eq!(one(pod("static").mirror()), PodDisposition::Stays);
+        assert_eq!(one(pod("ds").owned_by_ds("fluentd")), PodDisposition::Stays);
+        assert_eq!(one(pod("done").phase("Succeeded")), PodDisposition::Stays);
+        assert_eq!(one(pod("failed").phase("Failed")), PodDisposition::Stays);
+        assert_eq!(
+            one(pod("going").owned_by_rs("web").terminating()),
+            PodDisposition::Stays
+        );
+    }
+
+    #[test]
+    fn blocking_rules() {
+        use BlockingPodReason::*;
+        assert_eq!(one(pod("bare")), PodDisposition::Blocks(NotReplicated));
+        assert_eq!(
+            one(pod("op").owned_by("Rollout", "x")),
+            PodDisposition::Blocks(CustomControllerPod)
+        );
+        for (k, v) in [
+            (names::ANNOTATION_SAFE_TO_EVICT, "false"),
+            (names::CA_ANNOTATION_SAFE_TO_EVICT, "false"),
+            (names::KARPENTER_DO_NOT_DISRUPT, "true"),
+        ] {
+            assert_eq!(
+                one(pod("keep").owned_by_rs("web").annotation(k, v)),
+                PodDisposition::Blocks(NotSafeToEvictAnnotation),
+                "{k}"
+            );
+        }
+        assert_eq!(
+            one(pod("sys").ns("kube-system").owned_by_rs("dns")),
+            PodDisposition::Blocks(UnmovableKubeSystemPod)
+        );
+        assert_eq!(
+            one(pod("tmp").owned_by_rs("web").empty_dir(false)),
+            PodDisposition::Blocks(LocalStorageRequested)
+        );
+        assert_eq!(
+            one(pod("hp").owned_by_rs("web").host_path("/var/data")),
+            PodDisposition::Blocks(LocalStorageRequested)
+        );
+        assert_eq!(
+            one(pod("ram").owned_by_rs("web").empty_dir(true)),
+            PodDisposition::Moves
+        );
+        assert_eq!(one(pod("web-1").owned_by_rs("web")), PodDisposition::Moves);
+        // The owner is referenced but not in the snapshot.
+        let mut objs = objects(
+            [node("n1").cpu("4")],
+            [pod("orphan").on("n1").owned_by_rs("gone")],
+        );
+        objs.replica_sets.clear();
+        assert_eq!(
+            classify_in(objs, DrainRules::default()),
+            PodDisposition::Blocks(ControllerNotFound)
+        );
+    }
+
+    #[test]
+    fn safe_to_evict_true_overrides_and_switches_relax() {
+        for k in [
+            names::ANNOTATION_SAFE_TO_EVICT,
+            names::CA_ANNOTATION_SAFE_TO_EVICT,
+        ] {
+            assert_eq!(
+                one(pod("bare").empty_dir(false).annotation(k, "true")),
+                PodDisposition::Moves,
+                "{k}"
+            );
+        }
+        let relaxed = DrainRules {
+            skip_nodes_with_local_storage: false,
+            skip_nodes_with_system_pods: false,
+            skip_nodes_with_custom_controller_pods: false,
+        };
+        for p in [
+            pod("tmp").owned_by_rs("web").empty_dir(false),
+            pod("sys").ns("kube-system").owned_by_rs("dns"),
+            pod("op").owned_by("Rollout", "x"),
+        ] {
+            assert_eq!(
+                classify_in(objects([node("n1")], [p.on("n1")]), relaxed),
+                PodDisposition::Moves
+            );
+        }
+        // A kube-system pod with a PDB may move.
+        let mut objs = objects(
+            [node("n1")],
+            [pod("dns-1")
+                .ns("kube-system")
+                .label("k8s-app", "dns")
+                .owned_by_rs("dns")
+                .on("n1")],
+        );
+        let mut budget = crate::cluster::testkit::pdb_min_available("dns", "k8s-app", "dns", 0);
+        budget.metadata.namespace = Some("kube-system".into());
+        objs.pdbs.push(budget);
+        assert_eq!(
+            classify_in(objs, DrainRules::default()),
+            PodDisposition::Moves
+        );
+    }
+
+    #[test]
+    fn local_volume_pins_the_pod() {
+        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+        let mut objs = objects(
+            [node("n1")],
+            [pod("db-0")
+                .owned_by("StatefulSet", "db")
+                .pvc("data-db-0")
+                .on("n1")],
+        );
+        objs.persistent_volumes.push(serde_json::from_value::<PersistentVolume>(serde_json::json!({
+            "metadata": {"name": "pv-1"},
+            "spec": {"local": {"path": "/mnt/disk"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}
+        })).unwrap());
+        objs.persistent_volume_claims.push(serde_json::from_value::<PersistentVolumeClaim>(serde_json::json!({
+            "metadata": {"name": "data-db-0", "namespace": "default"}, "spec": {"volumeName": "pv-1"}
+        })).unwrap());
+        assert_eq!(
+            classify_in(objs, DrainRules::default()),
+            PodDisposition::Blocks(BlockingPodReason::PinnedToNode)
+        );
+    }
+}

@@ -75,3 +75,84 @@ pub fn check_node(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::testkit::{NodeBuilder, node, pod, snapshot};
+
+    fn reason(n: NodeBuilder, deleted: &[&str]) -> Result<(), UnremovableReason> {
+        let s = snapshot(
+            [n],
+            [
+                pod("web-1").on("n1").cpu("1").mem("1Gi").owned_by_rs("web"),
+                pod("ds").on("n1").cpu("1").owned_by_ds("agent"),
+            ],
+        );
+        let deleted = deleted.iter().map(|s| s.to_string()).collect();
+        check_node(&s, 0, &deleted, 0.5, UtilizationRules::default())
+    }
+
+    fn n1() -> NodeBuilder {
+        node("n1").cpu("8").mem("8Gi")
+    }
+
+    #[test]
+    fn node_reasons_in_order() {
+        use UnremovableReason::*;
+        assert_eq!(reason(n1(), &[]), Ok(()));
+        assert_eq!(reason(n1(), &["n1"]), Err(CurrentlyBeingDeleted));
+        assert_eq!(
+            reason(
+                n1().taint(names::TAINT_TO_BE_DELETED, "1", "NoSchedule"),
+                &[]
+            ),
+            Err(CurrentlyBeingDeleted)
+        );
+        for a in [
+            names::ANNOTATION_SCALE_DOWN_DISABLED,
+            names::CA_ANNOTATION_SCALE_DOWN_DISABLED,
+            names::KARPENTER_DO_NOT_DISRUPT,
+        ] {
+            assert_eq!(
+                reason(n1().annotation(a, "true"), &[]),
+                Err(ScaleDownDisabledAnnotation),
+                "{a}"
+            );
+        }
+        assert_eq!(reason(n1().unschedulable(), &[]), Err(Unschedulable));
+        // 2 cpu of 3 requested: 0.67 ≥ 0.5.
+        assert_eq!(
+            reason(node("n1").cpu("3").mem("8Gi"), &[]),
+            Err(NotUnderutilized)
+        );
+        // Memory counts too: 1Gi of 1.5Gi.
+        assert_eq!(
+            reason(node("n1").cpu("8").mem("1536Mi"), &[]),
+            Err(NotUnderutilized)
+        );
+        // Unready nodes skip the utilisation check.
+        assert_eq!(
+            reason(node("n1").cpu("3").mem("8Gi").not_ready(), &[]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn daemon_sets_count_unless_ignored() {
+        let s = snapshot(
+            [node("n1").cpu("4").mem("64Gi")],
+            [
+                pod("web-1").on("n1").cpu("1").owned_by_rs("web"),
+                pod("ds").on("n1").cpu("1").owned_by_ds("agent"),
+                pod("static").on("n1").cpu("1").mirror(),
+            ],
+        );
+        assert!((utilization(&s, 0, UtilizationRules::default()) - 0.75).abs() < 1e-9);
+        let ignore = UtilizationRules {
+            ignore_daemon_sets: true,
+            ignore_mirror_pods: true,
+        };
+        assert!((utilization(&s, 0, ignore) - 0.25).abs() < 1e-9);
+    }
+}

@@ -13,3 +13,6 @@ pub use planner::{
     Candidate, InstantStopwatch, Move, Plan, PlannerState, SimulationStats, StepStopwatch,
     Stopwatch, Unremovable, plan, select_deletions,
 };
+
+#[cfg(test)]
+mod planner_tests;

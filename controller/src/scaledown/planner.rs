@@ -301,7 +301,9 @@ pub fn plan(
     // Destinations: fullest first (binpacking from the other end of the list).
     let mut dest_order: Vec<NodeId> = (0..node_count as NodeId).collect();
     dest_order.sort_by(|a, b| {
-        by_util(snap, &util, *b, *a).then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
+        util[*b as usize]
+            .total_cmp(&util[*a as usize])
+            .then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
     });
     let not_dest: Vec<bool> = (0..node_count as NodeId)
         .map(|n| {

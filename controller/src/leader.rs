@@ -1,0 +1,109 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease (kube-lease-manager): wait to become the
+//! leader, then report the moment leadership is lost so the process stops acting and exits.
+
+use std::time::Duration;
+
+use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// How long a Lease is held without renewal.
+pub const LEASE_DURATION_SECS: u64 = 15;
+/// How long before expiry the holder renews.
+pub const LEASE_GRACE_SECS: u64 = 5;
+
+/// Leader election settings (from the command line).
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub lease_name: String,
+    pub namespace: String,
+    pub identity: String,
+}
+
+/// Leader election failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaderError {
+    #[error(
+        "cannot use Lease {namespace}/{name}: {source} (check that the namespace exists and the service account may get, create and update leases there)"
+    )]
+    Lease {
+        namespace: String,
+        name: String,
+        #[source]
+        source: LeaseManagerError,
+    },
+    #[error("the leader-election task stopped before this replica became the leader")]
+    Stopped,
+}
+
+/// Held while this replica is the leader.
+pub struct Leader {
+    state: watch::Receiver<bool>,
+    task: JoinHandle<Result<kube_lease_manager::LeaseManager, LeaseManagerError>>,
+}
+
+impl Leader {
+    /// Campaign until this replica holds the Lease. `on_known` is called once the Lease has
+    /// been read (leadership is known, whether or not we hold it).
+    pub async fn acquire(
+        client: kube::Client,
+        cfg: &LeaderConfig,
+        on_known: impl FnOnce(),
+    ) -> Result<Self, LeaderError> {
+        let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
+            .with_namespace(&cfg.namespace)
+            .with_identity(&cfg.identity)
+            .with_duration(LEASE_DURATION_SECS)
+            .with_grace(LEASE_GRACE_SECS)
+            .with_field_manager(format!("ebb-controller-lease-{}", cfg.identity))
+            .build()
+            .await
+            .map_err(|source| LeaderError::Lease {
+                namespace: cfg.namespace.clone(),
+                name: cfg.lease_name.clone(),
+                source,
+            })?;
+        on_known();
+        let (mut state, task) = manager.watch().await;
+        let mut waited = 0u64;
+        while !*state.borrow_and_update() {
+            tokio::select! {
+                changed = state.changed() => {
+                    if changed.is_err() {
+                        return Err(LeaderError::Stopped);
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_secs(30)) => {
+                    waited += 30;
+                    tracing::info!(identity = %cfg.identity, waited_secs = waited, "waiting to become the leader");
+                }
+            }
+        }
+        tracing::info!(identity = %cfg.identity, lease = %cfg.lease_name, "became the leader");
+        Ok(Self { state, task })
+    }
+
+    /// Resolves when leadership is lost (or the election task ends).
+    pub async fn lost(&mut self) {
+        loop {
+            if !*self.state.borrow_and_update() {
+                return;
+            }
+            if self.state.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Give the Lease up (graceful shutdown), bounded in time.
+    pub async fn release(self) {
+        let Leader { state, task } = self;
+        drop(state); // the manager releases the Lease when its receivers are gone
+        match tokio::time::timeout(Duration::from_secs(5), task).await {
+            Ok(Ok(Ok(_))) => tracing::info!("Lease released"),
+            Ok(Ok(Err(e))) => tracing::warn!(error = %e, "releasing the Lease"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "leader-election task"),
+            Err(_) => tracing::warn!("releasing the Lease timed out; it expires on its own"),
+        }
+    }
+}

@@ -1,0 +1,215 @@
+//! `ebb-controller run`: telemetry, client, HTTP endpoints, leader election, shared caches,
+//! start-up recovery, the ScaleDownPolicy controller, and shutdown (signal or leadership loss).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use ebb_api::ScaleDownPolicy;
+use futures::StreamExt;
+use kube::Api;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::{Controller, watcher};
+use tokio_util::sync::CancellationToken;
+use tokio_util::sync::DropGuard;
+
+use crate::actuation::{Actuator, Tracker};
+use crate::cli::RunArgs;
+use crate::controller::startup::recover_at_start;
+use crate::controller::{Context, Leadership, error_policy, reconcile, stores};
+use crate::http::{Readiness, router};
+use crate::leader::{Leader, LeaderConfig};
+use crate::metrics::Metrics;
+
+/// How the controller ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// A signal asked it to stop.
+    Stopped,
+    /// Another replica took the Lease: exit non-zero so the pod restarts and campaigns again.
+    LostLeadership,
+}
+
+fn identity(args: &RunArgs) -> String {
+    args.identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| format!("ebb-controller-{}", std::process::id()))
+}
+
+async fn signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the controller");
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+/// Run until a signal (`Ok(Exit::Stopped)`) or leadership loss (`Ok(Exit::LostLeadership)`).
+pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
+    let _telemetry = crate::telemetry::init("ebb-controller", args.log_format, &args.log_filter)?;
+    let client = kube::Client::try_default().await.context(
+        "connecting to Kubernetes (in-cluster config or the current kubeconfig context)",
+    )?;
+    let metrics = Metrics::new();
+    let readiness = Readiness::default();
+    let stop = CancellationToken::new();
+    let _stop_on_exit: DropGuard = stop.clone().drop_guard();
+
+    // HTTP endpoints first, so liveness holds while we campaign and sync.
+    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
+    tracing::info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
+    let app = router(metrics.clone(), readiness.clone());
+    let http_stop = stop.clone();
+    tokio::spawn(async move {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { http_stop.cancelled().await })
+            .await;
+        if let Err(e) = served {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+    let sig_stop = stop.clone();
+    tokio::spawn(async move {
+        signal().await;
+        tracing::info!("signal received; stopping");
+        sig_stop.cancel();
+    });
+
+    // Leader election.
+    let mut leader = if args.leader_election {
+        let cfg = LeaderConfig {
+            lease_name: args.lease_name.clone(),
+            namespace: args.namespace.clone(),
+            identity: identity(&args),
+        };
+        let ready = readiness.clone();
+        tokio::select! {
+            l = Leader::acquire(client.clone(), &cfg, move || ready.set_leadership_known(true)) => Some(l?),
+            _ = stop.cancelled() => return Ok(Exit::Stopped),
+        }
+    } else {
+        readiness.set_leadership_known(true);
+        None
+    };
+
+    // Shared caches.
+    let watches = stores::start(client.clone());
+    let watch_tasks = watches.tasks;
+    tracing::info!("waiting for the caches to sync");
+    tokio::select! {
+        synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
+        _ = stop.cancelled() => return Ok(Exit::Stopped),
+    }
+    readiness.set_caches_synced(true);
+    tracing::info!(
+        nodes = watches.stores.nodes.state().len(),
+        pods = watches.stores.pods.state().len(),
+        "caches synced"
+    );
+
+    // The controller. It does not act until start-up recovery is done (leadership flag).
+    let leadership = Leadership::default();
+    let (finished_tx, finished_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let actuator = Actuator::new(
+        client.clone(),
+        watches.stores.pods.clone(),
+        watches.pod_changes.clone(),
+        Tracker::default(),
+        metrics.clone(),
+    )
+    .notify_finished(finished_tx);
+    let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
+    let controller = Controller::new(policies, watcher::Config::default().any_semantic());
+    let reporter = Reporter {
+        controller: "ebb-controller".into(),
+        instance: Some(identity(&args)),
+    };
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        watches.stores.clone(),
+        controller.store(),
+        actuator,
+        metrics.clone(),
+        Recorder::new(client.clone(), reporter),
+        leadership.clone(),
+        CancellationToken::new(),
+    ));
+    let mut node_rx = watches.node_changes;
+    let node_changes = futures::stream::poll_fn(move |cx| node_rx.poll_recv(cx));
+    let mut finished_rx = finished_rx;
+    // A finished drain wakes the policies at once rather than at their next scan.
+    let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());
+    let wake = futures::stream::select(node_changes, finished);
+    let ctrl_stop = stop.clone();
+    let controller_task = tokio::spawn(
+        controller
+            .reconcile_all_on(wake)
+            .graceful_shutdown_on(async move { ctrl_stop.cancelled().await })
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|r| async move {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "reconcile");
+                }
+            }),
+    );
+
+    // Start-up recovery once the policy cache is there, then act.
+    let policy_store = ctx.policies.clone();
+    tokio::select! {
+        ready = policy_store.wait_until_ready() => ready.context("the ScaleDownPolicy cache stopped before it synced")?,
+        _ = stop.cancelled() => return Ok(Exit::Stopped),
+    }
+    recover_at_start(&ctx).await;
+    leadership.set(true);
+    tracing::info!("acting");
+
+    let exit = match leader.as_mut() {
+        Some(l) => tokio::select! {
+            _ = l.lost() => Exit::LostLeadership,
+            _ = stop.cancelled() => Exit::Stopped,
+        },
+        None => {
+            stop.cancelled().await;
+            Exit::Stopped
+        }
+    };
+    // Stop acting at once; in-flight drains are picked up from their taints by the next leader.
+    leadership.set(false);
+    stop.cancel();
+    match exit {
+        Exit::LostLeadership => {
+            tracing::error!("leadership lost; exiting so this replica campaigns again");
+        }
+        Exit::Stopped => {
+            let _ = tokio::time::timeout(Duration::from_secs(10), controller_task).await;
+            if let Some(l) = leader {
+                l.release().await;
+            }
+        }
+    }
+    for t in watch_tasks {
+        t.abort();
+    }
+    Ok(exit)
+}

@@ -1,0 +1,445 @@
+//! Scenarios of the seed document run through the planner loop.
+
+use std::time::Duration;
+
+use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
+use jiff::Timestamp;
+
+use super::config::PlannerConfig;
+use super::planner::{Plan, PlannerState, StepStopwatch, plan};
+use crate::cluster::testkit::{PodBuilder, node, objects, pdb_min_available, pod, snapshot};
+use crate::cluster::{ClusterSnapshot, PredicateChecker, build_snapshot};
+
+fn t(min: i64) -> Timestamp {
+    Timestamp::from_second(1_800_000_000 + min * 60).unwrap()
+}
+
+fn run(
+    s: &mut ClusterSnapshot,
+    cfg: &PlannerConfig,
+    now: Timestamp,
+    state: &mut PlannerState,
+) -> Plan {
+    let mut checker = PredicateChecker::new();
+    plan(
+        s,
+        &mut checker,
+        cfg,
+        now,
+        state,
+        &mut StepStopwatch::default(),
+    )
+}
+
+fn names(p: &Plan) -> Vec<&str> {
+    p.candidates.iter().map(|c| c.node.as_str()).collect()
+}
+
+fn reason_of<'a>(p: &'a Plan, node: &str) -> Option<&'a super::planner::Unremovable> {
+    p.unremovable.iter().find(|u| u.node == node)
+}
+
+fn web(name: &str, node: &str, cpu: &str) -> PodBuilder {
+    pod(name)
+        .on(node)
+        .cpu(cpu)
+        .label("app", "web")
+        .owned_by_rs("web")
+}
+
+#[test]
+fn candidates_are_removable_together() {
+    // big has 4 cpu free; s1 and s2 need 3 each, s3 needs 1: s3 and one of s1, s2 fit at once.
+    let mut s = snapshot(
+        [
+            node("big").cpu("10"),
+            node("s1").cpu("8"),
+            node("s2").cpu("8"),
+            node("s3").cpu("8"),
+        ],
+        [
+            web("w0", "big", "6"),
+            web("w1", "s1", "3"),
+            web("w2", "s2", "3"),
+            web("w3", "s3", "1"),
+        ],
+    );
+    let cfg = PlannerConfig::default();
+    let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
+    // Least utilised first: s3 (1/8) then s1, s2 (3/8). s3's pod goes to big (fullest).
+    assert_eq!(names(&p), ["s3", "s1"]);
+    let s2 = reason_of(&p, "s2").unwrap();
+    assert_eq!(s2.reason, UnremovableReason::NoPlaceToMovePods);
+    assert_eq!(s2.pod.as_deref(), Some("default/w2"));
+    assert_eq!(
+        reason_of(&p, "big").unwrap().reason,
+        UnremovableReason::NotUnderutilized
+    );
+    for c in &p.candidates {
+        assert_eq!(c.moves.len(), 1);
+        assert_eq!(c.moves[0].to, "big");
+    }
+    // The snapshot is left as it was.
+    assert_eq!(s.requested(s.node_id("big").unwrap()).cpu_milli, 6000);
+}
+
+#[test]
+fn pdb_allows_one_disruption_across_nodes() {
+    let mut objs = objects(
+        [
+            node("big").cpu("16"),
+            node("a").cpu("8"),
+            node("b").cpu("8"),
+        ],
+        [
+            web("w0", "big", "9"),
+            web("w1", "a", "1"),
+            web("w2", "b", "1"),
+        ],
+    );
+    // 3 healthy, at least 2 available: one disruption allowed.
+    objs.pdbs.push(pdb_min_available("web", "app", "web", 2));
+    let mut s = build_snapshot(&objs).unwrap();
+    let mut state = PlannerState::default();
+    let p = run(&mut s, &PlannerConfig::default(), t(0), &mut state);
+    assert_eq!(names(&p), ["a"]);
+    let b = reason_of(&p, "b").unwrap();
+    assert_eq!(
+        (b.reason, b.pod_reason),
+        (
+            UnremovableReason::BlockedByPod,
+            Some(BlockingPodReason::NotEnoughPdb)
+        )
+    );
+    assert_eq!(state.pdbs_remaining.get("default/web"), Some(&0));
+}
+
+#[test]
+fn hints_are_tried_first_and_age_out() {
+    let nodes = || {
+        [
+            node("x").cpu("10"),
+            node("y").cpu("10"),
+            node("src").cpu("10"),
+        ]
+    };
+    let mut s = snapshot(
+        nodes(),
+        [
+            web("wx", "x", "6"),
+            web("wy", "y", "5"),
+            web("m", "src", "1"),
+        ],
+    );
+    let cfg = PlannerConfig::default();
+    let mut state = PlannerState::default();
+    let p = run(&mut s, &cfg, t(0), &mut state);
+    assert_eq!(p.candidates[0].moves[0].to, "x", "fullest node first");
+    assert_eq!(state.hints.get("src", "uid-default-m"), Some("x"));
+    // Now y is fuller than x: a fresh search would pick y, the hint keeps x.
+    let mut s = snapshot(
+        nodes(),
+        [
+            web("wx", "x", "6"),
+            web("wy", "y", "7"),
+            web("m", "src", "1"),
+        ],
+    );
+    let p = run(&mut s, &cfg, t(1), &mut state);
+    assert_eq!(p.candidates[0].moves[0].to, "x", "the hint wins");
+    let p_fresh = run(&mut s, &cfg, t(1), &mut PlannerState::default());
+    assert_eq!(p_fresh.candidates[0].moves[0].to, "y");
+    // Two loops where src is not simulated (made busy): the hint ages out.
+    let mut busy = snapshot(
+        nodes(),
+        [
+            web("wx", "x", "6"),
+            web("wy", "y", "7"),
+            web("m", "src", "9"),
+        ],
+    );
+    run(&mut busy, &cfg, t(2), &mut state);
+    assert_eq!(
+        state.hints.get("src", "uid-default-m"),
+        Some("x"),
+        "one generation kept"
+    );
+    run(&mut busy, &cfg, t(3), &mut state);
+    assert_eq!(state.hints.get("src", "uid-default-m"), None);
+}
+
+#[test]
+fn leaving_the_set_resets_the_timer() {
+    let idle = || {
+        snapshot(
+            [node("big").cpu("10"), node("n").cpu("10")],
+            [web("w0", "big", "6"), web("w1", "n", "1")],
+        )
+    };
+    let busy = || {
+        snapshot(
+            [node("big").cpu("10"), node("n").cpu("10")],
+            [web("w0", "big", "6"), web("w1", "n", "8")],
+        )
+    };
+    let cfg = PlannerConfig::default();
+    let mut state = PlannerState::default();
+    assert_eq!(
+        run(&mut idle(), &cfg, t(0), &mut state).candidates[0].since,
+        t(0)
+    );
+    assert_eq!(
+        run(&mut idle(), &cfg, t(1), &mut state).candidates[0].since,
+        t(0),
+        "staying keeps the time"
+    );
+    assert!(
+        run(&mut busy(), &cfg, t(2), &mut state)
+            .candidates
+            .is_empty()
+    );
+    assert!(!state.candidates.contains_key("n"));
+    assert_eq!(
+        run(&mut idle(), &cfg, t(3), &mut state).candidates[0].since,
+        t(3),
+        "re-entering starts over"
+    );
+}
+
+#[test]
+fn a_deleted_nodes_pods_that_no_longer_fit_block_new_candidates() {
+    // "gone" is being deleted; its 5-cpu pod fits on big only if nobody else uses it.
+    let mk = |extra: &str| {
+        snapshot(
+            [
+                node("big").cpu("10"),
+                node("gone").cpu("10"),
+                node("n").cpu("5"),
+            ],
+            [
+                web("w0", "big", extra),
+                web("g", "gone", "5"),
+                web("w1", "n", "1"),
+            ],
+        )
+    };
+    let cfg = PlannerConfig::default();
+    let mut state = PlannerState::default();
+    state.start_deleting("gone", t(0));
+    let p = run(&mut mk("4"), &cfg, t(0), &mut state);
+    assert!(!p.pending_reschedule);
+    assert_eq!(
+        names(&p),
+        ["n"],
+        "the deleted node's pod fits on big, n's pod too (4+5+1)"
+    );
+    assert_eq!(
+        reason_of(&p, "gone").unwrap().reason,
+        UnremovableReason::CurrentlyBeingDeleted
+    );
+    // big holds the deleted node's pod now: 9 of 10.
+    assert_eq!(
+        reason_of(&p, "big").unwrap().reason,
+        UnremovableReason::NotUnderutilized
+    );
+    let p = run(&mut mk("6"), &cfg, t(1), &mut state);
+    assert!(p.pending_reschedule);
+    assert!(p.candidates.is_empty());
+    assert_eq!(
+        reason_of(&p, "n").unwrap().reason,
+        UnremovableReason::PendingReschedule
+    );
+    assert!(state.candidates.is_empty());
+}
+
+#[test]
+fn recent_evictions_are_reinjected_until_the_owner_is_whole() {
+    let cfg = PlannerConfig::default(); // window 5m
+    let mut state = PlannerState::default();
+    state.record_eviction(web("w9", "old", "4").build(), t(0));
+    // The ReplicaSet wants 3, 2 exist: the evicted pod (4 cpu) fills big, n's pod has no room.
+    let mut objs = objects(
+        [node("big").cpu("10"), node("n").cpu("10")],
+        [web("w0", "big", "6"), web("w1", "n", "1")],
+    );
+    objs.replica_sets[0].spec.as_mut().unwrap().replicas = Some(3);
+    let mut s = build_snapshot(&objs).unwrap();
+    let p = run(&mut s, &cfg, t(1), &mut state);
+    assert!(p.candidates.is_empty(), "{:?}", p.candidates);
+    assert_eq!(
+        reason_of(&p, "n").unwrap().reason,
+        UnremovableReason::NoPlaceToMovePods
+    );
+    assert_eq!(state.recent_evictions.len(), 1);
+    // The replacement exists (3 of 3): nothing is injected, n is removable.
+    let mut objs = objects(
+        [node("big").cpu("10"), node("n").cpu("10")],
+        [
+            web("w0", "big", "6"),
+            web("w1", "n", "1"),
+            web("w2", "big", "1"),
+        ],
+    );
+    objs.replica_sets[0].spec.as_mut().unwrap().replicas = Some(3);
+    let p = run(&mut build_snapshot(&objs).unwrap(), &cfg, t(2), &mut state);
+    assert_eq!(names(&p), ["n"]);
+    // Once the window has passed, the eviction is forgotten even if the owner is short.
+    let p = run(&mut s, &cfg, t(6), &mut state);
+    assert_eq!(names(&p), ["n"]);
+    assert!(state.recent_evictions.is_empty());
+}
+
+#[test]
+fn an_evicted_pod_that_fits_nowhere_holds_new_candidates() {
+    let mut state = PlannerState::default();
+    state.record_eviction(pod("bare").cpu("50").build(), t(0));
+    let mut s = snapshot(
+        [node("big").cpu("10"), node("n").cpu("10")],
+        [web("w0", "big", "6"), web("w1", "n", "1")],
+    );
+    let p = run(&mut s, &PlannerConfig::default(), t(1), &mut state);
+    assert!(p.pending_reschedule);
+    assert_eq!(
+        reason_of(&p, "n").unwrap().reason,
+        UnremovableReason::PendingReschedule
+    );
+}
+
+#[test]
+fn the_time_bound_stops_the_loop_after_the_minimum() {
+    let nodes: Vec<_> = (0..10).map(|i| node(&format!("n{i}")).cpu("10")).collect();
+    let mut s = snapshot(nodes, Vec::<PodBuilder>::new());
+    let mut cfg = PlannerConfig {
+        simulation_timeout: Duration::from_secs(3),
+        min_nodes_evaluated: 5,
+        ..PlannerConfig::default()
+    };
+    // Already late: exactly the minimum is evaluated.
+    let mut late = StepStopwatch {
+        step: Duration::ZERO,
+        now: Duration::from_secs(60),
+    };
+    let p = plan(
+        &mut s,
+        &mut PredicateChecker::new(),
+        &cfg,
+        t(0),
+        &mut PlannerState::default(),
+        &mut late,
+    );
+    assert!(p.simulation.timed_out);
+    assert_eq!(p.simulation.nodes_evaluated, 5);
+    assert_eq!(p.candidates.len(), 5);
+    assert_eq!(
+        p.unremovable
+            .iter()
+            .filter(|u| u.reason == UnremovableReason::NotEvaluated)
+            .count(),
+        5
+    );
+    // One second per node past the minimum of 1: read at 1s, 2s, then 3s stops the loop.
+    cfg.min_nodes_evaluated = 1;
+    let mut watch = StepStopwatch {
+        step: Duration::from_secs(1),
+        now: Duration::ZERO,
+    };
+    let p = plan(
+        &mut s,
+        &mut PredicateChecker::new(),
+        &cfg,
+        t(0),
+        &mut PlannerState::default(),
+        &mut watch,
+    );
+    assert_eq!(p.simulation.nodes_evaluated, 3);
+    assert!(p.simulation.timed_out);
+    // In time: everything.
+    let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
+    assert_eq!(
+        (p.simulation.nodes_evaluated, p.simulation.timed_out),
+        (10, false)
+    );
+}
+
+#[test]
+fn group_minimum_and_destinations_are_respected() {
+    let mut cfg = PlannerConfig {
+        node_group_label: Some("pool".into()),
+        ..PlannerConfig::default()
+    };
+    cfg.limits.min_nodes_per_group = 2;
+    let nodes: Vec<_> = (0..4)
+        .map(|i| node(&format!("n{i}")).cpu("10").label("pool", "a"))
+        .collect();
+    let mut s = snapshot(nodes, Vec::<PodBuilder>::new());
+    let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
+    assert_eq!(p.candidates.len(), 2);
+    assert_eq!(
+        p.unremovable
+            .iter()
+            .filter(|u| u.reason == UnremovableReason::NodeGroupMinSizeReached)
+            .count(),
+        2
+    );
+}
+
+#[test]
+fn a_node_receiving_pods_is_not_a_candidate() {
+    // All under threshold: n1 (least used) moves to n3 (fullest); n3 stays a destination.
+    let mut s = snapshot(
+        [
+            node("n1").cpu("10"),
+            node("n2").cpu("10"),
+            node("n3").cpu("10"),
+        ],
+        [
+            web("a", "n1", "1"),
+            web("b", "n2", "2"),
+            web("c", "n3", "3"),
+        ],
+    );
+    let p = run(
+        &mut s,
+        &PlannerConfig::default(),
+        t(0),
+        &mut PlannerState::default(),
+    );
+    assert_eq!(names(&p), ["n1", "n2"]);
+    assert_eq!(
+        reason_of(&p, "n3").unwrap().reason,
+        UnremovableReason::DestinationOfMovedPods
+    );
+}
+
+#[test]
+fn same_input_same_plan() {
+    let mk = || {
+        let nodes: Vec<_> = (0..30)
+            .map(|i| node(&format!("n{i:02}")).cpu("8"))
+            .collect();
+        let pods: Vec<_> = (0..60)
+            .map(|i| {
+                web(
+                    &format!("w{i}"),
+                    &format!("n{:02}", i % 30),
+                    if i % 3 == 0 { "2" } else { "500m" },
+                )
+            })
+            .collect();
+        snapshot(nodes, pods)
+    };
+    let a = run(
+        &mut mk(),
+        &PlannerConfig::default(),
+        t(0),
+        &mut PlannerState::default(),
+    );
+    let b = run(
+        &mut mk(),
+        &PlannerConfig::default(),
+        t(0),
+        &mut PlannerState::default(),
+    );
+    assert_eq!(a, b);
+    assert!(!a.candidates.is_empty());
+}
