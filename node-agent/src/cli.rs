@@ -62,6 +62,23 @@ pub struct RunArgs {
     /// Seconds between NodeState reports (written only when something changed).
     #[arg(long, env = "EBB_REPORT_INTERVAL", default_value_t = 10)]
     pub report_interval_secs: u64,
+    /// Secret (`namespace/name`) holding the node-local API token keys: data `current.id`,
+    /// `current.key` and optionally `previous.id`, `previous.key`. Re-read every report interval.
+    #[arg(
+        long,
+        env = "EBB_TOKEN_SECRET",
+        default_value = "ebb-system/ebb-node-agent-tokens"
+    )]
+    pub token_secret: String,
+    /// Largest resource the localizer accepts, in bytes (a role's `maxBytes` can only lower it).
+    #[arg(long, env = "EBB_MAX_RESOURCE_BYTES", default_value_t = 10 * 1024 * 1024 * 1024)]
+    pub max_resource_bytes: u64,
+    /// Fetches running at the same time.
+    #[arg(long, env = "EBB_FETCH_CONCURRENCY", default_value_t = 4)]
+    pub fetch_concurrency: usize,
+    /// Do not serve the node-local API on the Unix socket (only on --listen-addr).
+    #[arg(long, env = "EBB_NO_SOCKET", default_value_t = false)]
+    pub no_socket: bool,
 }
 
 #[derive(Debug, clap::Args)]

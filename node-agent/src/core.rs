@@ -391,6 +391,16 @@ impl AgentCore {
         ops
     }
 
+    /// Observes every known pod again (after the PlacementHistories changed).
+    pub fn reobserve_all(&mut self, now: UnixMillis) -> Step {
+        let pods: Vec<LivePod> = self.live.values().cloned().collect();
+        let mut step = Step::default();
+        for p in pods {
+            step.extend(self.observe_pod(p, now));
+        }
+        step
+    }
+
     /// A pod of this node is gone (deleted, or missing after a relist).
     pub fn pod_gone(&mut self, uid: &str, now: UnixMillis) -> Step {
         let mut step = Step::default();

@@ -9,9 +9,7 @@ use ebb_node_agent::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(_) => Err(anyhow::anyhow!(
-            "ebb-node-agent run: not available in this build yet"
-        )),
+        Command::Run(args) => run(args),
         Command::Dump(args) => dump(&args.state_dir),
         Command::CrashWriter(args) => {
             ebb_node_agent::crash_writer::run(&args).context("crash-writer")
@@ -24,6 +22,21 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run(args: ebb_node_agent::cli::RunArgs) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(ebb_node_agent::agent::run(args))
 }
 
 fn dump(dir: &std::path::Path) -> anyhow::Result<()> {
