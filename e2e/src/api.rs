@@ -1,0 +1,1832 @@
+//! The apiserver's object semantics over the store: create, get, list, update, patch, apply,
+//! delete (finalizers, grace, propagation), garbage collection, eviction, CRDs, and the records
+//! (audit log, PDB violations) tests read. The HTTP layer and the simulated cluster both use it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use crate::apply::{self, Writer};
+use crate::clock::{Clock, format_time};
+use crate::defaults;
+use crate::error::{ApiError, ApiResult};
+use crate::patch;
+use crate::registry::{self, ResourceInfo};
+use crate::selector::{FieldSelector, LabelSelector};
+use crate::store::{Inner, ObjKey, ObjRef, ResKey};
+
+/// Who is calling and how.
+#[derive(Clone, Debug)]
+pub struct Ctx {
+    pub user: String,
+    /// `fieldManager`; defaults to the user agent's program name.
+    pub manager: String,
+    pub dry_run: bool,
+}
+
+impl Ctx {
+    pub fn new(user: &str, manager: &str) -> Self {
+        Self {
+            user: user.to_string(),
+            manager: manager.to_string(),
+            dry_run: false,
+        }
+    }
+
+    /// The identity of the simulated cluster's own components.
+    pub fn system(component: &str) -> Self {
+        Self::new(&format!("system:{component}"), component)
+    }
+}
+
+/// One write as the audit log records it.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct AuditRecord {
+    pub time: String,
+    pub user: String,
+    pub verb: String,
+    /// `plural` or `plural.group`
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: u16,
+}
+
+/// A pod deleted while a PodDisruptionBudget covering it allowed no disruption.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct PdbViolation {
+    pub time: String,
+    pub user: String,
+    pub namespace: String,
+    pub pod: String,
+    pub pdb: String,
+}
+
+/// The records tests assert on.
+#[derive(Debug, Default)]
+pub struct Records {
+    pub audit: Vec<AuditRecord>,
+    pub violations: Vec<PdbViolation>,
+    /// When false, the audit log is not kept (scale runs).
+    pub audit_off: bool,
+}
+
+/// Options of a delete.
+#[derive(Clone, Debug, Default)]
+pub struct DeleteOpts {
+    pub grace: Option<i64>,
+    pub propagation: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+impl DeleteOpts {
+    /// Reads a `DeleteOptions` body (may be empty).
+    pub fn from_body(v: &Value) -> Self {
+        Self {
+            grace: v.get("gracePeriodSeconds").and_then(Value::as_i64),
+            propagation: v
+                .get("propagationPolicy")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            uid: v
+                .pointer("/preconditions/uid")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            resource_version: v
+                .pointer("/preconditions/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+        }
+    }
+}
+
+/// How a patch body is to be read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatchKind {
+    Merge,
+    Json,
+    Strategic,
+    Apply { force: bool },
+}
+
+/// One page of a list.
+#[derive(Debug)]
+pub struct ListPage {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+}
+
+/// What a delete did.
+#[derive(Debug)]
+pub enum Deleted {
+    /// Removed now; the last state.
+    Gone(Arc<Value>),
+    /// Marked for deletion (finalizers or grace period pending).
+    Pending(Arc<Value>),
+}
+
+impl Deleted {
+    pub fn object(&self) -> &Arc<Value> {
+        match self {
+            Self::Gone(o) | Self::Pending(o) => o,
+        }
+    }
+}
+
+/// The API server's state.
+#[derive(Debug)]
+pub struct Api {
+    inner: RwLock<Inner>,
+    resources: RwLock<Vec<Arc<ResourceInfo>>>,
+    pub clock: Arc<Clock>,
+    pub records: Mutex<Records>,
+    /// Signalled on every stored change; the simulated cluster waits on it.
+    pub changed: Notify,
+    seq: AtomicU64,
+}
+
+fn meta_str<'a>(v: &'a Value, f: &str) -> Option<&'a str> {
+    v.get("metadata")
+        .and_then(|m| m.get(f))
+        .and_then(Value::as_str)
+}
+
+fn finalizers(v: &Value) -> Vec<String> {
+    v.pointer("/metadata/finalizers")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn meta_mut(v: &mut Value) -> &mut serde_json::Map<String, Value> {
+    if !v.get("metadata").is_some_and(Value::is_object) {
+        v["metadata"] = json!({});
+    }
+    match v.get_mut("metadata").and_then(Value::as_object_mut) {
+        Some(m) => m,
+        None => unreachable!("metadata was just made an object"),
+    }
+}
+
+/// Everything of an object except metadata and status: what bumps `generation`.
+fn spec_part(v: &Value) -> Value {
+    let mut c = v.clone();
+    if let Some(m) = c.as_object_mut() {
+        for k in ["metadata", "status", "apiVersion", "kind"] {
+            m.remove(k);
+        }
+    }
+    c
+}
+
+/// An object without the volatile parts, to detect no-op writes.
+fn comparable(v: &Value) -> Value {
+    let mut c = v.clone();
+    if let Some(m) = c.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        if let Some(Value::Array(mf)) = m.get_mut("managedFields") {
+            for e in mf {
+                if let Some(e) = e.as_object_mut() {
+                    e.remove("time");
+                }
+            }
+        }
+    }
+    c
+}
+
+fn hex(s: &str) -> String {
+    s.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<String> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+pub const GC_USER: &str = "generic-garbage-collector";
+
+impl Api {
+    pub fn new(clock: Arc<Clock>, history_limit: usize) -> Self {
+        let resources = registry::builtins().into_iter().map(Arc::new).collect();
+        let api = Self {
+            inner: RwLock::new(Inner::new(history_limit)),
+            resources: RwLock::new(resources),
+            clock,
+            records: Mutex::new(Records::default()),
+            changed: Notify::new(),
+            seq: AtomicU64::new(0x5eed),
+        };
+        let ctx = Ctx::system("apiserver");
+        if let Some(ns) = api.resolve("", "v1", "namespaces") {
+            for n in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                let _ = api.create(&ctx, &ns, "", json!({"metadata": {"name": n}}));
+            }
+        }
+        api
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Inner> {
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn records(&self) -> std::sync::MutexGuard<'_, Records> {
+        self.records.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    // ---- registry ----
+
+    pub fn all_resources(&self) -> Vec<Arc<ResourceInfo>> {
+        self.resources
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    pub fn resolve(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceInfo>> {
+        self.all_resources()
+            .into_iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+    }
+
+    /// The first served version of `(group, plural)`.
+    pub fn resolve_any(&self, res: &ResKey) -> Option<Arc<ResourceInfo>> {
+        self.all_resources()
+            .into_iter()
+            .find(|r| r.group == res.0 && r.plural == res.1)
+    }
+
+    fn register_crd(&self, crd: &Value) -> Result<(), String> {
+        let infos = registry::from_crd(crd)?;
+        let mut rs = self.resources.write().unwrap_or_else(|p| p.into_inner());
+        for i in infos {
+            rs.retain(|r| !(r.group == i.group && r.version == i.version && r.plural == i.plural));
+            rs.push(Arc::new(i));
+        }
+        Ok(())
+    }
+
+    fn unregister_crd(&self, crd: &Value) {
+        if let Ok(infos) = registry::from_crd(crd) {
+            let mut rs = self.resources.write().unwrap_or_else(|p| p.into_inner());
+            for i in infos {
+                rs.retain(|r| !(r.group == i.group && r.plural == i.plural && !r.builtin));
+            }
+        }
+    }
+
+    // ---- records ----
+
+    #[allow(clippy::too_many_arguments)]
+    fn audit(
+        &self,
+        ctx: &Ctx,
+        verb: &str,
+        ri: &ResourceInfo,
+        sub: &str,
+        ns: &str,
+        name: &str,
+        code: u16,
+    ) {
+        if ctx.dry_run {
+            return;
+        }
+        let mut r = self.records();
+        if r.audit_off {
+            return;
+        }
+        let time = self.clock.now_string();
+        r.audit.push(AuditRecord {
+            time,
+            user: ctx.user.clone(),
+            verb: verb.to_string(),
+            resource: ri.qualified(),
+            subresource: sub.to_string(),
+            namespace: ns.to_string(),
+            name: name.to_string(),
+            code,
+        });
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn audited<T>(
+        &self,
+        ctx: &Ctx,
+        verb: &str,
+        ri: &ResourceInfo,
+        sub: &str,
+        ns: &str,
+        name: &str,
+        r: ApiResult<T>,
+    ) -> ApiResult<T> {
+        let code = match &r {
+            Ok(_) => {
+                if verb == "create" {
+                    201
+                } else {
+                    200
+                }
+            }
+            Err(e) => e.code,
+        };
+        self.audit(ctx, verb, ri, sub, ns, name, code);
+        r
+    }
+
+    fn next_suffix(&self) -> String {
+        let mut x = self.seq.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        const CH: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        (0..5)
+            .map(|i| CH[((x >> (i * 8)) % CH.len() as u64) as usize] as char)
+            .collect()
+    }
+
+    fn new_uid(&self) -> String {
+        let a = self.seq.fetch_add(1, Ordering::Relaxed);
+        let t = self.clock.now().as_nanosecond() as u64;
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            (t >> 32) as u32,
+            (t >> 16) as u16,
+            a & 0xfff,
+            (a >> 12) & 0xfff,
+            (t ^ a.rotate_left(17)) & 0xffff_ffff_ffff
+        )
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.read().rv
+    }
+
+    /// Drops all watch history (like etcd compaction): older watches get `410 Gone`.
+    pub fn compact(&self) {
+        self.write().compact();
+    }
+
+    /// Subscribes to a resource's events, returning the events after `since` still in history.
+    #[allow(clippy::type_complexity)]
+    pub fn watch_from(
+        &self,
+        res: &ResKey,
+        since: u64,
+    ) -> ApiResult<(
+        Vec<Arc<crate::store::Event>>,
+        tokio::sync::broadcast::Receiver<Arc<crate::store::Event>>,
+    )> {
+        let mut inner = self.write();
+        let t = inner.table(res);
+        if since < t.compacted {
+            return Err(ApiError::gone(format!(
+                "too old resource version: {since} ({})",
+                t.compacted + 1
+            )));
+        }
+        let rx = t.tx.subscribe();
+        let past = t.history.iter().filter(|e| e.rv > since).cloned().collect();
+        Ok((past, rx))
+    }
+
+    // ---- reads ----
+
+    pub fn get(&self, ri: &ResourceInfo, ns: &str, name: &str) -> ApiResult<Arc<Value>> {
+        let res = (ri.group.clone(), ri.plural.clone());
+        self.read()
+            .get(&res, &(ns.to_string(), name.to_string()))
+            .ok_or_else(|| ApiError::not_found(ri, name))
+    }
+
+    /// Lists objects of `ri` in `ns` (all namespaces when `None`), filtered, one page at a time.
+    pub fn list(
+        &self,
+        ri: &ResourceInfo,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        limit: Option<usize>,
+        cont: Option<&str>,
+    ) -> ApiResult<ListPage> {
+        let res = (ri.group.clone(), ri.plural.clone());
+        let inner = self.read();
+        let rv = inner.rv;
+        let Some(t) = inner.tables.get(&res) else {
+            return Ok(ListPage {
+                items: vec![],
+                resource_version: rv,
+                continue_token: None,
+            });
+        };
+        let start: Bound<ObjKey> = match cont.filter(|c| !c.is_empty()) {
+            Some(c) => {
+                let raw = unhex(c).ok_or_else(|| {
+                    ApiError::bad_request(format!("invalid continue token {c:?}"))
+                })?;
+                let (n, m) = raw
+                    .split_once('\0')
+                    .ok_or_else(|| ApiError::bad_request("invalid continue token"))?;
+                Bound::Excluded((n.to_string(), m.to_string()))
+            }
+            None => match ns {
+                Some(n) => Bound::Included((n.to_string(), String::new())),
+                None => Bound::Unbounded,
+            },
+        };
+        let mut items = Vec::new();
+        let mut next = None;
+        for (k, v) in t.objects.range((start, Bound::Unbounded)) {
+            if let Some(n) = ns
+                && k.0 != n
+            {
+                break;
+            }
+            if !labels.matches_object(v) || !fields.matches(v) {
+                continue;
+            }
+            if let Some(l) = limit
+                && l > 0
+                && items.len() == l
+            {
+                let last: &ObjKey = match items.last().and_then(|o: &Arc<Value>| {
+                    Some((
+                        meta_str(o, "namespace").unwrap_or("").to_string(),
+                        meta_str(o, "name")?.to_string(),
+                    ))
+                }) {
+                    Some(_) => k,
+                    None => k,
+                };
+                let _ = last;
+                next = items.last().map(|o: &Arc<Value>| {
+                    hex(&format!(
+                        "{}\0{}",
+                        meta_str(o, "namespace").unwrap_or(""),
+                        meta_str(o, "name").unwrap_or("")
+                    ))
+                });
+                break;
+            }
+            items.push(v.clone());
+        }
+        Ok(ListPage {
+            items,
+            resource_version: rv,
+            continue_token: next,
+        })
+    }
+
+    // ---- writes ----
+
+    /// Creates an object.
+    pub fn create(
+        &self,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        obj: Value,
+    ) -> ApiResult<Arc<Value>> {
+        let name = meta_str(&obj, "name").unwrap_or("").to_string();
+        let r = {
+            let mut inner = self.write();
+            self.create_in(&mut inner, ctx, ri, ns, obj, None)
+        };
+        let name = r
+            .as_ref()
+            .ok()
+            .and_then(|o| meta_str(o, "name").map(str::to_string))
+            .unwrap_or(name);
+        self.changed.notify_waiters();
+        self.audited(ctx, "create", ri, "", ns, &name, r)
+    }
+
+    fn create_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        mut obj: Value,
+        managed: Option<()>,
+    ) -> ApiResult<Arc<Value>> {
+        if !obj.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        let ns = if ri.namespaced {
+            let body_ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
+            let ns = if ns.is_empty() {
+                body_ns.clone()
+            } else {
+                ns.to_string()
+            };
+            if !body_ns.is_empty() && body_ns != ns {
+                return Err(ApiError::bad_request(format!(
+                    "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+                )));
+            }
+            if ns.is_empty() {
+                return Err(ApiError::bad_request(format!(
+                    "{} must be created in a namespace",
+                    ri.kind
+                )));
+            }
+            if inner
+                .get(
+                    &(String::new(), "namespaces".into()),
+                    &(String::new(), ns.clone()),
+                )
+                .is_none()
+            {
+                let nsri = ResourceInfo {
+                    plural: "namespaces".into(),
+                    group: String::new(),
+                    ..ri.clone()
+                };
+                return Err(ApiError::not_found(&nsri, &ns));
+            }
+            ns
+        } else {
+            String::new()
+        };
+        if let Some(k) = obj.get("kind").and_then(Value::as_str)
+            && k != ri.kind
+        {
+            return Err(ApiError::bad_request(format!(
+                "the kind {k:?} of the body does not match the resource {} (kind {})",
+                ri.qualified(),
+                ri.kind
+            )));
+        }
+        obj["apiVersion"] = json!(ri.api_version());
+        obj["kind"] = json!(ri.kind);
+        let mut name = meta_str(&obj, "name").unwrap_or("").to_string();
+        if name.is_empty() {
+            match meta_str(&obj, "generateName") {
+                Some(g) if !g.is_empty() => loop {
+                    name = format!("{g}{}", self.next_suffix());
+                    if inner
+                        .get(
+                            &(ri.group.clone(), ri.plural.clone()),
+                            &(ns.clone(), name.clone()),
+                        )
+                        .is_none()
+                    {
+                        break;
+                    }
+                },
+                _ => {
+                    return Err(ApiError::invalid(
+                        ri,
+                        "",
+                        vec![(
+                            "metadata.name".into(),
+                            "Required value: name or generateName is required".into(),
+                        )],
+                    ));
+                }
+            }
+        }
+        let res = (ri.group.clone(), ri.plural.clone());
+        let key = (ns.clone(), name.clone());
+        if inner.get(&res, &key).is_some() {
+            return Err(ApiError::already_exists(ri, &name));
+        }
+        let uid = self.new_uid();
+        let now = self.clock.now_string();
+        {
+            let m = meta_mut(&mut obj);
+            m.insert("name".into(), json!(name));
+            if ri.namespaced {
+                m.insert("namespace".into(), json!(ns));
+            } else {
+                m.remove("namespace");
+            }
+            m.insert("uid".into(), json!(uid));
+            m.insert("creationTimestamp".into(), json!(now));
+            m.insert("generation".into(), json!(1));
+            m.remove("deletionTimestamp");
+            m.remove("deletionGracePeriodSeconds");
+            m.remove("selfLink");
+            if managed.is_none() {
+                m.remove("managedFields");
+            }
+        }
+        let mut ip_seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        defaults::on_create(ri, &mut obj, &uid, || {
+            ip_seq = ip_seq.wrapping_mul(2654435761);
+            format!("10.96.{}.{}", (ip_seq >> 8) % 250, ip_seq % 250 + 2)
+        });
+        if !ri.builtin
+            && ri.status_subresource
+            && let Some(o) = obj.as_object_mut()
+        {
+            o.remove("status");
+        }
+        self.admit(ri, &mut obj, None, &name)?;
+        if managed.is_none() {
+            let w = Writer {
+                manager: &ctx.manager,
+                subresource: "",
+                api_version: &ri.api_version(),
+                time: &now,
+            };
+            apply::record_update(None, &mut obj, &w);
+        }
+        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+            registry::from_crd(&obj)
+                .map_err(|e| ApiError::invalid(ri, &name, vec![("spec".into(), e)]))?;
+            set_crd_status(&mut obj);
+        }
+        if ctx.dry_run {
+            return Ok(Arc::new(obj));
+        }
+        let rv = inner.next_rv();
+        meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
+        let stored = inner.put(&res, key, obj, rv);
+        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+            let _ = self.register_crd(&stored);
+        }
+        Ok(stored)
+    }
+
+    /// Schema defaults and validation (CRDs) and built-in admission checks.
+    fn admit(
+        &self,
+        ri: &ResourceInfo,
+        obj: &mut Value,
+        old: Option<&Value>,
+        name: &str,
+    ) -> ApiResult<()> {
+        if let Some(schema) = &ri.schema {
+            crate::schema::prune(schema, obj);
+            *obj = kube::core::cel::apply_defaults(schema, obj);
+            let mut causes = crate::schema::check(schema, obj);
+            if causes.is_empty() {
+                let res = VALIDATOR.with(|v| v.validate(schema, obj, old));
+                if let Err(errs) = res {
+                    for e in errs.into_vec() {
+                        causes.push((e.field_path.clone(), e.message.clone()));
+                    }
+                }
+            }
+            if !causes.is_empty() {
+                return Err(ApiError::invalid(ri, name, causes));
+            }
+        }
+        let causes = defaults::validate(ri, obj, old);
+        if !causes.is_empty() {
+            return Err(ApiError::invalid(ri, name, causes));
+        }
+        Ok(())
+    }
+
+    /// Replaces an object (PUT) on the main endpoint or a subresource (`status`).
+    pub fn update(
+        &self,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        obj: Value,
+    ) -> ApiResult<Arc<Value>> {
+        let r = {
+            let mut inner = self.write();
+            self.update_in(&mut inner, ctx, ri, ns, name, sub, obj)
+        };
+        self.changed.notify_waiters();
+        self.audited(ctx, "update", ri, sub, ns, name, r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn update_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        obj: Value,
+    ) -> ApiResult<Arc<Value>> {
+        let res = (ri.group.clone(), ri.plural.clone());
+        let Some(old) = inner.get(&res, &(ns.to_string(), name.to_string())) else {
+            return Err(ApiError::not_found(ri, name));
+        };
+        if let Some(n) = meta_str(&obj, "name")
+            && n != name
+        {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({n}) does not match the name on the URL ({name})"
+            )));
+        }
+        if let Some(rv) = meta_str(&obj, "resourceVersion")
+            && !rv.is_empty()
+            && Some(rv) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict(ri, name));
+        }
+        self.commit(inner, ctx, ri, &old, obj, sub, false)
+    }
+
+    /// Stores `new` as the next state of `old`: status split, generation, managedFields,
+    /// admission, no-op detection, and removal when the last finalizer went.
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        old: &Arc<Value>,
+        mut new: Value,
+        sub: &str,
+        applied: bool,
+    ) -> ApiResult<Arc<Value>> {
+        if !new.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        let name = meta_str(old, "name").unwrap_or("").to_string();
+        let ns = meta_str(old, "namespace").unwrap_or("").to_string();
+        if sub == "status" {
+            let mut n = (**old).clone();
+            match new.get("status") {
+                Some(s) => n["status"] = s.clone(),
+                None => {
+                    if let Some(o) = n.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+            if applied || new.pointer("/metadata/managedFields").is_some() {
+                meta_mut(&mut n).insert(
+                    "managedFields".into(),
+                    new.pointer("/metadata/managedFields")
+                        .cloned()
+                        .unwrap_or(json!([])),
+                );
+            }
+            new = n;
+        } else if ri.status_subresource {
+            match old.get("status") {
+                Some(s) => new["status"] = s.clone(),
+                None => {
+                    if let Some(o) = new.as_object_mut() {
+                        o.remove("status");
+                    }
+                }
+            }
+        }
+        new["apiVersion"] = json!(ri.api_version());
+        new["kind"] = json!(ri.kind);
+        {
+            let om = old.get("metadata").cloned().unwrap_or(json!({}));
+            let m = meta_mut(&mut new);
+            for k in [
+                "name",
+                "namespace",
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "generation",
+            ] {
+                match om.get(k) {
+                    Some(v) => m.insert(k.into(), v.clone()),
+                    None => m.remove(k),
+                };
+            }
+            m.insert(
+                "resourceVersion".into(),
+                om.get("resourceVersion").cloned().unwrap_or(Value::Null),
+            );
+            if !applied && sub != "status" {
+                m.insert(
+                    "managedFields".into(),
+                    om.get("managedFields").cloned().unwrap_or(json!([])),
+                );
+            }
+        }
+        let is_crd = ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions";
+        if !internal_write(ctx) {
+            self.admit(ri, &mut new, Some(old), &name)?;
+        } else if let Some(schema) = &ri.schema {
+            new = kube::core::cel::apply_defaults(schema, &new);
+        }
+        if is_crd {
+            registry::from_crd(&new)
+                .map_err(|e| ApiError::invalid(ri, &name, vec![("spec".into(), e)]))?;
+            set_crd_status(&mut new);
+        }
+        if spec_part(&new) != spec_part(old) {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+        }
+        if !applied {
+            let now = self.clock.now_string();
+            let w = Writer {
+                manager: &ctx.manager,
+                subresource: sub,
+                api_version: &ri.api_version(),
+                time: &now,
+            };
+            apply::record_update(Some(old), &mut new, &w);
+        }
+        if comparable(&new) == comparable(old) {
+            return Ok(old.clone());
+        }
+        if ctx.dry_run {
+            return Ok(Arc::new(new));
+        }
+        let res = (ri.group.clone(), ri.plural.clone());
+        let key = (ns, name);
+        let rv = inner.next_rv();
+        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let done_deleting = new.pointer("/metadata/deletionTimestamp").is_some()
+            && finalizers(&new).is_empty()
+            && !(ri.group.is_empty()
+                && ri.plural == "pods"
+                && new
+                    .pointer("/metadata/deletionGracePeriodSeconds")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+                    > 0
+                && new.pointer("/spec/nodeName").is_some());
+        if done_deleting {
+            let last = self.remove_obj(inner, ri, &key, new, rv);
+            return Ok(last);
+        }
+        let stored = inner.put(&res, key, new, rv);
+        if is_crd {
+            let _ = self.register_crd(&stored);
+        }
+        Ok(stored)
+    }
+
+    /// Applies a patch of `kind` to the object (or creates it for an apply).
+    #[allow(clippy::too_many_arguments)]
+    pub fn patch(
+        &self,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        kind: PatchKind,
+        body: &[u8],
+    ) -> ApiResult<Arc<Value>> {
+        let r = {
+            let mut inner = self.write();
+            self.patch_in(&mut inner, ctx, ri, ns, name, sub, kind, body)
+        };
+        self.changed.notify_waiters();
+        self.audited(ctx, "patch", ri, sub, ns, name, r)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn patch_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        sub: &str,
+        kind: PatchKind,
+        body: &[u8],
+    ) -> ApiResult<Arc<Value>> {
+        let res = (ri.group.clone(), ri.plural.clone());
+        let old = inner.get(&res, &(ns.to_string(), name.to_string()));
+        let parse_json = || -> ApiResult<Value> {
+            serde_json::from_slice(body).map_err(|e| {
+                ApiError::bad_request(format!("the patch body is not valid JSON: {e}"))
+            })
+        };
+        let now = self.clock.now_string();
+        match kind {
+            PatchKind::Apply { force } => {
+                let text = std::str::from_utf8(body)
+                    .map_err(|_| ApiError::bad_request("the apply body is not UTF-8"))?;
+                let mut cfg: Value = serde_saphyr::from_str(text).map_err(|e| {
+                    ApiError::bad_request(format!("the apply body is not valid YAML: {e}"))
+                })?;
+                if !cfg.is_object() {
+                    return Err(ApiError::bad_request("the apply body must be an object"));
+                }
+                if let Some(n) = meta_str(&cfg, "name")
+                    && n != name
+                {
+                    return Err(ApiError::bad_request(format!(
+                        "the name of the object ({n}) does not match the name on the URL ({name})"
+                    )));
+                }
+                if cfg.get("apiVersion").is_none() || cfg.get("kind").is_none() {
+                    return Err(ApiError::bad_request(
+                        "apiVersion and kind are required in an apply configuration",
+                    ));
+                }
+                let precondition = meta_str(&cfg, "resourceVersion").map(str::to_string);
+                if let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                    m.remove("managedFields");
+                }
+                if let Some(o) = cfg.as_object_mut() {
+                    if sub == "status" {
+                        o.retain(|k, _| {
+                            matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
+                        });
+                        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.retain(|k, _| k == "name" || k == "namespace");
+                        }
+                    } else if ri.status_subresource {
+                        o.remove("status");
+                    }
+                }
+                let w = Writer {
+                    manager: &ctx.manager,
+                    subresource: sub,
+                    api_version: &ri.api_version(),
+                    time: &now,
+                };
+                if ctx.manager.is_empty() {
+                    return Err(ApiError::bad_request(
+                        "PATCH /apply requires fieldManager to be set",
+                    ));
+                }
+                match old {
+                    None => {
+                        if sub == "status" {
+                            return Err(ApiError::not_found(ri, name));
+                        }
+                        let mut merged = apply::apply(None, &cfg, &w, force)
+                            .map_err(|c| conflicts(ri, name, &c))?;
+                        meta_mut(&mut merged).insert("name".into(), json!(name));
+                        self.create_in(inner, ctx, ri, ns, merged, Some(()))
+                    }
+                    Some(old) => {
+                        if let Some(p) = precondition
+                            && Some(p.as_str()) != meta_str(&old, "resourceVersion")
+                        {
+                            return Err(ApiError::conflict(ri, name));
+                        }
+                        let merged = apply::apply(Some(&old), &cfg, &w, force)
+                            .map_err(|c| conflicts(ri, name, &c))?;
+                        self.commit(inner, ctx, ri, &old, merged, sub, true)
+                    }
+                }
+            }
+            other => {
+                let Some(old) = old else {
+                    return Err(ApiError::not_found(ri, name));
+                };
+                let mut doc = (*old).clone();
+                let p = parse_json()?;
+                match other {
+                    PatchKind::Merge => patch::merge(&mut doc, &p),
+                    PatchKind::Json => patch::json(&mut doc, &p)
+                        .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
+                    PatchKind::Strategic => {
+                        if !ri.builtin {
+                            return Err(ApiError::unsupported_media(
+                                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                            ));
+                        }
+                        patch::strategic(&mut doc, &p)
+                            .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
+                    }
+                    PatchKind::Apply { .. } => {}
+                }
+                if meta_str(&doc, "resourceVersion") != meta_str(&old, "resourceVersion") {
+                    return Err(ApiError::conflict(ri, name));
+                }
+                self.commit(inner, ctx, ri, &old, doc, sub, false)
+            }
+        }
+    }
+
+    /// Deletes an object as the apiserver does.
+    pub fn delete(
+        &self,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> ApiResult<Deleted> {
+        let r = {
+            let mut inner = self.write();
+            if ri.group.is_empty() && ri.plural == "pods" && !ctx.user.starts_with("system:") {
+                self.detect_violation(&inner, ctx, ns, name);
+            }
+            self.delete_in(&mut inner, ctx, ri, ns, name, opts)
+        };
+        self.changed.notify_waiters();
+        self.audited(ctx, "delete", ri, "", ns, name, r)
+    }
+
+    fn delete_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        opts: &DeleteOpts,
+    ) -> ApiResult<Deleted> {
+        let res = (ri.group.clone(), ri.plural.clone());
+        let key = (ns.to_string(), name.to_string());
+        let Some(old) = inner.get(&res, &key) else {
+            return Err(ApiError::not_found(ri, name));
+        };
+        if let Some(u) = &opts.uid
+            && Some(u.as_str()) != meta_str(&old, "uid")
+        {
+            return Err(ApiError::conflict_msg(
+                ri,
+                name,
+                &format!(
+                    "Precondition failed: UID in precondition: {u}, UID in object meta: {}",
+                    meta_str(&old, "uid").unwrap_or("")
+                ),
+            ));
+        }
+        if let Some(v) = &opts.resource_version
+            && Some(v.as_str()) != meta_str(&old, "resourceVersion")
+        {
+            return Err(ApiError::conflict_msg(
+                ri,
+                name,
+                &format!(
+                    "Precondition failed: ResourceVersion in precondition: {v}, ResourceVersion in object meta: {}",
+                    meta_str(&old, "resourceVersion").unwrap_or("")
+                ),
+            ));
+        }
+        if ctx.dry_run {
+            return Ok(Deleted::Pending(old));
+        }
+        let is_pod = ri.group.is_empty() && ri.plural == "pods";
+        let terminal = matches!(
+            old.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        );
+        let bound = old
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .is_some_and(|n| !n.is_empty());
+        let mut grace = if is_pod && bound && !terminal {
+            opts.grace
+                .or_else(|| {
+                    old.pointer("/spec/terminationGracePeriodSeconds")
+                        .and_then(Value::as_i64)
+                })
+                .unwrap_or(30)
+        } else {
+            0
+        };
+        if grace < 0 {
+            grace = 0;
+        }
+        let uid = meta_str(&old, "uid").unwrap_or("").to_string();
+        let already = old.pointer("/metadata/deletionTimestamp").is_some();
+        let mut fins = finalizers(&old);
+        let propagation = opts
+            .propagation
+            .clone()
+            .unwrap_or_else(|| "Background".into());
+        let has_deps = inner.dependents.get(&uid).is_some_and(|s| !s.is_empty());
+        if !already {
+            match propagation.as_str() {
+                "Orphan" if has_deps => self.orphan(inner, &uid),
+                "Foreground" if has_deps => {
+                    if !fins.iter().any(|f| f == "foregroundDeletion") {
+                        fins.push("foregroundDeletion".into());
+                    }
+                }
+                "Orphan" | "Foreground" | "Background" => {}
+                other => {
+                    return Err(ApiError::bad_request(format!(
+                        "unknown propagationPolicy {other:?}: use Orphan, Background or Foreground"
+                    )));
+                }
+            }
+        }
+        if already {
+            let cur_grace = old
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if !(is_pod && grace < cur_grace) {
+                return Ok(Deleted::Pending(old));
+            }
+        }
+        let now = self.clock.now();
+        if fins.is_empty() && grace == 0 {
+            let rv = inner.next_rv();
+            let mut last = (*old).clone();
+            meta_mut(&mut last).insert("resourceVersion".into(), json!(rv.to_string()));
+            let last = self.remove_obj(inner, ri, &key, last, rv);
+            return Ok(Deleted::Gone(last));
+        }
+        let mut new = (*old).clone();
+        {
+            let m = meta_mut(&mut new);
+            let ts = now
+                .checked_add(jiff::SignedDuration::from_secs(grace))
+                .unwrap_or(now);
+            m.insert("deletionTimestamp".into(), json!(format_time(ts)));
+            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+            if !fins.is_empty() {
+                m.insert("finalizers".into(), json!(fins));
+            }
+        }
+        let rv = inner.next_rv();
+        meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
+        let stored = inner.put(&res, key, new, rv);
+        if propagation == "Foreground" && has_deps && !already {
+            self.delete_dependents(inner, &uid);
+        }
+        let _ = ctx;
+        Ok(Deleted::Pending(stored))
+    }
+
+    /// Removes an object for good and runs what follows: garbage collection of dependents,
+    /// foreground owners' finalizers, CRD unregistration and namespace cleanup.
+    fn remove_obj(
+        &self,
+        inner: &mut Inner,
+        ri: &ResourceInfo,
+        key: &ObjKey,
+        last: Value,
+        rv: u64,
+    ) -> Arc<Value> {
+        let res = (ri.group.clone(), ri.plural.clone());
+        let owners: Vec<String> = last
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|o| o.get("uid").and_then(Value::as_str).map(str::to_string))
+            .collect();
+        let Some(last) = inner.remove(&res, key, last, rv) else {
+            return Arc::new(Value::Null);
+        };
+        let uid = meta_str(&last, "uid").unwrap_or("").to_string();
+        self.delete_dependents(inner, &uid);
+        for o in owners {
+            self.finish_foreground(inner, &o);
+        }
+        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+            if let Ok(infos) = registry::from_crd(&last)
+                && let Some(i) = infos.first()
+            {
+                let r = (i.group.clone(), i.plural.clone());
+                let keys: Vec<ObjKey> = inner
+                    .tables
+                    .get(&r)
+                    .map(|t| t.objects.keys().cloned().collect())
+                    .unwrap_or_default();
+                for k in keys {
+                    if let Some(o) = inner.get(&r, &k) {
+                        let rv = inner.next_rv();
+                        let mut l = (*o).clone();
+                        meta_mut(&mut l).insert("resourceVersion".into(), json!(rv.to_string()));
+                        inner.remove(&r, &k, l, rv);
+                    }
+                }
+            }
+            self.unregister_crd(&last);
+        }
+        if ri.group.is_empty() && ri.plural == "namespaces" {
+            let ns = key.1.clone();
+            let tables: Vec<ResKey> = inner.tables.keys().cloned().collect();
+            for r in tables {
+                let keys: Vec<ObjKey> = inner
+                    .tables
+                    .get(&r)
+                    .map(|t| t.objects.keys().filter(|k| k.0 == ns).cloned().collect())
+                    .unwrap_or_default();
+                for k in keys {
+                    if let Some(o) = inner.get(&r, &k) {
+                        let rv = inner.next_rv();
+                        let mut l = (*o).clone();
+                        meta_mut(&mut l).insert("resourceVersion".into(), json!(rv.to_string()));
+                        inner.remove(&r, &k, l, rv);
+                    }
+                }
+            }
+        }
+        last
+    }
+
+    /// Background garbage collection: dependents whose owners are all gone are deleted; others
+    /// lose the dangling reference.
+    fn delete_dependents(&self, inner: &mut Inner, uid: &str) {
+        let deps: BTreeSet<ObjRef> = inner.dependents.get(uid).cloned().unwrap_or_default();
+        let gc = Ctx::system(GC_USER);
+        for d in deps {
+            let Some(obj) = inner.get(&d.res, &d.key) else {
+                continue;
+            };
+            let Some(ri) = self.resolve_any(&d.res) else {
+                continue;
+            };
+            let owner_gone = inner
+                .lookup_uid(uid)
+                .is_none_or(|o| o.pointer("/metadata/deletionTimestamp").is_some());
+            if !owner_gone {
+                continue;
+            }
+            let refs: Vec<Value> = obj
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let others_alive = refs.iter().any(|r| {
+                r.get("uid")
+                    .and_then(Value::as_str)
+                    .is_some_and(|u| u != uid && inner.lookup_uid(u).is_some())
+            });
+            if others_alive {
+                let mut n = (*obj).clone();
+                let kept: Vec<Value> = refs
+                    .into_iter()
+                    .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+                    .collect();
+                meta_mut(&mut n).insert("ownerReferences".into(), json!(kept));
+                let _ = self.commit(inner, &gc, &ri, &obj, n, "", false);
+            } else if obj.pointer("/metadata/deletionTimestamp").is_none() {
+                let _ = self.delete_in(inner, &gc, &ri, &d.key.0, &d.key.1, &DeleteOpts::default());
+                self.audit(&gc, "delete", &ri, "", &d.key.0, &d.key.1, 200);
+            }
+        }
+    }
+
+    fn finish_foreground(&self, inner: &mut Inner, owner_uid: &str) {
+        let Some(owner) = inner.lookup_uid(owner_uid) else {
+            return;
+        };
+        if owner.pointer("/metadata/deletionTimestamp").is_none()
+            || !finalizers(&owner).iter().any(|f| f == "foregroundDeletion")
+        {
+            return;
+        }
+        let blocking = inner
+            .dependents
+            .get(owner_uid)
+            .is_some_and(|s| !s.is_empty());
+        if blocking {
+            return;
+        }
+        let Some(r) = inner.by_uid.get(owner_uid).cloned() else {
+            return;
+        };
+        let Some(ri) = self.resolve_any(&r.res) else {
+            return;
+        };
+        let mut n = (*owner).clone();
+        let fins: Vec<String> = finalizers(&owner)
+            .into_iter()
+            .filter(|f| f != "foregroundDeletion")
+            .collect();
+        meta_mut(&mut n).insert("finalizers".into(), json!(fins));
+        let _ = self.commit(inner, &Ctx::system(GC_USER), &ri, &owner, n, "", false);
+    }
+
+    fn orphan(&self, inner: &mut Inner, uid: &str) {
+        let deps: BTreeSet<ObjRef> = inner.dependents.get(uid).cloned().unwrap_or_default();
+        let gc = Ctx::system(GC_USER);
+        for d in deps {
+            let (Some(obj), Some(ri)) = (inner.get(&d.res, &d.key), self.resolve_any(&d.res))
+            else {
+                continue;
+            };
+            let mut n = (*obj).clone();
+            let kept: Vec<Value> = obj
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|r| r.get("uid").and_then(Value::as_str) != Some(uid))
+                .cloned()
+                .collect();
+            meta_mut(&mut n).insert("ownerReferences".into(), json!(kept));
+            let _ = self.commit(inner, &gc, &ri, &obj, n, "", false);
+        }
+    }
+
+    /// Deletes every object matching the selectors (deletecollection).
+    pub fn delete_collection(
+        &self,
+        ctx: &Ctx,
+        ri: &ResourceInfo,
+        ns: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+        opts: &DeleteOpts,
+    ) -> ApiResult<Vec<Arc<Value>>> {
+        let page = self.list(ri, ns, labels, fields, None, None)?;
+        let mut out = Vec::new();
+        for o in page.items {
+            let (n, name) = (
+                meta_str(&o, "namespace").unwrap_or(""),
+                meta_str(&o, "name").unwrap_or(""),
+            );
+            if let Ok(d) = self.delete(ctx, ri, n, name, opts) {
+                out.push(d.object().clone());
+            }
+        }
+        Ok(out)
+    }
+
+    fn pdbs_for(&self, inner: &Inner, pod: &Value) -> Vec<Arc<Value>> {
+        let ns = meta_str(pod, "namespace").unwrap_or("");
+        let Some(t) = inner
+            .tables
+            .get(&("policy".to_string(), "poddisruptionbudgets".to_string()))
+        else {
+            return vec![];
+        };
+        t.objects
+            .range((ns.to_string(), String::new())..)
+            .take_while(|(k, _)| k.0 == ns)
+            .filter(|(_, p)| {
+                LabelSelector::from_object(p.pointer("/spec/selector"))
+                    .is_ok_and(|s| s.matches_object(pod))
+            })
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    fn detect_violation(&self, inner: &Inner, ctx: &Ctx, ns: &str, name: &str) {
+        let Some(pod) = inner.get(
+            &(String::new(), "pods".into()),
+            &(ns.to_string(), name.to_string()),
+        ) else {
+            return;
+        };
+        if pod.pointer("/metadata/deletionTimestamp").is_some() || !pod_ready(&pod) {
+            return;
+        }
+        for pdb in self.pdbs_for(inner, &pod) {
+            if pdb
+                .pointer("/status/disruptionsAllowed")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                <= 0
+            {
+                let v = PdbViolation {
+                    time: self.clock.now_string(),
+                    user: ctx.user.clone(),
+                    namespace: ns.to_string(),
+                    pod: name.to_string(),
+                    pdb: meta_str(&pdb, "name").unwrap_or("").to_string(),
+                };
+                tracing::warn!(pod = %name, namespace = %ns, pdb = %v.pdb, user = %v.user, "pod deleted while its PodDisruptionBudget allowed no disruption");
+                self.records().violations.push(v);
+            }
+        }
+    }
+
+    /// The Eviction subresource: honours PodDisruptionBudgets (`429` when none is left).
+    pub fn evict(
+        &self,
+        ctx: &Ctx,
+        pods: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        body: &Value,
+    ) -> ApiResult<Value> {
+        let r = {
+            let mut inner = self.write();
+            self.evict_in(&mut inner, ctx, pods, ns, name, body)
+        };
+        self.changed.notify_waiters();
+        let code = match &r {
+            Ok(_) => 201,
+            Err(e) => e.code,
+        };
+        self.audit(ctx, "create", pods, "eviction", ns, name, code);
+        r
+    }
+
+    fn evict_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        pods: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        body: &Value,
+    ) -> ApiResult<Value> {
+        let Some(pod) = inner.get(
+            &(String::new(), "pods".into()),
+            &(ns.to_string(), name.to_string()),
+        ) else {
+            return Err(ApiError::not_found(pods, name));
+        };
+        let opts = DeleteOpts::from_body(body.get("deleteOptions").unwrap_or(&Value::Null));
+        let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(ok);
+        }
+        let phase = pod
+            .pointer("/status/phase")
+            .and_then(Value::as_str)
+            .unwrap_or("Pending");
+        if !matches!(phase, "Succeeded" | "Failed" | "Pending") {
+            let pdbs = self.pdbs_for(inner, &pod);
+            if pdbs.len() > 1 {
+                return Err(ApiError::new(
+                    500,
+                    "InternalError",
+                    "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                ));
+            }
+            if let Some(pdb) = pdbs.first() {
+                let gen_ = pdb
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(1);
+                let observed = pdb
+                    .pointer("/status/observedGeneration")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let allowed = pdb
+                    .pointer("/status/disruptionsAllowed")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let healthy = pdb
+                    .pointer("/status/currentHealthy")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let desired = pdb
+                    .pointer("/status/desiredHealthy")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                let pdb_name = meta_str(pdb, "name").unwrap_or("");
+                let unhealthy_ok = !pod_ready(&pod) && healthy >= desired;
+                if !unhealthy_ok {
+                    if observed < gen_ {
+                        let mut e = ApiError::new(
+                            429,
+                            "TooManyRequests",
+                            "Cannot evict pod as it would violate the pod's disruption budget.",
+                        );
+                        e.details = Some(
+                            json!({"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget is still being processed by the server."}]}),
+                        );
+                        return Err(e);
+                    }
+                    if allowed <= 0 {
+                        let mut e = ApiError::new(
+                            429,
+                            "TooManyRequests",
+                            "Cannot evict pod as it would violate the pod's disruption budget.",
+                        );
+                        e.details = Some(json!({"causes": [{"reason": "DisruptionBudget",
+                            "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently")}]}));
+                        return Err(e);
+                    }
+                    let mut n = (**pdb).clone();
+                    n["status"]["disruptionsAllowed"] = json!(allowed - 1);
+                    if !n["status"]["disruptedPods"].is_object() {
+                        n["status"]["disruptedPods"] = json!({});
+                    }
+                    n["status"]["disruptedPods"][name] = json!(self.clock.now_string());
+                    let Some(pri) = self.resolve("policy", "v1", "poddisruptionbudgets") else {
+                        return Err(ApiError::new(
+                            500,
+                            "InternalError",
+                            "poddisruptionbudgets are not served",
+                        ));
+                    };
+                    self.commit(
+                        inner,
+                        &Ctx::system("disruption-controller"),
+                        &pri,
+                        pdb,
+                        n,
+                        "status",
+                        false,
+                    )?;
+                }
+            }
+        }
+        self.delete_in(inner, ctx, pods, ns, name, &opts)?;
+        Ok(ok)
+    }
+
+    /// The Binding subresource: assigns a pending pod to a node.
+    pub fn bind(
+        &self,
+        ctx: &Ctx,
+        pods: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        node: &str,
+    ) -> ApiResult<Arc<Value>> {
+        let r = {
+            let mut inner = self.write();
+            self.bind_in(&mut inner, ctx, pods, ns, name, node)
+        };
+        self.changed.notify_waiters();
+        self.audited(ctx, "create", pods, "binding", ns, name, r)
+    }
+
+    fn bind_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        pods: &ResourceInfo,
+        ns: &str,
+        name: &str,
+        node: &str,
+    ) -> ApiResult<Arc<Value>> {
+        let Some(pod) = inner.get(
+            &(String::new(), "pods".into()),
+            &(ns.to_string(), name.to_string()),
+        ) else {
+            return Err(ApiError::not_found(pods, name));
+        };
+        if let Some(n) = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
+            return Err(ApiError::conflict_msg(
+                pods,
+                name,
+                &format!("pod {name} is already assigned to node \"{n}\""),
+            ));
+        }
+        if pod.pointer("/metadata/deletionTimestamp").is_some() {
+            return Err(ApiError::conflict_msg(
+                pods,
+                name,
+                "pod is being deleted, cannot be assigned to a host",
+            ));
+        }
+        let mut n = (*pod).clone();
+        n["spec"]["nodeName"] = json!(node);
+        set_condition(
+            &mut n,
+            "PodScheduled",
+            "True",
+            "",
+            "",
+            &self.clock.now_string(),
+        );
+        let internal = Ctx {
+            user: ctx.user.clone(),
+            manager: ctx.manager.clone(),
+            dry_run: ctx.dry_run,
+        };
+        let mut inner_ctx = internal;
+        inner_ctx.user = format!("{}{}", INTERNAL_PREFIX, inner_ctx.user);
+        let stored = self.commit(inner, &inner_ctx, pods, &pod, n.clone(), "", false)?;
+        let cur = stored.clone();
+        let mut s = (*cur).clone();
+        s["status"] = n["status"].clone();
+        self.commit(inner, &inner_ctx, pods, &cur, s, "status", false)
+    }
+
+    // ---- in-process helpers for the simulated cluster ----
+
+    /// A snapshot of all objects of a resource (cheap: shares the stored objects).
+    pub fn snapshot(&self, group: &str, plural: &str) -> Vec<Arc<Value>> {
+        self.read()
+            .tables
+            .get(&(group.to_string(), plural.to_string()))
+            .map(|t| t.objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Counts per resource, for progress logs.
+    pub fn counts(&self) -> HashMap<String, usize> {
+        self.read()
+            .tables
+            .iter()
+            .map(|(k, t)| (format!("{}/{}", k.0, k.1), t.objects.len()))
+            .collect()
+    }
+
+    /// Writes a status change on behalf of a cluster component (skips admission).
+    pub fn system_status(
+        &self,
+        component: &str,
+        ri: &ResourceInfo,
+        old: &Arc<Value>,
+        new: Value,
+    ) -> ApiResult<Arc<Value>> {
+        let ctx = Ctx::new(&format!("{INTERNAL_PREFIX}system:{component}"), component);
+        let r = {
+            let mut inner = self.write();
+            let (ns, name) = (
+                meta_str(old, "namespace").unwrap_or(""),
+                meta_str(old, "name").unwrap_or(""),
+            );
+            match inner.get(
+                &(ri.group.clone(), ri.plural.clone()),
+                &(ns.to_string(), name.to_string()),
+            ) {
+                Some(cur)
+                    if meta_str(&cur, "resourceVersion") == meta_str(old, "resourceVersion") =>
+                {
+                    self.commit(
+                        &mut inner,
+                        &ctx,
+                        ri,
+                        &cur,
+                        new,
+                        if ri.status_subresource { "status" } else { "" },
+                        false,
+                    )
+                }
+                Some(_) => Err(ApiError::conflict(ri, name)),
+                None => Err(ApiError::not_found(ri, name)),
+            }
+        };
+        self.changed.notify_waiters();
+        if let Ok(o) = &r {
+            let audit_ctx = Ctx::system(component);
+            self.audit(
+                &audit_ctx,
+                "update",
+                ri,
+                if ri.status_subresource { "status" } else { "" },
+                meta_str(o, "namespace").unwrap_or(""),
+                meta_str(o, "name").unwrap_or(""),
+                200,
+            );
+        }
+        r
+    }
+
+    /// Writes a whole object (spec and metadata) on behalf of a cluster component, skipping
+    /// admission checks (e.g. the kubelet resetting a node).
+    pub fn system_update(
+        &self,
+        component: &str,
+        ri: &ResourceInfo,
+        old: &Arc<Value>,
+        new: Value,
+    ) -> ApiResult<Arc<Value>> {
+        let ctx = Ctx::new(&format!("{INTERNAL_PREFIX}system:{component}"), component);
+        let r = {
+            let mut inner = self.write();
+            let (ns, name) = (
+                meta_str(old, "namespace").unwrap_or(""),
+                meta_str(old, "name").unwrap_or(""),
+            );
+            match inner.get(
+                &(ri.group.clone(), ri.plural.clone()),
+                &(ns.to_string(), name.to_string()),
+            ) {
+                Some(cur)
+                    if meta_str(&cur, "resourceVersion") == meta_str(old, "resourceVersion") =>
+                {
+                    self.commit(&mut inner, &ctx, ri, &cur, new, "", false)
+                }
+                Some(_) => Err(ApiError::conflict(ri, name)),
+                None => Err(ApiError::not_found(ri, name)),
+            }
+        };
+        self.changed.notify_waiters();
+        if let Ok(o) = &r {
+            self.audit(
+                &Ctx::system(component),
+                "update",
+                ri,
+                "",
+                meta_str(o, "namespace").unwrap_or(""),
+                meta_str(o, "name").unwrap_or(""),
+                200,
+            );
+        }
+        r
+    }
+}
+
+/// Writes by the simulated cluster carry this user prefix and skip admission.
+const INTERNAL_PREFIX: &str = "internal/";
+
+fn internal_write(ctx: &Ctx) -> bool {
+    ctx.user.starts_with(INTERNAL_PREFIX)
+}
+
+thread_local! {
+    static VALIDATOR: kube::core::cel::Validator = kube::core::cel::Validator::new();
+}
+
+fn conflicts(ri: &ResourceInfo, name: &str, c: &apply::Conflicts) -> ApiError {
+    let mut e = ApiError::new(409, "Conflict", c.message());
+    e.details = Some(json!({"name": name, "group": ri.group, "kind": ri.plural,
+        "causes": c.0.iter().map(|(m, f)| json!({"type": "FieldManagerConflict",
+            "message": format!("conflict with \"{m}\""), "field": f})).collect::<Vec<_>>()}));
+    e
+}
+
+fn set_crd_status(crd: &mut Value) {
+    let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| v.get("name").cloned())
+        .collect();
+    crd["status"] = json!({
+        "acceptedNames": names,
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": "2024-01-01T00:00:00Z"},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": "2024-01-01T00:00:00Z"}
+        ]
+    });
+}
+
+/// Whether a pod's Ready condition is True.
+pub fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.get("type").and_then(Value::as_str) == Some("Ready")
+                && c.get("status").and_then(Value::as_str) == Some("True")
+        })
+}
+
+/// Sets (or replaces) a condition in `status.conditions`; keeps the transition time when the
+/// status does not change.
+pub fn set_condition(
+    obj: &mut Value,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: &str,
+) {
+    if !obj.get("status").is_some_and(Value::is_object) {
+        obj["status"] = json!({});
+    }
+    if !obj["status"]["conditions"].is_array() {
+        obj["status"]["conditions"] = json!([]);
+    }
+    let Some(list) = obj["status"]["conditions"].as_array_mut() else {
+        return;
+    };
+    let mut c = json!({"type": type_, "status": status, "lastTransitionTime": now});
+    if !reason.is_empty() {
+        c["reason"] = json!(reason);
+    }
+    if !message.is_empty() {
+        c["message"] = json!(message);
+    }
+    match list
+        .iter_mut()
+        .find(|x| x.get("type").and_then(Value::as_str) == Some(type_))
+    {
+        Some(x) => {
+            if x.get("status").and_then(Value::as_str) == Some(status) {
+                if let Some(t) = x.get("lastTransitionTime").cloned() {
+                    c["lastTransitionTime"] = t;
+                }
+                if let Some(t) = x.get("lastProbeTime").cloned() {
+                    c["lastProbeTime"] = t;
+                }
+            }
+            *x = c;
+        }
+        None => list.push(c),
+    }
+}
