@@ -1,13 +1,13 @@
 //! `RoleHistory`: the per-PlacementHistory state machine. Pod events (placed, bound, running,
 //! releasing, terminated, cancelled) go in with a clock; placement decisions come out.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 use ebb_api::placement::{PlacementHistorySpec, PlacementPolicy};
 use jiff::{SignedDuration, Timestamp};
 
 use super::available::AvailableList;
-use super::decision::{Action, Decision, Overdue, PlacementReason, RelaxedConstraints};
+use super::decision::{Action, Decision, Overdue, PlacementReason};
 use super::error::HistoryError;
 use super::escalation;
 use super::failure_window::FailureWindow;
@@ -97,38 +97,18 @@ pub struct TerminationReport {
     pub node_excluded: bool,
 }
 
-/// Result of picking a history node.
-enum Pick {
-    Now {
-        node: String,
-        reason: PlacementReason,
-    },
-    Later {
-        node: String,
-        reason: PlacementReason,
-    },
-    Nothing,
-}
-
-/// Whether a node can take a pinned pod of a role.
-enum Eligibility {
-    Placeable,
-    NotNow(PlacementReason),
-    Ineligible,
-}
-
 /// The role history of one PlacementHistory.
 #[derive(Clone, Debug)]
 pub struct RoleHistory {
-    config: HistoryConfig,
-    roles: RoleTable,
-    nodes: NodeMap,
-    available: BTreeMap<RoleId, AvailableList>,
-    requests: RequestTracker,
+    pub(super) config: HistoryConfig,
+    pub(super) roles: RoleTable,
+    pub(super) nodes: NodeMap,
+    pub(super) available: BTreeMap<RoleId, AvailableList>,
+    pub(super) requests: RequestTracker,
     pods: HashMap<String, TrackedPod>,
-    window: FailureWindow,
-    counters: BTreeMap<RoleId, RoleCounters>,
-    dirty: bool,
+    pub(super) window: FailureWindow,
+    pub(super) counters: BTreeMap<RoleId, RoleCounters>,
+    pub(super) dirty: bool,
 }
 
 impl RoleHistory {
@@ -580,7 +560,7 @@ impl RoleHistory {
 
     // ---- internals ----
 
-    fn role_of(&self, pod: PodRef<'_>) -> Result<&RoleConfig, HistoryError> {
+    pub(super) fn role_of(&self, pod: PodRef<'_>) -> Result<&RoleConfig, HistoryError> {
         self.roles
             .by_name(pod.role)
             .ok_or_else(|| HistoryError::UnknownRole {
@@ -589,12 +569,12 @@ impl RoleHistory {
             })
     }
 
-    fn list(&mut self, role: RoleId) -> &mut AvailableList {
+    pub(super) fn list(&mut self, role: RoleId) -> &mut AvailableList {
         self.available.entry(role).or_default()
     }
 
     /// The node can take a new pod of the role (history-wise).
-    fn usable(&self, role: RoleId, node: &str) -> bool {
+    pub(super) fn usable(&self, role: RoleId, node: &str) -> bool {
         let anti = self
             .roles
             .get(role)
@@ -604,12 +584,12 @@ impl RoleHistory {
             .is_some_and(|e| e.available() && (!anti || e.active() == 0))
     }
 
-    fn insert_sorted(&mut self, role: RoleId, node: &str) {
+    pub(super) fn insert_sorted(&mut self, role: RoleId, node: &str) {
         let last_used = self.nodes.get(node, role).and_then(|e| e.last_used);
         self.list(role).insert(node, last_used);
     }
 
-    fn flush_returns(&mut self, role: RoleId) {
+    pub(super) fn flush_returns(&mut self, role: RoleId) {
         for node in self.requests.take_returns_if_complete(role) {
             if self.usable(role, &node) {
                 self.insert_sorted(role, &node);
@@ -643,307 +623,6 @@ impl RoleHistory {
             // Start-failed nodes are trusted again.
             self.rebuild_available();
             tracing::debug!(reset, window_start = %self.window.start(), "failure window reset");
-        }
-    }
-
-    fn eligibility(
-        &self,
-        role: &RoleConfig,
-        node: &str,
-        facts: &NodeFacts,
-        fits: &dyn Fn(&str) -> bool,
-    ) -> Eligibility {
-        let Some(view) = facts.get(node) else {
-            return Eligibility::Ineligible;
-        };
-        if view.draining_or_candidate || !role.matches_labels(&view.labels) {
-            return Eligibility::Ineligible;
-        }
-        let failed = self
-            .nodes
-            .get(node, role.id)
-            .map_or(0, |e| e.failed_recently);
-        if role.avoids_failing_nodes() && role.over_threshold(failed) {
-            return Eligibility::Ineligible;
-        }
-        if !view.schedulable_ready {
-            Eligibility::NotNow(PlacementReason::NodeNotReady)
-        } else if !fits(node) {
-            Eligibility::NotNow(PlacementReason::DoesNotFit)
-        } else {
-            Eligibility::Placeable
-        }
-    }
-
-    /// The head of the role's list that is eligible and placeable now (warm data breaks ties
-    /// of equal recency); else the first eligible node to wait for; else nothing.
-    fn pick(&mut self, role: &RoleConfig, facts: &NodeFacts, fits: &dyn Fn(&str) -> bool) -> Pick {
-        let busy: Vec<String> = self
-            .available
-            .get(&role.id)
-            .into_iter()
-            .flat_map(|l| l.iter())
-            .filter(|n| !self.usable(role.id, n))
-            .map(str::to_string)
-            .collect();
-        for node in &busy {
-            self.list(role.id).remove(node);
-        }
-        let Some(list) = self.available.get(&role.id) else {
-            return Pick::Nothing;
-        };
-        let warm = |n: &str| {
-            facts
-                .get(n)
-                .is_some_and(|v| v.warm_roles.contains(&role.name))
-        };
-        let last_used = |n: &str| self.nodes.get(n, role.id).and_then(|e| e.last_used);
-        let mut chosen: Option<(&str, PlacementReason)> = None;
-        let mut wait: Option<(&str, PlacementReason)> = None;
-        for node in list.iter() {
-            match self.eligibility(role, node, facts, fits) {
-                Eligibility::Ineligible => continue,
-                Eligibility::NotNow(reason) => {
-                    if chosen.is_none() && wait.is_none() {
-                        wait = Some((node, reason));
-                    }
-                }
-                Eligibility::Placeable => match chosen {
-                    None => {
-                        chosen = Some((node, PlacementReason::MostRecentNode));
-                        if warm(node) {
-                            break;
-                        }
-                    }
-                    Some((first, _)) => {
-                        if last_used(node) != last_used(first) {
-                            break;
-                        }
-                        if warm(node) {
-                            chosen = Some((node, PlacementReason::WarmDataTieBreak));
-                            break;
-                        }
-                    }
-                },
-            }
-            if let Some((first, _)) = chosen
-                && last_used(node) != last_used(first)
-            {
-                break;
-            }
-        }
-        match (chosen, wait) {
-            (Some((node, reason)), _) => Pick::Now {
-                node: node.to_string(),
-                reason,
-            },
-            (None, Some((node, reason))) => Pick::Later {
-                node: node.to_string(),
-                reason,
-            },
-            (None, None) => Pick::Nothing,
-        }
-    }
-
-    fn reserve(&mut self, role: RoleId, node: &str) {
-        self.list(role).remove(node);
-        self.nodes.get_or_create(node, role).requested += 1;
-    }
-
-    fn pick_and_record(
-        &mut self,
-        role: &RoleConfig,
-        pod: PodRef<'_>,
-        facts: &NodeFacts,
-        fits: &dyn Fn(&str) -> bool,
-        requested_at: Timestamp,
-        now: Timestamp,
-    ) -> Decision {
-        let strict = role.policy == PlacementPolicy::Strict;
-        match self.pick(role, facts, fits) {
-            Pick::Now { node, reason } => {
-                self.reserve(role.id, &node);
-                self.pinned(role, pod, node, reason, requested_at, now)
-            }
-            Pick::Later { node, reason } => {
-                self.reserve(role.id, &node);
-                let deadline =
-                    (!strict).then(|| escalation::deadline(requested_at, role.escalation_timeout));
-                self.requests.insert(OutstandingRequest {
-                    uid: pod.uid.to_string(),
-                    pod_name: pod.name.to_string(),
-                    role: role.id,
-                    target: Some(node.clone()),
-                    requested_at,
-                    deadline,
-                    state: RequestState::Waiting,
-                });
-                Decision {
-                    action: Action::Wait {
-                        node,
-                        until: deadline,
-                    },
-                    reason,
-                }
-            }
-            Pick::Nothing => {
-                let action = Action::Anywhere(self.relaxed(role, facts, false));
-                self.release_unpinned(
-                    role,
-                    pod,
-                    requested_at,
-                    action,
-                    PlacementReason::NoAvailableHistoryNode,
-                )
-            }
-        }
-    }
-
-    /// Record a pinned release; its deadline (for [`Self::overdue`]) starts now.
-    fn pinned(
-        &mut self,
-        role: &RoleConfig,
-        pod: PodRef<'_>,
-        node: String,
-        reason: PlacementReason,
-        requested_at: Timestamp,
-        now: Timestamp,
-    ) -> Decision {
-        let decision = Decision {
-            action: Action::Pin { node: node.clone() },
-            reason,
-        };
-        self.requests.insert(OutstandingRequest {
-            uid: pod.uid.to_string(),
-            pod_name: pod.name.to_string(),
-            role: role.id,
-            target: Some(node),
-            requested_at,
-            deadline: (role.policy != PlacementPolicy::Strict)
-                .then(|| escalation::deadline(now, role.escalation_timeout)),
-            state: RequestState::Released(decision.clone()),
-        });
-        self.counters.entry(role.id).or_default().pinned += 1;
-        decision
-    }
-
-    fn release_unpinned(
-        &mut self,
-        role: &RoleConfig,
-        pod: PodRef<'_>,
-        requested_at: Timestamp,
-        action: Action,
-        reason: PlacementReason,
-    ) -> Decision {
-        let decision = Decision { action, reason };
-        let counters = self.counters.entry(role.id).or_default();
-        match decision.action {
-            Action::Relax(_) => counters.relaxed += 1,
-            _ => counters.anywhere += 1,
-        }
-        self.requests.insert(OutstandingRequest {
-            uid: pod.uid.to_string(),
-            pod_name: pod.name.to_string(),
-            role: role.id,
-            target: None,
-            requested_at,
-            deadline: None,
-            state: RequestState::Released(decision.clone()),
-        });
-        decision
-    }
-
-    /// A waiting request is asked again.
-    fn revisit(
-        &mut self,
-        role: &RoleConfig,
-        pod: PodRef<'_>,
-        request: OutstandingRequest,
-        facts: &NodeFacts,
-        fits: &dyn Fn(&str) -> bool,
-        now: Timestamp,
-    ) -> Decision {
-        let target = request.target.clone().unwrap_or_default();
-        let due = request.deadline.is_some_and(|d| escalation::is_due(d, now));
-        match (due, self.eligibility(role, &target, facts, fits)) {
-            (false, Eligibility::Placeable) => self.pinned(
-                role,
-                pod,
-                target,
-                PlacementReason::MostRecentNode,
-                request.requested_at,
-                now,
-            ),
-            (false, Eligibility::NotNow(reason)) => Decision {
-                action: Action::Wait {
-                    node: target,
-                    until: request.deadline,
-                },
-                reason,
-            },
-            // Past the deadline, or the node went away or became ineligible.
-            (due, _) => {
-                self.requests.remove(pod.uid);
-                if let Some(e) = self.nodes.get_mut(&target, role.id) {
-                    e.requested = e.requested.saturating_sub(1);
-                }
-                if due {
-                    self.requests.add_return(role.id, &target);
-                    self.counters.entry(role.id).or_default().escalations += 1;
-                    let action = Action::Relax(self.relaxed(role, facts, true));
-                    return self.release_unpinned(
-                        role,
-                        pod,
-                        request.requested_at,
-                        action,
-                        PlacementReason::EscalationTimeout,
-                    );
-                }
-                if self.usable(role.id, &target) {
-                    self.insert_sorted(role.id, &target);
-                }
-                // Pick again, keeping the original request time (and so the deadline).
-                self.pick_and_record(role, pod, facts, fits, request.requested_at, now)
-            }
-        }
-    }
-
-    /// Constraints of an unpinned release: role labels, nodes to avoid, and (when `prefer`)
-    /// the most recent history nodes as preferred affinity.
-    fn relaxed(&self, role: &RoleConfig, facts: &NodeFacts, prefer: bool) -> RelaxedConstraints {
-        let anti = role.policy == PlacementPolicy::AntiAffinity;
-        let mut avoid = BTreeSet::new();
-        for (node, e) in self.nodes.role_entries(role.id) {
-            if (role.avoids_failing_nodes() && role.over_threshold(e.failed_recently))
-                || (anti && (e.active() > 0 || e.requested > 0))
-            {
-                avoid.insert(node.to_string());
-            }
-        }
-        let mut prefer_nodes = Vec::new();
-        if prefer {
-            let mut history: Vec<(&str, Option<Timestamp>)> = self
-                .nodes
-                .role_entries(role.id)
-                .filter(|(n, e)| {
-                    e.last_used.is_some()
-                        && !avoid.contains(*n)
-                        && facts.get(n).is_some_and(|v| !v.draining_or_candidate)
-                })
-                .map(|(n, e)| (n, e.last_used))
-                .collect();
-            history.sort_by(|a, b| super::node_map::newer_first(*a, *b));
-            prefer_nodes = history
-                .into_iter()
-                .take(MAX_PREFERRED_NODES)
-                .enumerate()
-                .map(|(i, (n, _))| (n.to_string(), 100 - 10 * i as i32))
-                .collect();
-        }
-        RelaxedConstraints {
-            node_selector: role.node_selector.clone(),
-            avoid_nodes: avoid.into_iter().collect(),
-            prefer_nodes,
         }
     }
 

@@ -17,6 +17,7 @@ pub mod node_map;
 pub mod nodes;
 pub mod outcome;
 pub mod persist;
+mod pick;
 pub mod requests;
 pub mod roles;
 
