@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cluster;
 pub mod defaults;
 pub mod error;
+pub mod harness;
 pub mod patch;
 pub mod registry;
 pub mod scenario;

@@ -1,0 +1,170 @@
+//! The e2e harness: a test environment backed by a fresh simulator or, when
+//! `EBB_E2E_KUBECONFIG` is set, a real cluster; helpers to run the workspace binaries as child
+//! processes, wait for conditions, and dump the sim's audit log when a test fails.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+
+use crate::sim::{Sim, SimConfig, client_from_yaml};
+
+/// The environment variable naming a real cluster's kubeconfig.
+pub const REAL_CLUSTER_ENV: &str = "EBB_E2E_KUBECONFIG";
+
+/// A test's cluster: a simulator or a real cluster.
+pub struct TestEnv {
+    sim: Option<Sim>,
+    pub client: kube::Client,
+    /// A kubeconfig file for child processes and kubectl.
+    pub kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl TestEnv {
+    /// Starts a simulator with `cfg`, or connects to the cluster in `EBB_E2E_KUBECONFIG`.
+    pub async fn start(cfg: SimConfig) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+        if let Ok(path) = std::env::var(REAL_CLUSTER_ENV) {
+            let text = std::fs::read_to_string(&path)
+                .with_context(|| format!("cannot read {REAL_CLUSTER_ENV}={path}"))?;
+            let client = client_from_yaml(&text).await?;
+            return Ok(Self {
+                sim: None,
+                client,
+                kubeconfig: PathBuf::from(path),
+                _dir: dir,
+            });
+        }
+        let sim = Sim::start(cfg).await?;
+        let kubeconfig = dir.path().join("kubeconfig");
+        sim.write_kubeconfig(&kubeconfig, &["admin", "ebb-controller", "ebb-node-agent"])?;
+        let client = sim.client().await?;
+        Ok(Self {
+            sim: Some(sim),
+            client,
+            kubeconfig,
+            _dir: dir,
+        })
+    }
+
+    /// The simulator, if this is one.
+    pub fn sim(&self) -> Option<&Sim> {
+        self.sim.as_ref()
+    }
+
+    /// The simulator for a test that needs sim-only powers (time control, fault injection); on
+    /// a real cluster prints a notice and returns `None` so the test can return early.
+    pub fn require_sim(&self, test: &str) -> Option<&Sim> {
+        if self.sim.is_none() {
+            eprintln!(
+                "SKIPPED {test}: needs the simulator (time control or fault injection); {REAL_CLUSTER_ENV} is set"
+            );
+        }
+        self.sim.as_ref()
+    }
+
+    /// Starts a workspace binary (`ebb-controller`, `ebb-node-agent`, `ebb-sim`) with `args`,
+    /// `KUBECONFIG` pointing at this environment.
+    pub fn spawn_binary(&self, name: &str, args: &[&str]) -> anyhow::Result<ChildProcess> {
+        let path = workspace_binary(name)?;
+        let child = tokio::process::Command::new(&path)
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", path.display()))?;
+        Ok(ChildProcess {
+            name: name.to_string(),
+            child,
+        })
+    }
+}
+
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if std::thread::panicking()
+            && let Some(sim) = &self.sim
+        {
+            let text = sim.audit_text();
+            let lines: Vec<&str> = text.lines().collect();
+            let start = lines.len().saturating_sub(300);
+            eprintln!(
+                "---- ebb-sim audit log (last {} of {} writes) ----",
+                lines.len() - start,
+                lines.len()
+            );
+            for l in &lines[start..] {
+                eprintln!("{l}");
+            }
+            for v in sim.pdb_violations() {
+                eprintln!("PDB VIOLATION: {v:?}");
+            }
+        }
+    }
+}
+
+/// A running child process; killed when dropped.
+pub struct ChildProcess {
+    pub name: String,
+    pub child: tokio::process::Child,
+}
+
+impl ChildProcess {
+    /// `kill -9`, then waits for it to go.
+    pub async fn kill(&mut self) -> anyhow::Result<()> {
+        self.child
+            .kill()
+            .await
+            .with_context(|| format!("cannot kill {}", self.name))
+    }
+
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+/// Finds a binary of this workspace next to the running test executable
+/// (`target/<profile>/<name>`; tests run from `target/<profile>/deps/`).
+pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the test executable")?;
+    let mut dirs: Vec<&Path> = Vec::new();
+    if let Some(d) = exe.parent() {
+        dirs.push(d);
+        if let Some(p) = d.parent() {
+            dirs.push(p);
+        }
+    }
+    for d in dirs {
+        let candidate = d.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "binary {name} not found next to {}: build it first (cargo build -p <its package>; `cargo test --workspace` builds all binaries)",
+        exe.display()
+    )
+}
+
+/// Polls `check` until it returns `Some`, or fails after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,424 @@
+//! The simulated cluster end to end: scenarios, scheduling, kubelet start/exit/termination,
+//! ReplicaSet/Deployment/StatefulSet/DaemonSet/Job controllers, PDB status and eviction, node
+//! loss and garbage collection. Runs on a real cluster too where it needs no sim-only powers.
+
+use std::time::Duration;
+
+use ebb_e2e::harness::{TestEnv, wait_for};
+use ebb_e2e::scenario::Scenario;
+use ebb_e2e::{Sim, SimConfig};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+
+const T: Duration = Duration::from_secs(20);
+
+fn fast() -> SimConfig {
+    SimConfig {
+        time_factor: 20.0,
+        ..SimConfig::default()
+    }
+}
+
+fn load(sim: &Sim, yaml: &str) {
+    Scenario::from_yaml(yaml).unwrap().load(&sim.api).unwrap();
+}
+
+fn running_ready(p: &Pod) -> bool {
+    let st = p.status.as_ref();
+    st.and_then(|s| s.phase.as_deref()) == Some("Running")
+        && st
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+async fn pods_where(api: &Api<Pod>, sel: &str, f: impl Fn(&Pod) -> bool) -> Vec<Pod> {
+    api.list(&ListParams::default().labels(sel))
+        .await
+        .map(|l| l.items.into_iter().filter(|p| f(p)).collect())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn scenario_deployments_schedule_run_and_pdbs_count() {
+    let env = TestEnv::start(fast()).await.unwrap();
+    let Some(sim) = env.require_sim("scenario_deployments_schedule_run_and_pdbs_count") else {
+        return;
+    };
+    load(
+        sim,
+        "nodes: {count: 3, cpu: '2', memory: 4Gi, labels: {pool: a}}\n\
+               deployments: {count: 2, replicas: 3, requests: {cpu: 500m, memory: 512Mi}, pdb: {minAvailable: 2}}\n",
+    );
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let all = wait_for("6 running pods", T, || async {
+        let r = pods_where(&pods, "", running_ready).await;
+        (r.len() == 6).then_some(r)
+    })
+    .await
+    .unwrap();
+    // Scheduling respected capacity: 2 cpu per node, 500m per pod → at most 4 per node.
+    let mut per_node = std::collections::HashMap::new();
+    for p in &all {
+        *per_node
+            .entry(p.spec.as_ref().unwrap().node_name.clone().unwrap())
+            .or_insert(0) += 1;
+        assert!(p.metadata.owner_references.as_ref().unwrap()[0].kind == "ReplicaSet");
+    }
+    assert!(per_node.values().all(|n| *n <= 4), "{per_node:?}");
+    let deploys: Api<Deployment> = Api::namespaced(env.client.clone(), "default");
+    let d = wait_for("deployment available", T, || async {
+        let d = deploys.get("app-0").await.ok()?;
+        (d.status.as_ref()?.available_replicas == Some(3)).then_some(d)
+    })
+    .await
+    .unwrap();
+    assert!(
+        d.status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+    );
+    let pdbs: Api<PodDisruptionBudget> = Api::namespaced(env.client.clone(), "default");
+    let st = wait_for("pdb status", T, || async {
+        let s = pdbs.get("app-0").await.ok()?.status?;
+        (s.current_healthy == 3).then_some(s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (st.expected_pods, st.desired_healthy, st.disruptions_allowed),
+        (3, 2, 1)
+    );
+
+    // One eviction is allowed, the second is refused until a replacement is ready.
+    let victims = pods_where(&pods, "app=app-0", running_ready).await;
+    pods.evict(
+        victims[0].metadata.name.as_deref().unwrap(),
+        &Default::default(),
+    )
+    .await
+    .unwrap();
+    let e = pods
+        .evict(
+            victims[1].metadata.name.as_deref().unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, kube::Error::Api(ref s) if s.code == 429),
+        "{e:?}"
+    );
+    wait_for("replacement running and budget back", T, || async {
+        let s = pdbs.get("app-0").await.ok()?.status?;
+        (s.current_healthy == 3 && s.disruptions_allowed == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(sim.pdb_violations().is_empty());
+    assert!(
+        sim.audit()
+            .iter()
+            .any(|r| r.user == "system:kube-scheduler" && r.subresource == "binding")
+    );
+}
+
+#[tokio::test]
+async fn scheduler_honours_taints_selectors_gates_and_reports_unschedulable() {
+    let env = TestEnv::start(fast()).await.unwrap();
+    let Some(sim) =
+        env.require_sim("scheduler_honours_taints_selectors_gates_and_reports_unschedulable")
+    else {
+        return;
+    };
+    load(
+        sim,
+        "nodes:\n- {count: 1, namePrefix: tainted-, taints: [{key: dedicated, value: x, effect: NoSchedule}]}\n- {count: 1, namePrefix: plain-, labels: {disk: ssd}}\n",
+    );
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let mk = |name: &str, extra: serde_json::Value| -> Pod {
+        let mut p = json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+        json_patch::merge(&mut p, &extra);
+        serde_json::from_value(p).unwrap()
+    };
+    pods.create(&PostParams::default(), &mk("plain", json!({})))
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &mk("tol", json!({"spec": {"nodeSelector": {"kubernetes.io/hostname": "tainted-0"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "x", "effect": "NoSchedule"}]}}))).await.unwrap();
+    pods.create(
+        &PostParams::default(),
+        &mk(
+            "nowhere",
+            json!({"spec": {"nodeSelector": {"disk": "hdd"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    pods.create(
+        &PostParams::default(),
+        &mk(
+            "gated",
+            json!({"spec": {"schedulingGates": [{"name": "ebb.dev/placement"}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let node_of = |p: Pod| p.spec.and_then(|s| s.node_name);
+    let plain = wait_for("plain bound", T, || async {
+        node_of(pods.get("plain").await.ok()?)
+    })
+    .await
+    .unwrap();
+    assert_eq!(plain, "plain-0");
+    let tol = wait_for("tol bound", T, || async {
+        node_of(pods.get("tol").await.ok()?)
+    })
+    .await
+    .unwrap();
+    assert_eq!(tol, "tainted-0");
+    let msg = wait_for("unschedulable reported", T, || async {
+        let p = pods.get("nowhere").await.ok()?;
+        p.status?
+            .conditions?
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message)
+    })
+    .await
+    .unwrap();
+    assert!(msg.starts_with("0/2 nodes are available"), "{msg}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        node_of(pods.get("gated").await.unwrap()).is_none(),
+        "gated pod stays unbound"
+    );
+    pods.patch(
+        "gated",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"schedulingGates": null}})),
+    )
+    .await
+    .unwrap();
+    wait_for("gated bound after gate removal", T, || async {
+        node_of(pods.get("gated").await.ok()?)
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn statefulset_daemonset_and_job() {
+    let env = TestEnv::start(fast()).await.unwrap();
+    let Some(sim) = env.require_sim("statefulset_daemonset_and_job") else {
+        return;
+    };
+    load(sim, "nodes: {count: 2}\n");
+    let c = env.client.clone();
+    let tmpl = |app: &str| json!({"metadata": {"labels": {"app": app}}, "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    let sts: StatefulSet = serde_json::from_value(
+        json!({"metadata": {"name": "db"}, "spec": {"replicas": 3, "serviceName": "db",
+        "selector": {"matchLabels": {"app": "db"}}, "template": tmpl("db")}}),
+    )
+    .unwrap();
+    Api::<StatefulSet>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &sts)
+        .await
+        .unwrap();
+    let ds: DaemonSet = serde_json::from_value(json!({"metadata": {"name": "agent"}, "spec": {
+        "selector": {"matchLabels": {"app": "agent"}}, "template": tmpl("agent")}}))
+    .unwrap();
+    Api::<DaemonSet>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &ds)
+        .await
+        .unwrap();
+    let mut jt = tmpl("job");
+    jt["spec"]["restartPolicy"] = json!("Never");
+    let job: Job = serde_json::from_value(
+        json!({"metadata": {"name": "once"}, "spec": {"completions": 2, "template": jt}}),
+    )
+    .unwrap();
+    Api::<Job>::namespaced(c.clone(), "default")
+        .create(&PostParams::default(), &job)
+        .await
+        .unwrap();
+
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let db = wait_for("3 db pods ready", T, || async {
+        let r = pods_where(&pods, "app=db", running_ready).await;
+        (r.len() == 3).then_some(r)
+    })
+    .await
+    .unwrap();
+    let mut names: Vec<String> = db.iter().filter_map(|p| p.metadata.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, vec!["db-0", "db-1", "db-2"]);
+    // A deleted member comes back under the same name.
+    let old_uid = pods.get("db-1").await.unwrap().metadata.uid;
+    pods.delete("db-1", &DeleteParams::default()).await.unwrap();
+    wait_for("db-1 recreated", T, || async {
+        let p = pods.get("db-1").await.ok()?;
+        (p.metadata.uid != old_uid && running_ready(&p)).then_some(())
+    })
+    .await
+    .unwrap();
+
+    let agents = wait_for("one agent per node", T, || async {
+        let r = pods_where(&pods, "app=agent", running_ready).await;
+        (r.len() == 2).then_some(r)
+    })
+    .await
+    .unwrap();
+    let mut nodes: Vec<String> = agents
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, vec!["node-0", "node-1"]);
+
+    let jobs: Api<Job> = Api::namespaced(c.clone(), "default");
+    let done = wait_for("job complete", T, || async {
+        let j = jobs.get("once").await.ok()?;
+        let st = j.status?;
+        st.conditions?
+            .iter()
+            .any(|c| c.type_ == "Complete" && c.status == "True")
+            .then_some(st.succeeded)
+    })
+    .await
+    .unwrap();
+    assert_eq!(done, Some(2));
+}
+
+#[tokio::test]
+async fn node_loss_scripted_exits_and_replacement() {
+    let env = TestEnv::start(fast()).await.unwrap();
+    let Some(sim) = env.require_sim("node_loss_scripted_exits_and_replacement") else {
+        return;
+    };
+    load(
+        sim,
+        "nodes: {count: 2}\ndeployments: {count: 1, replicas: 2}\n",
+    );
+    let c = env.client.clone();
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let nodes: Api<Node> = Api::all(c.clone());
+    let before = wait_for("2 running", T, || async {
+        let r = pods_where(&pods, "app=app-0", running_ready).await;
+        (r.len() == 2).then_some(r)
+    })
+    .await
+    .unwrap();
+    let lost = before[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    nodes.delete(&lost, &DeleteParams::default()).await.unwrap();
+    wait_for("pods replaced off the lost node", T, || async {
+        let r = pods_where(&pods, "app=app-0", running_ready).await;
+        (r.len() == 2
+            && r.iter().all(|p| {
+                p.spec.as_ref().and_then(|s| s.node_name.as_deref()) != Some(lost.as_str())
+            }))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+
+    // A node going NotReady marks its pods not ready and taints it unreachable.
+    let alive = if lost == "node-0" { "node-1" } else { "node-0" };
+    nodes
+        .patch(
+            alive,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"sim.ebb.dev/down": "true"}}})),
+        )
+        .await
+        .unwrap();
+    wait_for("node not ready, pods not ready", T, || async {
+        let n = nodes.get(alive).await.ok()?;
+        let unreachable = n
+            .spec?
+            .taints?
+            .iter()
+            .any(|t| t.key == "node.kubernetes.io/unreachable" && t.effect == "NoExecute");
+        let ready = pods_where(&pods, "app=app-0", running_ready).await.len();
+        (unreachable && ready == 0).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // Scripted outcomes: OOMKilled after 2s (sim time) with restartPolicy Never.
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "oom", "annotations": {"sim.ebb.dev/oom-after": "2s"}},
+        "spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}], "containers": [{"name": "c", "image": "i"}]}})).unwrap();
+    nodes
+        .patch(
+            alive,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"sim.ebb.dev/down": null}}})),
+        )
+        .await
+        .unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    let term = wait_for("oom pod failed", T, || async {
+        let p = pods.get("oom").await.ok()?;
+        let st = p.status?;
+        (st.phase.as_deref() == Some("Failed")).then(|| {
+            st.container_statuses.unwrap()[0]
+                .state
+                .clone()
+                .unwrap()
+                .terminated
+                .unwrap()
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (term.exit_code, term.reason.as_deref()),
+        (137, Some("OOMKilled"))
+    );
+}
+
+#[tokio::test]
+async fn graceful_termination_follows_sim_time() {
+    let env = TestEnv::start(SimConfig {
+        time_factor: 1.0,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let Some(sim) = env.require_sim("graceful_termination_follows_sim_time") else {
+        return;
+    };
+    load(sim, "nodes: {count: 1}\n");
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "slow"},
+        "spec": {"terminationGracePeriodSeconds": 600, "containers": [{"name": "c", "image": "i"}]}})).unwrap();
+    pods.create(&PostParams::default(), &p).await.unwrap();
+    wait_for("running", T, || async {
+        pods.get("slow").await.ok().filter(running_ready)
+    })
+    .await
+    .unwrap();
+    pods.delete("slow", &DeleteParams::default()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        pods.get("slow")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some(),
+        "still terminating within its grace"
+    );
+    sim.advance(Duration::from_secs(601));
+    wait_for("gone after the grace period", T, || async {
+        pods.get("slow").await.is_err().then_some(())
+    })
+    .await
+    .unwrap();
+}
