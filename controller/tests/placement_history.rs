@@ -1321,3 +1321,152 @@ fn persisted_role_map_with_duplicates_is_read_safely() {
     assert_eq!(report.malformed, 1);
     assert_eq!(h.available("a"), ["n1"]);
 }
+
+// ---------- property: random event sequences keep the history consistent ----------
+
+#[derive(Clone, Debug)]
+enum Ev {
+    Place { role: usize, name: usize },
+    Ask { k: usize },
+    Bind { k: usize, node: usize },
+    End { k: usize, kind: usize },
+    Release { k: usize },
+    Cancel { k: usize },
+    Advance { secs: i64 },
+    Toggle { node: usize, draining: bool },
+}
+
+fn ev() -> impl Strategy<Value = Ev> {
+    prop_oneof![
+        4 => (0..3usize, 0..4usize).prop_map(|(role, name)| Ev::Place { role, name }),
+        2 => any::<usize>().prop_map(|k| Ev::Ask { k }),
+        4 => (any::<usize>(), 0..5usize).prop_map(|(k, node)| Ev::Bind { k, node }),
+        3 => (any::<usize>(), 0..6usize).prop_map(|(k, kind)| Ev::End { k, kind }),
+        1 => any::<usize>().prop_map(|k| Ev::Release { k }),
+        1 => any::<usize>().prop_map(|k| Ev::Cancel { k }),
+        2 => (1..40i64).prop_map(|secs| Ev::Advance { secs }),
+        1 => (0..5usize, any::<bool>()).prop_map(|(node, draining)| Ev::Toggle { node, draining }),
+    ]
+}
+
+const ROLES: [&str; 3] = ["d", "x", "s"];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    #[test]
+    fn random_events_keep_lists_counts_and_picks_consistent(evs in prop::collection::vec(ev(), 1..80)) {
+        let mut w = World::new(
+            spec(vec![
+                role("d").threshold(1).timeout_secs(30),
+                role("x").policy(PlacementPolicy::AntiAffinity).timeout_secs(30),
+                role("s").policy(PlacementPolicy::Strict),
+            ]),
+            &["n0", "n1", "n2", "n3", "n4"],
+        );
+        // Unbound pods with their last decision, and bound pods.
+        let mut unbound: Vec<(String, Decision)> = Vec::new();
+        let mut bound: Vec<String> = Vec::new();
+        for ev in evs {
+            match ev {
+                Ev::Place { role, name } => {
+                    let r = ROLES[role];
+                    let (uid, d) = w.place_named(&format!("{r}-{name}"), r);
+                    if let Some(node) = pinned(&d) {
+                        let view = w.facts.get(node).expect("pinned to a known node");
+                        prop_assert!(view.schedulable_ready && !view.draining_or_candidate);
+                        let e = w.h.entry(node, r).cloned().expect("history node");
+                        if r == "d" {
+                            prop_assert!(e.failed_recently <= 1, "over threshold: {e:?}");
+                        }
+                        if r == "x" {
+                            prop_assert_eq!(e.active(), 0, "anti-affinity doubled up on {}", node);
+                        }
+                    }
+                    unbound.push((uid, d));
+                }
+                Ev::Ask { k } if !unbound.is_empty() => {
+                    let i = k % unbound.len();
+                    let d = w.ask(&unbound[i].0.clone());
+                    unbound[i].1 = d;
+                }
+                Ev::Bind { k, node } if !unbound.is_empty() => {
+                    let i = k % unbound.len();
+                    let (uid, d) = unbound[i].clone();
+                    // Gated pods cannot be bound; pinned ones only to their node.
+                    let node = match &d.action {
+                        Action::Wait { .. } => continue,
+                        Action::Pin { node } => node.clone(),
+                        _ => format!("n{node}"),
+                    };
+                    unbound.remove(i);
+                    w.bind(&uid, &node);
+                    bound.push(uid);
+                }
+                Ev::End { k, kind } if !bound.is_empty() => {
+                    let uid = bound.remove(k % bound.len());
+                    let now = w.now;
+                    let term = match kind {
+                        0 => exit(0).ran(600, now),
+                        1 => exit(1).ran(600, now),
+                        2 => exit(1).ran(5, now),
+                        3 => oom().ran(600, now),
+                        4 => evicted(),
+                        _ => node_lost(),
+                    };
+                    w.end(&uid, term);
+                }
+                Ev::Release { k } if !bound.is_empty() => {
+                    let uid = bound[k % bound.len()].clone();
+                    w.h.on_releasing(&uid);
+                }
+                Ev::Cancel { k } if !unbound.is_empty() => {
+                    let (uid, _) = unbound.remove(k % unbound.len());
+                    prop_assert!(w.h.cancel(&uid));
+                }
+                Ev::Advance { secs } => {
+                    w.advance(secs);
+                    for o in w.h.overdue(w.now) {
+                        // The controller deletes the pod; it never binds.
+                        unbound.retain(|(u, _)| *u != o.uid);
+                    }
+                }
+                Ev::Toggle { node, draining } => {
+                    let v = w.node(&format!("n{node}"));
+                    if draining {
+                        v.draining_or_candidate = !v.draining_or_candidate;
+                    } else {
+                        v.schedulable_ready = !v.schedulable_ready;
+                    }
+                }
+                _ => {}
+            }
+            // Invariants.
+            for r in ROLES {
+                let list = w.list(r);
+                let unique: BTreeSet<&String> = list.iter().collect();
+                prop_assert_eq!(unique.len(), list.len(), "duplicate in {:?}", list);
+                for n in &list {
+                    let e = w.h.entry(n, r).cloned().expect("listed nodes have entries");
+                    prop_assert!(e.available(), "{} listed for {} but busy: {:?}", n, r, e);
+                    if r == "x" {
+                        prop_assert_eq!(e.active(), 0);
+                    }
+                }
+                for (node, _) in w.h.node_map().iter() {
+                    let targeting = unbound
+                        .iter()
+                        .filter(|(u, _)| {
+                            w.h.request(u).is_some_and(|q| {
+                                q.target.as_deref() == Some(node)
+                                    && w.h.roles().get(q.role).is_some_and(|c| c.name == r)
+                            })
+                        })
+                        .count();
+                    let requested = w.h.entry(node, r).map_or(0, |e| e.requested) as usize;
+                    prop_assert_eq!(requested, targeting, "requested count of {} for {}", node, r);
+                }
+            }
+        }
+    }
+}
