@@ -220,7 +220,7 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
 }
 
 /// True when `next` says something `last` (the status last written) does not, or `last` is
-/// older than [`HEARTBEAT`]. Loop time and duration alone do not count.
+/// older than [`HEARTBEAT`]. The figures of the loop itself (`lastLoop`) alone do not count.
 pub fn needs_write(
     last: Option<&ScaleDownPolicyStatus>,
     next: &ScaleDownPolicyStatus,
@@ -231,8 +231,7 @@ pub fn needs_write(
     };
     let strip = |s: &ScaleDownPolicyStatus| {
         let mut s = s.clone();
-        s.last_loop.time = None;
-        s.last_loop.duration_ms = 0;
+        s.last_loop = LoopStatus::default();
         s
     };
     if strip(last) != strip(next) {

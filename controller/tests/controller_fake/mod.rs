@@ -14,6 +14,30 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::client::Body;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher;
+
+/// An empty, synced cache of `K`.
+pub fn empty_store<K>() -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    store_of(Vec::new())
+}
+
+/// A synced cache holding `items`.
+pub fn store_of<K>(items: Vec<K>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut w) = reflector::store::<K>();
+    w.apply_watcher_event(&watcher::Event::Init);
+    for i in items {
+        w.apply_watcher_event(&watcher::Event::InitApply(i));
+    }
+    w.apply_watcher_event(&watcher::Event::InitDone);
+    // Keep the writer alive so readers never see it dropped.
+    std::mem::forget(w);
+    store
+}
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -30,6 +54,7 @@ pub struct Logged {
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<String, Node>,
+    policies: BTreeMap<String, Value>,
     /// Scripted eviction answers per `namespace/name`; when empty, 201.
     evictions: BTreeMap<String, VecDeque<u16>>,
     /// Conflicts (409) to answer to the next node patches.
@@ -44,6 +69,8 @@ pub struct FakeApi {
     state: Arc<Mutex<State>>,
     pods: Arc<Mutex<Writer<Pod>>>,
     pod_store: Store<Pod>,
+    node_writer: Arc<Mutex<Writer<Node>>>,
+    node_store: Store<Node>,
     pod_tick: Arc<watch::Sender<u64>>,
     /// When true, accepted evictions do not remove the pod (it "hangs" terminating).
     pub keep_evicted_pods: Arc<Mutex<bool>>,
@@ -75,10 +102,15 @@ impl FakeApi {
         let mut writer = writer;
         writer.apply_watcher_event(&watcher::Event::Init);
         writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (node_store, mut node_writer) = reflector::store::<Node>();
+        node_writer.apply_watcher_event(&watcher::Event::Init);
+        node_writer.apply_watcher_event(&watcher::Event::InitDone);
         Self {
             state: Arc::default(),
             pods: Arc::new(Mutex::new(writer)),
             pod_store,
+            node_writer: Arc::new(Mutex::new(node_writer)),
+            node_store,
             pod_tick: Arc::new(watch::channel(0).0),
             keep_evicted_pods: Arc::default(),
         }
@@ -97,14 +129,61 @@ impl FakeApi {
         self.pod_store.clone()
     }
 
+    /// The controller's caches over this fake (owner kinds and PDBs empty).
+    pub fn stores(&self) -> ebb_controller::controller::stores::Stores {
+        ebb_controller::controller::stores::Stores {
+            nodes: self.node_store(),
+            pods: self.pod_store(),
+            pdbs: empty_store(),
+            replica_sets: empty_store(),
+            stateful_sets: empty_store(),
+            daemon_sets: empty_store(),
+            jobs: empty_store(),
+            replication_controllers: empty_store(),
+        }
+    }
+
     pub fn pod_changes(&self) -> watch::Receiver<u64> {
         self.pod_tick.subscribe()
     }
 
     pub fn add_node(&self, node: Node) {
-        let mut s = self.state.lock().unwrap();
+        let mut node = node;
+        node.metadata
+            .resource_version
+            .get_or_insert_with(|| "1".into());
         let name = node.metadata.name.clone().unwrap();
-        s.nodes.insert(name, node);
+        self.state.lock().unwrap().nodes.insert(name, node.clone());
+        self.sync_node(Some(node), None);
+    }
+
+    /// Keep the node cache in step with the API, as the watch would.
+    fn sync_node(&self, applied: Option<Node>, deleted: Option<Node>) {
+        let mut w = self.node_writer.lock().unwrap();
+        if let Some(n) = applied {
+            w.apply_watcher_event(&watcher::Event::Apply(n));
+        }
+        if let Some(n) = deleted {
+            w.apply_watcher_event(&watcher::Event::Delete(n));
+        }
+    }
+
+    pub fn node_store(&self) -> Store<Node> {
+        self.node_store.clone()
+    }
+
+    /// Store a ScaleDownPolicy (served by GET and PATCH on its path).
+    pub fn add_policy(&self, policy: &ebb_api::ScaleDownPolicy) {
+        let name = policy.metadata.name.clone().unwrap();
+        self.state
+            .lock()
+            .unwrap()
+            .policies
+            .insert(name, serde_json::to_value(policy).unwrap());
+    }
+
+    pub fn policy(&self, name: &str) -> Option<Value> {
+        self.state.lock().unwrap().policies.get(name).cloned()
     }
 
     pub fn node(&self, name: &str) -> Option<Node> {
@@ -191,8 +270,12 @@ impl FakeApi {
             },
             ("PATCH", ["api", "v1", "nodes", name]) => self.patch_node(name, body),
             ("DELETE", ["api", "v1", "nodes", name]) => {
-                match self.state.lock().unwrap().nodes.remove(*name) {
-                    Some(n) => (200, serde_json::to_value(n).unwrap()),
+                let removed = self.state.lock().unwrap().nodes.remove(*name);
+                match removed {
+                    Some(n) => {
+                        self.sync_node(None, Some(n.clone()));
+                        (200, serde_json::to_value(n).unwrap())
+                    }
                     None => (404, status(404, "NotFound")),
                 }
             }
@@ -206,12 +289,35 @@ impl FakeApi {
                     "ebb.dev",
                     "v1alpha1",
                     "scaledownpolicies",
-                    _name,
+                    name,
                     "status",
                 ],
-            ) => (200, body.clone()),
-            ("PATCH", ["apis", "ebb.dev", "v1alpha1", "scaledownpolicies", _name]) => {
-                (200, body.clone())
+            ) => {
+                let mut s = self.state.lock().unwrap();
+                match s.policies.get_mut(*name) {
+                    Some(p) => {
+                        p["status"] = body["status"].clone();
+                        (200, p.clone())
+                    }
+                    None => (404, status(404, "NotFound")),
+                }
+            }
+            ("GET" | "PATCH", ["apis", "ebb.dev", "v1alpha1", "scaledownpolicies", name]) => {
+                let mut s = self.state.lock().unwrap();
+                match s.policies.get_mut(*name) {
+                    Some(p) => {
+                        // The finalizer helper removes its finalizer with a JSON patch.
+                        if method == "PATCH"
+                            && body
+                                .as_array()
+                                .is_some_and(|ops| ops.iter().any(|o| o["op"] == "remove"))
+                        {
+                            p["metadata"]["finalizers"] = json!([]);
+                        }
+                        (200, p.clone())
+                    }
+                    None => (404, status(404, "NotFound")),
+                }
             }
             ("POST", ["apis", "events.k8s.io", "v1", "namespaces", _ns, "events"]) => {
                 (201, body.clone())
@@ -241,6 +347,9 @@ impl FakeApi {
         merge(&mut value, patch);
         value["metadata"]["resourceVersion"] = json!(next_rv);
         *node = serde_json::from_value(value.clone()).unwrap();
+        let updated = node.clone();
+        drop(s);
+        self.sync_node(Some(updated), None);
         (200, value)
     }
 

@@ -1,0 +1,325 @@
+//! The ScaleDownPolicy loop against an in-memory API: status by server-side apply and only on
+//! change, Events on transitions, drains started from the planner's selection, DryRun writing
+//! nothing to nodes, overlaps and bad input making policies Degraded, and the finalizer's cleanup.
+
+mod controller_fake;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller_fake::{FakeApi, Logged, store_of};
+use ebb_api::names::FINALIZER_SCALEDOWN;
+use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
+use ebb_controller::actuation::{Actuator, EbbTaint, Tracker, taints};
+use ebb_controller::cluster::testkit::{daemon_set, node, pod, replica_set};
+use ebb_controller::controller::{Context, Leadership, reconcile};
+use ebb_controller::metrics::Metrics;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
+use kube::runtime::events::Recorder;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Three nodes of pool `a`: `n1` runs only a DaemonSet pod (empty, removable), `n2` and `n3`
+/// are 75% requested (not underutilized).
+fn cluster(api: &FakeApi) {
+    for n in ["n1", "n2", "n3"] {
+        api.add_node(node(n).cpu("4").mem("16Gi").label("pool", "a").build());
+        api.add_pod(
+            pod(&format!("logs-{n}"))
+                .on(n)
+                .cpu("100m")
+                .owned_by_ds("logs")
+                .build(),
+        );
+    }
+    api.add_pod(pod("web-1").on("n2").cpu("3").owned_by_rs("web").build());
+    api.add_pod(pod("web-2").on("n3").cpu("3").owned_by_rs("web").build());
+}
+
+fn policy(name: &str, mode: ScaleDownMode, pool: &str) -> ScaleDownPolicy {
+    let mut spec = ScaleDownPolicySpec {
+        mode,
+        node_selector: LabelSelector {
+            match_labels: Some([("pool".to_string(), pool.to_string())].into()),
+            ..Default::default()
+        },
+        ..ScaleDownPolicySpec::default()
+    };
+    spec.unneeded_time = Duration::ZERO.into();
+    let mut p = ScaleDownPolicy::new(name, spec);
+    p.metadata.finalizers = Some(vec![FINALIZER_SCALEDOWN.to_string()]);
+    p.metadata.generation = Some(1);
+    p.metadata.uid = Some(format!("uid-{name}"));
+    p
+}
+
+fn context(api: &FakeApi, policies: &[&ScaleDownPolicy]) -> Arc<Context> {
+    for p in policies {
+        api.add_policy(p);
+    }
+    let mut stores = api.stores();
+    stores.replica_sets = store_of(vec![replica_set("web", 2)]);
+    stores.daemon_sets = store_of(vec![daemon_set("logs", 3)]);
+    let actuator = Actuator::new(
+        api.client(),
+        api.pod_store(),
+        api.pod_changes(),
+        Tracker::default(),
+        Metrics::new(),
+    )
+    .with_recheck_delay(Duration::from_secs(1));
+    Arc::new(Context::new(
+        api.client(),
+        stores,
+        store_of(policies.iter().map(|p| (*p).clone()).collect()),
+        actuator,
+        Metrics::new(),
+        Recorder::new(api.client(), "ebb-controller".into()),
+        Leadership::always(),
+        CancellationToken::new(),
+    ))
+}
+
+fn status_writes(api: &FakeApi) -> Vec<Logged> {
+    api.requests("PATCH", "/scaledownpolicies/p/status")
+}
+
+fn events(api: &FakeApi) -> Vec<(String, String, String)> {
+    api.requests("POST", "/apis/events.k8s.io/v1/")
+        .into_iter()
+        .map(|l| {
+            let b = &l.body;
+            (
+                b["reason"].as_str().unwrap_or_default().to_string(),
+                b["regarding"]["kind"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                b["regarding"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+fn node_writes(api: &FakeApi) -> usize {
+    api.log()
+        .iter()
+        .filter(|l| l.path.starts_with("/api/v1/nodes") && l.method != "GET")
+        .count()
+}
+
+/// The policy as the API has it now (status included).
+fn current(api: &FakeApi, name: &str) -> ScaleDownPolicy {
+    serde_json::from_value(api.policy(name).unwrap()).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loop_plans_taints_drains_and_reports_by_server_side_apply() {
+    let api = FakeApi::new();
+    cluster(&api);
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+    let ctx = context(&api, &[&p]);
+
+    reconcile(Arc::new(p.clone()), ctx.clone()).await.unwrap();
+
+    // The empty node is drained; the busy ones are left alone.
+    let n1 = api.node("n1").unwrap();
+    assert!(
+        taints::has(&n1, EbbTaint::ToBeDeleted),
+        "n1 tainted to-be-deleted"
+    );
+    assert!(!taints::has(&api.node("n2").unwrap(), EbbTaint::Candidate));
+    let writes = status_writes(&api);
+    assert_eq!(writes.len(), 1);
+    let w = &writes[0];
+    assert!(
+        w.query.contains("fieldManager=ebb-controller"),
+        "{}",
+        w.query
+    );
+    assert!(w.query.contains("force=true"), "{}", w.query);
+    assert_eq!(w.body["apiVersion"], "ebb.dev/v1alpha1");
+    assert_eq!(w.body["kind"], "ScaleDownPolicy");
+    let s = &w.body["status"];
+    assert_eq!(s["nodesSelected"], 3);
+    assert_eq!(s["draining"], 1);
+    assert_eq!(s["drainingNodes"][0]["node"], "n1");
+    assert_eq!(s["drainingNodes"][0]["phase"], "Tainted");
+    assert_eq!(s["observedGeneration"], 1);
+    let not_underutilized = s["unremovable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["reason"] == "NotUnderutilized")
+        .map(|r| r["count"].clone());
+    assert_eq!(not_underutilized, Some(Value::from(2)), "{s}");
+    let ready = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert_eq!(ready["status"], "True");
+    let evs = events(&api);
+    assert!(
+        evs.contains(&("DrainStarted".into(), "Node".into(), "n1".into())),
+        "{evs:?}"
+    );
+    assert!(
+        evs.contains(&("DrainStarted".into(), "ScaleDownPolicy".into(), "p".into())),
+        "{evs:?}"
+    );
+
+    // Nothing changed: no status write, no event.
+    let before = (status_writes(&api).len(), events(&api).len());
+    let p_now = current(&api, "p");
+    reconcile(Arc::new(p_now.clone()), ctx.clone())
+        .await
+        .unwrap();
+    let after = status_writes(&api);
+    assert_eq!(
+        (after.len(), events(&api).len()),
+        before,
+        "{}\n---\n{}",
+        after[0].body["status"],
+        after.last().unwrap().body["status"]
+    );
+
+    // The drain finishes: NodeRemoved once, removedTotal counts it.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(api.node("n1").is_none(), "n1 deleted");
+    reconcile(Arc::new(current(&api, "p")), ctx.clone())
+        .await
+        .unwrap();
+    let removed: Vec<_> = events(&api)
+        .into_iter()
+        .filter(|e| e.0 == "NodeRemoved")
+        .collect();
+    assert_eq!(removed.len(), 1);
+    let s = current(&api, "p").status.unwrap();
+    assert_eq!(s.removed_total, 1);
+    assert_eq!(s.draining, 0);
+    assert_eq!(s.nodes_selected, 2);
+    reconcile(Arc::new(current(&api, "p")), ctx).await.unwrap();
+    let removed_again = events(&api)
+        .into_iter()
+        .filter(|e| e.0 == "NodeRemoved")
+        .count();
+    assert_eq!(removed_again, 1, "not repeated");
+}
+
+#[tokio::test(start_paused = true)]
+async fn dry_run_writes_nothing_to_nodes_or_pods() {
+    let api = FakeApi::new();
+    cluster(&api);
+    let p = policy("p", ScaleDownMode::DryRun, "a");
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    reconcile(Arc::new(current(&api, "p")), ctx).await.unwrap();
+    assert_eq!(node_writes(&api), 0, "{:#?}", api.log());
+    assert!(api.requests("POST", "/eviction").is_empty());
+    let s = current(&api, "p").status.unwrap();
+    assert_eq!(s.candidates, 1, "n1 is still reported");
+    assert_eq!(s.candidate_nodes[0].node, "n1");
+    assert_eq!(s.candidate_nodes[0].waiting_for.as_deref(), Some("DryRun"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn overlapping_policies_are_degraded_and_leave_the_shared_node_alone() {
+    let api = FakeApi::new();
+    cluster(&api);
+    // `q` selects n1 too (by its hostname label).
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+    let mut q = policy("q", ScaleDownMode::DrainAndDelete, "a");
+    q.spec.node_selector = LabelSelector {
+        match_labels: Some([("kubernetes.io/hostname".to_string(), "n1".to_string())].into()),
+        ..Default::default()
+    };
+    let ctx = context(&api, &[&p, &q]);
+    reconcile(Arc::new(p), ctx.clone()).await.unwrap();
+    reconcile(Arc::new(q), ctx).await.unwrap();
+    assert_eq!(node_writes(&api), 0, "n1 is shared: nobody touches it");
+    for name in ["p", "q"] {
+        let s = current(&api, name).status.unwrap();
+        let d = ebb_api::conditions::find(&s.conditions, "Degraded").unwrap();
+        assert_eq!(
+            (d.status.as_str(), d.reason.as_str()),
+            ("True", "OverlappingPolicies")
+        );
+        assert!(d.message.contains("n1"), "{}", d.message);
+        let other = if name == "p" { "q" } else { "p" };
+        assert!(d.message.contains(other), "{}", d.message);
+        assert!(
+            s.unremovable_nodes
+                .iter()
+                .any(|u| u.node == "n1" && u.reason.as_str() == "OverlappingPolicies")
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_selector_matching_nothing_degrades_the_policy_with_an_event() {
+    let api = FakeApi::new();
+    cluster(&api);
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "nope");
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx.clone()).await.unwrap();
+    assert_eq!(node_writes(&api), 0);
+    let s = current(&api, "p").status.unwrap();
+    let ready = ebb_api::conditions::find(&s.conditions, "Ready").unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "SelectorMatchesNothing")
+    );
+    let evs = events(&api);
+    assert_eq!(
+        evs,
+        vec![("Degraded".into(), "ScaleDownPolicy".into(), "p".into())]
+    );
+    let note = &api.requests("POST", "/events")[0].body["note"];
+    assert!(note.as_str().unwrap().contains("matches no node"), "{note}");
+    assert_eq!(api.requests("POST", "/events")[0].body["type"], "Warning");
+    // Said once.
+    reconcile(Arc::new(current(&api, "p")), ctx).await.unwrap();
+    assert_eq!(events(&api).len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleting_a_policy_removes_its_taints_and_its_finalizer() {
+    let api = FakeApi::new();
+    let t = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+    let soft = EbbTaint::Candidate.at(t);
+    let hard = EbbTaint::ToBeDeleted.at(t);
+    api.add_node(
+        node("n1")
+            .cpu("4")
+            .label("pool", "a")
+            .taint(&soft.key, soft.value.as_deref().unwrap(), &soft.effect)
+            .taint(&hard.key, hard.value.as_deref().unwrap(), &hard.effect)
+            .build(),
+    );
+    api.add_node(
+        node("n9")
+            .cpu("4")
+            .label("pool", "b")
+            .taint(&soft.key, soft.value.as_deref().unwrap(), &soft.effect)
+            .build(),
+    );
+    let mut p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+    p.metadata.deletion_timestamp = Some(Time(t));
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    let n1 = api.node("n1").unwrap();
+    assert!(!taints::has(&n1, EbbTaint::Candidate));
+    assert!(!taints::has(&n1, EbbTaint::ToBeDeleted));
+    assert!(
+        taints::has(&api.node("n9").unwrap(), EbbTaint::Candidate),
+        "another policy's node is not this policy's to clean"
+    );
+    let finalizers = &api.policy("p").unwrap()["metadata"]["finalizers"];
+    assert_eq!(finalizers, &serde_json::json!([]), "finalizer removed");
+}
