@@ -6,6 +6,20 @@
 //! ([`NodeFacts`]) and a fit test, and carries the returned [`Decision`]s out as pod patches.
 //! The fit test is a caller-supplied closure; the controller passes the planner's shared
 //! predicate checker there.
+//!
+//! How the controller drives one [`RoleHistory`] per PlacementHistory:
+//!
+//! | event | call |
+//! |---|---|
+//! | controller start | [`RoleHistory::rebuild`] from the status, then [`RoleHistory::replay_pod`] for every bound pod |
+//! | spec changed | [`RoleHistory::update_spec`] |
+//! | gated pod seen (and on every retry) | [`RoleHistory::place`] → [`Decision`]: pin, wait, relax or anywhere |
+//! | pod bound to a node / running | [`RoleHistory::on_bound`] / [`RoleHistory::on_running`] |
+//! | pod deletion requested by its owner | [`RoleHistory::on_releasing`] |
+//! | pod terminated or gone | [`Termination::from_pod`], then [`RoleHistory::on_terminated`] |
+//! | unbound pod deleted | [`RoleHistory::cancel`] |
+//! | periodic tick | [`RoleHistory::overdue`] (delete those pods), [`RoleHistory::purge`] |
+//! | status write (when [`RoleHistory::is_dirty`]) | [`RoleHistory::write_status`] |
 
 pub mod available;
 pub mod decision;
