@@ -82,8 +82,8 @@ pub struct RoleSpec {
     /// How long a pinned pod may wait for its node before it is released with a relaxed request.
     #[serde(default = "defaults::escalation_timeout")]
     pub escalation_timeout: KubeDuration,
-    /// Failures within `failureWindow` after which a node is avoided for this role;
-    /// `-1` means never avoid.
+    /// A node is avoided for this role once its failures within `failureWindow` exceed this
+    /// count (`0`: after the first failure); `-1` means never avoid.
     #[serde(default = "defaults::node_failure_threshold")]
     #[x_kube(validation = Rule::new("self >= -1").message("nodeFailureThreshold must be -1 (unlimited) or a non-negative count"))]
     pub node_failure_threshold: i32,
