@@ -12,7 +12,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Crds(args) => crds(args),
         Command::Run(args) => run(args),
-        Command::Plan(_) => not_yet("plan", "the parallel-drain planner"),
+        Command::Plan(args) => ebb_controller::plan::run(args).map(|()| ExitCode::SUCCESS),
     };
     match result {
         Ok(code) => code,
@@ -21,11 +21,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-fn not_yet(cmd: &str, part: &str) -> anyhow::Result<ExitCode> {
-    eprintln!("ebb-controller {cmd}: not available in this build yet; it arrives with {part}.");
-    Ok(ExitCode::from(2))
 }
 
 fn run(args: ebb_controller::cli::RunArgs) -> anyhow::Result<ExitCode> {

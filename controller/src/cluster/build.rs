@@ -45,13 +45,12 @@ pub struct ClusterObjects {
 /// Input that cannot be turned into a snapshot.
 #[derive(Debug, Error)]
 pub enum SnapshotError {
-    #[error("{kind} {object}: field {field}: {source}")]
+    #[error("{kind} {object}: field {field}: {error}")]
     Quantity {
         kind: &'static str,
         object: String,
         field: String,
-        #[source]
-        source: QuantityError,
+        error: QuantityError,
     },
     #[error("Pod {pod} is bound to node {node}, which is not in the snapshot; include all nodes")]
     MissingNode { pod: String, node: String },
@@ -73,7 +72,7 @@ fn quantity_err(
         kind,
         object: object.to_string(),
         field,
-        source: e,
+        error: e,
     }
 }
 

@@ -1,0 +1,155 @@
+//! `ebb-controller plan`: an offline, read-only what-if. Reads a snapshot file (or lists the
+//! same objects from the current kubeconfig context), runs one planner loop and prints it.
+
+pub mod input;
+pub mod output;
+
+use std::io::Write;
+
+use anyhow::Context;
+use jiff::Timestamp;
+
+use crate::cli::{PlanArgs, PlanOutput};
+use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
+use crate::scaledown::{
+    InstantStopwatch, PlannerConfig, PlannerState, plan as run_planner, select_deletions,
+};
+
+/// What one `plan` run produced.
+#[derive(Debug)]
+pub struct PlanReport {
+    pub document: output::PlanOut,
+    pub table: String,
+}
+
+/// Plans on `objects` with `spec` at `now`. Every candidate counts as unneeded long enough.
+pub fn plan_objects(
+    objects: &ClusterObjects,
+    spec: &ebb_api::ScaleDownPolicySpec,
+    now: Timestamp,
+) -> anyhow::Result<PlanReport> {
+    let cfg = PlannerConfig::from_spec(spec).context("the policy cannot be used")?;
+    if let crate::scaledown::budgets::Budgets::Invalid(why) = &cfg.budgets {
+        eprintln!("warning: {why}; every deletion is held (fail closed)");
+    }
+    let mut snap = build_snapshot(objects).context("the snapshot cannot be used")?;
+    let mut state = PlannerState::default();
+    state.sync_deleting_from_taints(&snap, now);
+    let mut checker = PredicateChecker::new();
+    let mut watch = InstantStopwatch::start();
+    let plan = run_planner(&mut snap, &mut checker, &cfg, now, &mut state, &mut watch);
+    let sel = select_deletions(&snap, &plan, &state, &cfg, now, true);
+    Ok(PlanReport {
+        document: output::PlanOut::new(&plan, &sel),
+        table: output::table(&plan, &sel),
+    })
+}
+
+/// Lists the objects `plan` needs from the current kubeconfig context (read-only).
+async fn list_live() -> anyhow::Result<ClusterObjects> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::{
+        Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+    };
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use kube::api::{Api, ListParams};
+
+    let client = kube::Client::try_default().await.context(
+        "connecting with the current kubeconfig context (use --snapshot to plan offline)",
+    )?;
+    async fn all<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
+    where
+        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let list = Api::<K>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing {what}"))?;
+        eprintln!("listed {} {what}", list.items.len());
+        Ok(list.items)
+    }
+    async fn all_ns<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        let list = Api::<K>::all(client.clone())
+            .list(&ListParams::default())
+            .await
+            .with_context(|| format!("listing {what}"))?;
+        eprintln!("listed {} {what}", list.items.len());
+        Ok(list.items)
+    }
+    Ok(ClusterObjects {
+        nodes: all::<Node>(&client, "nodes").await?,
+        pods: all_ns::<Pod>(&client, "pods").await?,
+        pdbs: all_ns::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
+        replica_sets: all_ns::<ReplicaSet>(&client, "replicasets").await?,
+        stateful_sets: all_ns::<StatefulSet>(&client, "statefulsets").await?,
+        daemon_sets: all_ns::<DaemonSet>(&client, "daemonsets").await?,
+        jobs: all_ns::<Job>(&client, "jobs").await?,
+        replication_controllers: all_ns::<ReplicationController>(&client, "replicationcontrollers")
+            .await?,
+        persistent_volumes: all::<PersistentVolume>(&client, "persistentvolumes").await?,
+        persistent_volume_claims: all_ns::<PersistentVolumeClaim>(
+            &client,
+            "persistentvolumeclaims",
+        )
+        .await?,
+    })
+}
+
+/// The `plan` subcommand.
+pub fn run(args: PlanArgs) -> anyhow::Result<()> {
+    let now = match &args.now {
+        Some(s) => s.parse::<Timestamp>().with_context(|| {
+            format!("--now `{s}` is not an RFC 3339 time such as 2026-01-31T12:00:00Z")
+        })?,
+        None => Timestamp::now(),
+    };
+    let spec = match &args.policy {
+        Some(p) => input::read_policy(p)?,
+        None => ebb_api::ScaleDownPolicySpec::default(),
+    };
+    let objects = match &args.snapshot {
+        Some(path) => {
+            let file = input::read_snapshot(path)?;
+            for w in &file.warnings {
+                eprintln!("warning: {w}");
+            }
+            file.objects
+        }
+        None => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the async runtime")?
+            .block_on(list_live())?,
+    };
+    eprintln!(
+        "planning on {} nodes and {} pods",
+        objects.nodes.len(),
+        objects.pods.len()
+    );
+    let report = plan_objects(&objects, &spec, now)?;
+    let text = match args.output {
+        PlanOutput::Json => {
+            let mut s =
+                serde_json::to_string_pretty(&report.document).context("serializing the plan")?;
+            s.push('\n');
+            s
+        }
+        PlanOutput::Table => report.table,
+    };
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to stdout")?;
+    Ok(())
+}

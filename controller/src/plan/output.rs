@@ -1,0 +1,153 @@
+//! The documented output of `ebb-controller plan`: a stable JSON document (fields in a fixed
+//! order) and an aligned table for people.
+
+use serde::Serialize;
+
+use crate::scaledown::Plan;
+use crate::scaledown::budgets::Selection;
+
+/// `{"pod": "ns/name", "to": "node"}`
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct MoveOut {
+    pub pod: String,
+    pub to: String,
+}
+
+/// A node of the candidate set.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct CandidateOut {
+    pub node: String,
+    pub empty: bool,
+    pub moves: Vec<MoveOut>,
+}
+
+/// Nodes whose deletion would start now.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct ToDeleteOut {
+    pub empty: Vec<String>,
+    pub drain: Vec<String>,
+}
+
+/// A node that stays, and why.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct UnremovableOut {
+    pub node: String,
+    pub reason: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
+/// Figures of the simulation.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct SimulationOut {
+    pub duration_ms: u64,
+    pub nodes_evaluated: usize,
+    pub timed_out: bool,
+}
+
+/// The whole document.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanOut {
+    pub candidates: Vec<CandidateOut>,
+    pub to_delete: ToDeleteOut,
+    pub unremovable: Vec<UnremovableOut>,
+    pub throttled: bool,
+    pub simulation: SimulationOut,
+}
+
+impl PlanOut {
+    pub fn new(plan: &Plan, sel: &Selection) -> Self {
+        PlanOut {
+            candidates: plan
+                .candidates
+                .iter()
+                .map(|c| CandidateOut {
+                    node: c.node.clone(),
+                    empty: c.empty,
+                    moves: c
+                        .moves
+                        .iter()
+                        .map(|m| MoveOut {
+                            pod: m.pod.clone(),
+                            to: m.to.clone(),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            to_delete: ToDeleteOut {
+                empty: sel.empty.clone(),
+                drain: sel.drain.clone(),
+            },
+            unremovable: plan
+                .unremovable
+                .iter()
+                .map(|u| UnremovableOut {
+                    node: u.node.clone(),
+                    reason: u.reason.to_string(),
+                    pod: u.pod.clone(),
+                })
+                .collect(),
+            throttled: !sel.throttled.is_empty(),
+            simulation: SimulationOut {
+                duration_ms: plan.simulation.duration.as_millis() as u64,
+                nodes_evaluated: plan.simulation.nodes_evaluated,
+                timed_out: plan.simulation.timed_out,
+            },
+        }
+    }
+}
+
+/// The table: one line per governed node, then the simulation figures.
+pub fn table(plan: &Plan, sel: &Selection) -> String {
+    let mut rows: Vec<[String; 3]> = vec![["NODE".into(), "DECISION".into(), "DETAIL".into()]];
+    for c in &plan.candidates {
+        let (decision, detail) = if sel.empty.contains(&c.node) {
+            ("delete".to_string(), "empty".to_string())
+        } else if sel.drain.contains(&c.node) {
+            let mut dests: Vec<&str> = c.moves.iter().map(|m| m.to.as_str()).collect();
+            dests.sort();
+            dests.dedup();
+            (
+                "drain".to_string(),
+                format!("{} pods → {}", c.moves.len(), dests.join(", ")),
+            )
+        } else if let Some((_, r)) = sel.throttled.iter().find(|(n, _)| n == &c.node) {
+            ("candidate".to_string(), format!("throttled: {r}"))
+        } else if let Some((_, r)) = sel.waiting.iter().find(|(n, _)| n == &c.node) {
+            ("candidate".to_string(), r.to_string())
+        } else {
+            ("candidate".to_string(), String::new())
+        };
+        rows.push([c.node.clone(), decision, detail]);
+    }
+    for u in &plan.unremovable {
+        let detail = match (&u.pod, u.pod_reason) {
+            (Some(p), Some(r)) => format!("{} {p} ({r})", u.reason),
+            (Some(p), None) => format!("{} {p}", u.reason),
+            _ => u.reason.to_string(),
+        };
+        rows.push([u.node.clone(), "keep".into(), detail]);
+    }
+    let w0 = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);
+    let w1 = rows.iter().map(|r| r[1].chars().count()).max().unwrap_or(0);
+    let mut out = String::new();
+    for r in &rows {
+        let line = format!("{:w0$}  {:w1$}  {}", r[0], r[1], r[2]);
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out.push_str(&format!(
+        "\n{} candidates ({} empty, {} to drain now), {} kept; simulation {} ms, {} nodes evaluated{}{}\n",
+        plan.candidates.len(),
+        sel.empty.len(),
+        sel.drain.len(),
+        plan.unremovable.len(),
+        plan.simulation.duration.as_millis(),
+        plan.simulation.nodes_evaluated,
+        if plan.simulation.timed_out { ", timed out" } else { "" },
+        if sel.throttled.is_empty() { "" } else { "; throttled" },
+    ));
+    out
+}
