@@ -952,6 +952,7 @@ impl Api {
                         "apiVersion and kind are required in an apply configuration",
                     ));
                 }
+                tracing::debug!(manager = %ctx.manager, config = %cfg, "server-side apply");
                 let precondition = meta_str(&cfg, "resourceVersion").map(str::to_string);
                 if let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.remove("resourceVersion");

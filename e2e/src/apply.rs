@@ -245,8 +245,12 @@ pub fn apply(
             continue;
         }
         for p in &set {
-            if e.fields.iter().any(|q| overlaps(p, q)) && get_path(&base, p) != get_path(applied, p)
-            {
+            let same = match (get_path(applied, p), get_path(&base, p)) {
+                (Some(a), Some(b)) => subset(a, b),
+                (None, None) => true,
+                _ => false,
+            };
+            if e.fields.iter().any(|q| overlaps(p, q)) && !same {
                 conflicts.push((e.manager.clone(), dotted(p)));
             }
         }
@@ -275,8 +279,10 @@ pub fn apply(
         for (i, e) in entries.iter_mut().enumerate() {
             if Some(i) != idx {
                 e.fields.retain(|q| {
-                    !set.iter()
-                        .any(|p| overlaps(p, q) && get_path(&base, q) != get_path(applied, q))
+                    !set.iter().any(|p| {
+                        overlaps(p, q)
+                            && !matches!((get_path(applied, q), get_path(&base, q)), (Some(a), Some(b)) if subset(a, b))
+                    })
                 });
             }
         }
@@ -297,19 +303,72 @@ pub fn apply(
     Ok(out)
 }
 
-/// Merges `src` into `dst`: maps recurse, everything else replaces.
+/// Whether `a` is contained in `b`: maps by key, lists element-wise, scalars equal. Fields the
+/// server defaulted inside `b` are not a difference.
+pub fn subset(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => x
+            .iter()
+            .all(|(k, v)| y.get(k).is_some_and(|w| subset(v, w))),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(v, w)| subset(v, w))
+        }
+        _ => a == b,
+    }
+}
+
+/// The key list elements are matched by when merging (`name`, `type`, `key`, ...).
+fn element_key(items: &[Value]) -> Option<&'static str> {
+    [
+        "name",
+        "type",
+        "key",
+        "containerPort",
+        "port",
+        "mountPath",
+        "uid",
+    ]
+    .into_iter()
+    .find(|k| !items.is_empty() && items.iter().all(|i| i.get(*k).is_some()))
+}
+
+/// Merges `src` into `dst`: maps recurse; lists of keyed maps merge element-wise by key (in the
+/// order of `src`); everything else replaces.
 pub fn deep_merge(dst: &mut Value, src: &Value) {
     match (dst, src) {
         (Value::Object(d), Value::Object(s)) => {
             for (k, v) in s {
                 match d.get_mut(k) {
-                    Some(dv) if dv.is_object() && v.is_object() => deep_merge(dv, v),
+                    Some(dv)
+                        if (dv.is_object() && v.is_object()) || (dv.is_array() && v.is_array()) =>
+                    {
+                        deep_merge(dv, v)
+                    }
                     _ => {
                         d.insert(k.clone(), v.clone());
                     }
                 }
             }
         }
+        (Value::Array(d), Value::Array(s)) => match element_key(s) {
+            Some(key) if s.iter().all(Value::is_object) => {
+                let merged: Vec<Value> = s
+                    .iter()
+                    .map(
+                        |item| match d.iter().find(|x| x.get(key) == item.get(key)) {
+                            Some(live) => {
+                                let mut l = live.clone();
+                                deep_merge(&mut l, item);
+                                l
+                            }
+                            None => item.clone(),
+                        },
+                    )
+                    .collect();
+                *d = merged;
+            }
+            _ => *d = s.clone(),
+        },
         (d, s) => *d = s.clone(),
     }
 }

@@ -277,8 +277,8 @@ pub fn builtins() -> Vec<ResourceInfo> {
             true,
             &["pdb"],
             vec![
-                col("Min Available", "string", ".spec.minAvailable", 0),
-                col("Max Unavailable", "string", ".spec.maxUnavailable", 0),
+                col("Min Available", "string", "@pdb-min", 0),
+                col("Max Unavailable", "string", "@pdb-max", 0),
                 col(
                     "Allowed Disruptions",
                     "integer",

@@ -74,3 +74,57 @@ pub fn resource_list(
         json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}),
     )
 }
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: one entry per served group/version.
+pub fn openapi_v3_root(all: &[std::sync::Arc<ResourceInfo>]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for r in all {
+        let p = gv_path(&r.group, &r.version);
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=ebbsim")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// `/openapi/v3/{api/v1|apis/g/v}`: the paths with their PATCH operations and the query
+/// parameters they accept, so kubectl knows the server validates fields itself. Schemas are not
+/// published (kubectl then uses its built-in types for strategic merge patches).
+pub fn openapi_v3_group(all: &[std::sync::Arc<ResourceInfo>], path: &str) -> Option<Value> {
+    let rs: Vec<&std::sync::Arc<ResourceInfo>> = all
+        .iter()
+        .filter(|r| gv_path(&r.group, &r.version) == path)
+        .collect();
+    if rs.is_empty() {
+        return None;
+    }
+    let mut paths = serde_json::Map::new();
+    for r in rs {
+        let base = if r.namespaced {
+            format!("/{path}/namespaces/{{namespace}}/{}/{{name}}", r.plural)
+        } else {
+            format!("/{path}/{}/{{name}}", r.plural)
+        };
+        let params: Vec<Value> = ["dryRun", "fieldManager", "fieldValidation", "force"]
+            .iter()
+            .map(|n| json!({"name": n, "in": "query", "schema": {"type": "string"}}))
+            .collect();
+        paths.insert(base, json!({"patch": {
+            "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
+            "parameters": params,
+            "responses": {"200": {"description": "OK"}}}}));
+    }
+    Some(
+        json!({"openapi": "3.0.0", "info": {"title": "Kubernetes (ebb-sim)", "version": "v1.33.0"},
+        "paths": paths, "components": {"schemas": {}}}),
+    )
+}

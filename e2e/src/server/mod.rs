@@ -166,7 +166,13 @@ async fn route(
             "/healthz" | "/readyz" | "/livez" => return Ok((StatusCode::OK, "ok").into_response()),
             "/api" => return Ok(json_response(200, &discovery::core_versions())),
             "/apis" => return Ok(json_response(200, &discovery::group_list(&all))),
+            "/openapi/v3" => return Ok(json_response(200, &discovery::openapi_v3_root(&all))),
             _ => {}
+        }
+        if let Some(gv) = trimmed.strip_prefix("/openapi/v3/") {
+            return discovery::openapi_v3_group(&all, gv)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(|| ApiError::not_found_path(path));
         }
         let segs: Vec<&str> = trimmed.trim_start_matches('/').split('/').collect();
         match segs.as_slice() {

@@ -213,6 +213,18 @@ fn computed(name: &str, obj: &Value) -> Value {
                 sel.join(",")
             })
         }
+        "@pdb-min" | "@pdb-max" => {
+            let f = if name == "@pdb-min" {
+                "/spec/minAvailable"
+            } else {
+                "/spec/maxUnavailable"
+            };
+            match obj.pointer(f) {
+                Some(Value::String(s)) => json!(s),
+                Some(v @ Value::Number(_)) => json!(v.to_string()),
+                _ => json!("N/A"),
+            }
+        }
         "@event-object" => json!(format!(
             "{}/{}",
             s("/involvedObject/kind").to_lowercase(),
