@@ -992,6 +992,24 @@ fn termination_read_from_pod_status() {
         term.finished_at,
         Some("2026-01-01T01:00:00Z".parse().expect("ts"))
     );
+    // An init container failed: the pod never ran; a start failure, not a lost node.
+    let init: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+        "status": {
+            "initContainerStatuses": [
+                {"name": "i", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": 2}}}],
+            "containerStatuses": [
+                {"name": "a", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"waiting": {"reason": "PodInitializing"}}}]
+        }
+    }))
+    .expect("pod literal");
+    let term = Termination::from_pod(&init, false, false);
+    assert_eq!((term.exit_code, term.started_at), (Some(2), None));
+    assert_eq!(
+        classify(&term, None, SignedDuration::from_secs(60), t(0)),
+        TerminationClass::StartFailure
+    );
     let none: k8s_openapi::api::core::v1::Pod = Default::default();
     let term = Termination::from_pod(&none, true, false);
     assert_eq!((term.exit_code, term.node_lost), (None, true));

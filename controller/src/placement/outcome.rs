@@ -105,12 +105,21 @@ impl Termination {
             .flatten()
             .filter_map(|c| c.state.as_ref().and_then(|s| s.terminated.as_ref()))
             .collect();
-        let exit_code = if terminated.is_empty() {
+        // A failed init container ends the pod before its containers ever run.
+        let failed_init: Vec<_> = status
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.state.as_ref().and_then(|s| s.terminated.as_ref()))
+            .filter(|t| t.exit_code != 0)
+            .collect();
+        let exit_code = if terminated.is_empty() && failed_init.is_empty() {
             None
         } else {
             Some(
-                terminated
+                failed_init
                     .iter()
+                    .chain(terminated.iter())
                     .map(|t| t.exit_code)
                     .find(|c| *c != 0)
                     .unwrap_or(0),
@@ -124,8 +133,9 @@ impl Termination {
             || status.and_then(|s| s.reason.as_deref()) == Some("Evicted");
         Self {
             exit_code,
-            oom_killed: terminated
+            oom_killed: failed_init
                 .iter()
+                .chain(terminated.iter())
                 .any(|t| t.reason.as_deref() == Some("OOMKilled")),
             disruption_target,
             node_lost: node_lost || status.and_then(|s| s.reason.as_deref()) == Some("NodeLost"),
