@@ -234,7 +234,7 @@ async fn drain_and_delete_evicts_everything_then_deletes_the_node() {
     assert_eq!(finished[0].drain.evictions_blocked, 1);
     assert!(tracker.in_flight().is_empty());
     let evicted: BTreeSet<String> = tracker
-        .recent_evictions(jiff::Timestamp::UNIX_EPOCH)
+        .take_evictions("workers")
         .into_iter()
         .map(|e| e.pod.name)
         .collect();

@@ -32,8 +32,7 @@ pub struct Evicted {
 struct Inner {
     drains: BTreeMap<String, Drain>,
     finished: Vec<Finished>,
-    evicted: Vec<Evicted>,
-    /// Evictions not yet handed to the planner.
+    /// Evictions not yet handed to the planner (which keeps its own window).
     unseen: Vec<Evicted>,
 }
 
@@ -115,9 +114,7 @@ impl Tracker {
 
     /// Remember an eviction.
     pub fn record_eviction(&self, evicted: Evicted) {
-        let mut inner = self.lock();
-        inner.unseen.push(evicted.clone());
-        inner.evicted.push(evicted);
+        self.lock().unseen.push(evicted);
     }
 
     /// Take the evictions of `policy` not taken yet (to tell the planner once).
@@ -128,13 +125,6 @@ impl Tracker {
             .partition(|e| e.policy == policy);
         inner.unseen = rest;
         mine
-    }
-
-    /// Evictions at or after `since` (older ones are forgotten).
-    pub fn recent_evictions(&self, since: jiff::Timestamp) -> Vec<Evicted> {
-        let mut inner = self.lock();
-        inner.evicted.retain(|e| e.at >= since);
-        inner.evicted.clone()
     }
 }
 
@@ -177,7 +167,7 @@ mod tests {
     }
 
     #[test]
-    fn old_evictions_are_forgotten() {
+    fn evictions_are_handed_over_once_per_policy() {
         let t = Tracker::default();
         for (i, at) in [10, 20, 30].into_iter().enumerate() {
             t.record_eviction(Evicted {
@@ -193,15 +183,25 @@ mod tests {
                 at: ts(at),
             });
         }
-        let recent = t.recent_evictions(ts(20));
+        t.record_eviction(Evicted {
+            policy: "q".into(),
+            node: "n2".into(),
+            pod: PodRef {
+                namespace: "default".into(),
+                name: "db-0".into(),
+                uid: "u9".into(),
+                grace: None,
+            },
+            object: None,
+            at: ts(40),
+        });
         assert_eq!(
-            recent
+            t.take_evictions("q")
                 .iter()
                 .map(|e| e.pod.name.as_str())
                 .collect::<Vec<_>>(),
-            vec!["web-1", "web-2"]
+            vec!["db-0"]
         );
-        assert_eq!(t.recent_evictions(ts(0)).len(), 2, "pruned for good");
         assert_eq!(t.take_evictions("p").len(), 3);
         assert!(t.take_evictions("p").is_empty(), "taken once");
     }

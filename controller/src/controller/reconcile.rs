@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ebb_api::names::{FIELD_MANAGER_CONTROLLER, FINALIZER_SCALEDOWN};
-use ebb_api::reasons::UnremovableReason;
+use ebb_api::reasons::{ThrottledReason, UnremovableReason};
 use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicyStatus};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
@@ -478,7 +478,7 @@ async fn run_loop(
     memory.facts = facts;
 
     // Metrics.
-    update_metrics(ctx, &name, &next);
+    update_metrics(ctx, &name, &next, selection.as_ref());
     tracing::info!(
         selected = mine.len(),
         candidates = next.candidates,
@@ -490,7 +490,24 @@ async fn run_loop(
     Ok(())
 }
 
-fn update_metrics(ctx: &Context, policy: &str, s: &ScaleDownPolicyStatus) {
+fn update_metrics(
+    ctx: &Context,
+    policy: &str,
+    s: &ScaleDownPolicyStatus,
+    selection: Option<&Selection>,
+) {
+    for reason in ThrottledReason::ALL {
+        let n = selection.map_or(0, |sel| {
+            sel.throttled.iter().filter(|(_, r)| r == reason).count()
+        });
+        ctx.metrics
+            .throttled
+            .get_or_create(&PolicyReasonLabels {
+                policy: policy.to_string(),
+                reason: reason.to_string(),
+            })
+            .set(n as i64);
+    }
     let p = || PolicyLabels {
         policy: policy.to_string(),
     };

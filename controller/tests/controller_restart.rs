@@ -1,0 +1,195 @@
+//! Restart safety against an in-memory API: a controller killed mid-drain (its runtime dropped)
+//! is replaced by a fresh one that finishes the drain from the taint; start-up recovery resumes
+//! or rolls back every ebb mark it finds.
+
+mod controller_fake;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use controller_fake::{FakeApi, store_of};
+use ebb_api::names::FINALIZER_SCALEDOWN;
+use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
+use ebb_controller::actuation::{Actuator, EbbTaint, Tracker, taints};
+use ebb_controller::cluster::testkit::{daemon_set, node, pod, replica_set};
+use ebb_controller::controller::startup::{Recovered, recover_at_start};
+use ebb_controller::controller::{Context, Leadership, reconcile};
+use ebb_controller::metrics::Metrics;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::runtime::events::Recorder;
+use tokio_util::sync::CancellationToken;
+
+fn policy(name: &str, mode: ScaleDownMode, pool: &str) -> ScaleDownPolicy {
+    let mut spec = ScaleDownPolicySpec {
+        mode,
+        node_selector: LabelSelector {
+            match_labels: Some([("pool".to_string(), pool.to_string())].into()),
+            ..Default::default()
+        },
+        ..ScaleDownPolicySpec::default()
+    };
+    spec.unneeded_time = Duration::ZERO.into();
+    let mut p = ScaleDownPolicy::new(name, spec);
+    p.metadata.finalizers = Some(vec![FINALIZER_SCALEDOWN.to_string()]);
+    p.metadata.generation = Some(1);
+    p
+}
+
+fn context(api: &FakeApi, policies: &[&ScaleDownPolicy]) -> Arc<Context> {
+    for p in policies {
+        api.add_policy(p);
+    }
+    let mut stores = api.stores();
+    stores.replica_sets = store_of(vec![replica_set("web", 2)]);
+    stores.daemon_sets = store_of(vec![daemon_set("logs", 4)]);
+    let actuator = Actuator::new(
+        api.client(),
+        api.pod_store(),
+        api.pod_changes(),
+        Tracker::default(),
+        Metrics::new(),
+    )
+    .with_recheck_delay(Duration::from_secs(1));
+    Arc::new(Context::new(
+        api.client(),
+        stores,
+        store_of(policies.iter().map(|p| (*p).clone()).collect()),
+        actuator,
+        Metrics::new(),
+        Recorder::new(api.client(), "ebb-controller".into()),
+        Leadership::always(),
+        CancellationToken::new(),
+    ))
+}
+
+fn paused_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .unwrap()
+}
+
+fn tainted(api: &FakeApi, n: &str, t: EbbTaint) -> bool {
+    api.node(n).is_some_and(|node| taints::has(&node, t))
+}
+
+#[test]
+fn a_controller_killed_mid_drain_is_finished_by_the_next_one() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").cpu("4").mem("16Gi").label("pool", "a").build());
+    api.add_node(node("n2").cpu("4").mem("16Gi").label("pool", "a").build());
+    api.add_pod(
+        pod("logs-n1")
+            .on("n1")
+            .cpu("100m")
+            .owned_by_ds("logs")
+            .build(),
+    );
+    // n1's pod needs 3 of n2's 4 cpus: n1 is removable, n2 is the destination.
+    api.add_pod(pod("web-1").on("n1").cpu("1").owned_by_rs("web").build());
+    api.add_pod(pod("web-2").on("n2").cpu("3").owned_by_rs("web").build());
+    // The PDB keeps the eviction waiting long enough to kill the controller mid-drain.
+    api.script_evictions("default/web-1", &[429, 429, 429]);
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+
+    // First controller: starts the drain, then dies (its runtime and tasks are dropped).
+    let first = paused_runtime();
+    first.block_on(async {
+        let ctx = context(&api, &[&p]);
+        reconcile(Arc::new(p.clone()), ctx.clone()).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert_eq!(
+            ctx.actuator.tracker().draining(Some("p"))[0].phase.as_str(),
+            "Evicting"
+        );
+    });
+    drop(first);
+    assert!(
+        tainted(&api, "n1", EbbTaint::ToBeDeleted),
+        "left tainted by the dead controller"
+    );
+    assert!(api.node("n1").is_some());
+
+    // Second controller: re-derives the drain from the taint and finishes it.
+    let second = paused_runtime();
+    second.block_on(async {
+        let ctx = context(&api, &[&p]);
+        let r = recover_at_start(&ctx).await;
+        assert_eq!(
+            r,
+            Recovered {
+                resumed: 1,
+                rolled_back: 0,
+                soft_untainted: 0
+            }
+        );
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert!(api.node("n1").is_none(), "drain finished: n1 deleted");
+        assert!(!tainted(&api, "n2", EbbTaint::ToBeDeleted));
+        reconcile(Arc::new(p.clone()), ctx).await.unwrap();
+    });
+    let status: ScaleDownPolicy = serde_json::from_value(api.policy("p").unwrap()).unwrap();
+    let status = status.status.unwrap();
+    assert_eq!(status.removed_total, 1);
+    assert_eq!(status.draining, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn start_up_recovery_resumes_or_rolls_back_every_mark() {
+    let api = FakeApi::new();
+    let t = jiff::Timestamp::from_second(1_700_000_000).unwrap();
+    let hard = EbbTaint::ToBeDeleted.at(t);
+    let soft = EbbTaint::Candidate.at(t);
+    let with = |b: ebb_controller::cluster::testkit::NodeBuilder,
+                taint: &k8s_openapi::api::core::v1::Taint| {
+        b.taint(&taint.key, taint.value.as_deref().unwrap(), &taint.effect)
+    };
+    // n1: empty, governed by an acting policy -> resumed and removed.
+    api.add_node(with(node("n1").cpu("4").label("pool", "a"), &hard).build());
+    api.add_pod(
+        pod("logs-n1")
+            .on("n1")
+            .cpu("100m")
+            .owned_by_ds("logs")
+            .build(),
+    );
+    // n4: governed by the same policy, but scale-down was disabled on it since -> resumed, the
+    // planner's re-check refuses it, rolled back.
+    api.add_node(
+        with(
+            node("n4").cpu("4").label("pool", "a").annotation(
+                "cluster-autoscaler.kubernetes.io/scale-down-disabled",
+                "true",
+            ),
+            &hard,
+        )
+        .build(),
+    );
+    // n2: its policy is DryRun -> rolled back at once.
+    api.add_node(with(node("n2").cpu("4").label("pool", "b"), &hard).build());
+    // n3: a soft taint nobody governs -> removed.
+    api.add_node(with(node("n3").cpu("4").label("pool", "c"), &soft).build());
+    let a = policy("a", ScaleDownMode::DrainAndDelete, "a");
+    let b = policy("b", ScaleDownMode::DryRun, "b");
+    let ctx = context(&api, &[&a, &b]);
+    let r = recover_at_start(&ctx).await;
+    assert_eq!(
+        r,
+        Recovered {
+            resumed: 2,
+            rolled_back: 1,
+            soft_untainted: 1
+        }
+    );
+    assert!(!tainted(&api, "n2", EbbTaint::ToBeDeleted));
+    assert!(!tainted(&api, "n3", EbbTaint::Candidate));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert!(api.node("n1").is_none(), "resumed drain finished");
+    assert!(api.node("n4").is_some(), "not removable: kept");
+    assert!(
+        !tainted(&api, "n4", EbbTaint::ToBeDeleted),
+        "and rolled back"
+    );
+    assert!(api.requests("DELETE", "/nodes/n4").is_empty());
+}
