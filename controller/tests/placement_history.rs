@@ -199,7 +199,11 @@ impl World {
             name: &name,
             role: &role,
         };
-        assert!(self.h.on_bound(pod, node, self.now).expect("bind"));
+        assert!(
+            self.h
+                .on_bound(pod, node, &self.facts, self.now)
+                .expect("bind")
+        );
         assert!(self.h.on_running(uid, self.now));
     }
 
@@ -1083,7 +1087,8 @@ fn status_for_5000_nodes_by_10_roles_stays_well_under_the_object_limit() {
                 role: &role,
             };
             let at = start + SignedDuration::from_secs(((n * 10 + r) * 12) as i64);
-            h.on_bound(pod, node, at).expect("bind");
+            h.on_bound(pod, node, &NodeFacts::default(), at)
+                .expect("bind");
             h.on_running(&id, at);
             if (n + r) % 3 != 0 {
                 h.on_terminated(&id, &exit(0).ran(3600, at), at);
@@ -1155,7 +1160,7 @@ proptest! {
                     uid += 1;
                     let (id, role) = (uid.to_string(), format!("r{r}"));
                     let pod = PodRef { uid: &id, name: "p", role: &role };
-                    if h.on_bound(pod, &format!("n{n}"), now).expect("bind") {
+                    if h.on_bound(pod, &format!("n{n}"), &NodeFacts::default(), now).expect("bind") {
                         h.on_running(&id, now);
                         now += SignedDuration::from_secs(secs);
                         h.on_terminated(&id, &exit(code).ran(secs, now), now);
@@ -1165,7 +1170,7 @@ proptest! {
                     uid += 1;
                     let (id, role) = (uid.to_string(), format!("r{r}"));
                     let pod = PodRef { uid: &id, name: "p", role: &role };
-                    h.on_bound(pod, &format!("n{n}"), now).expect("bind");
+                    h.on_bound(pod, &format!("n{n}"), &NodeFacts::default(), now).expect("bind");
                     h.on_running(&id, now);
                 }
             }
@@ -1487,4 +1492,26 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn warm_landing_is_a_hit_and_replays_are_not_placements() {
+    let s = spec(vec![role("a").resource("model")]);
+    let mut w = World::new(s.clone(), &["n1", "n2"]);
+    w.node("n2").warm_roles.insert("a".into());
+    w.run("a", "n1");
+    w.run("a", "n2");
+    let c = w.h.counters("a");
+    assert_eq!((c.bound, c.hits), (2, 1), "only the warm node is a hit");
+    let status = w.save();
+    assert_eq!(status.hit_rate.as_deref(), Some("50%"));
+    let (mut h, _) = RoleHistory::rebuild(&s, Some(&status), w.now).expect("rebuild");
+    let pod = PodRef {
+        uid: "uid-1",
+        name: "a-1",
+        role: "a",
+    };
+    assert!(h.replay_pod(pod, "n1", true, w.now).expect("replay"));
+    assert_eq!(h.counters("a").bound, 0);
+    assert_eq!(h.entry("n1", "a").map(|e| e.live), Some(1));
 }

@@ -78,10 +78,10 @@ pub struct RoleCounters {
     pub anywhere: u64,
     /// Requests relaxed at their deadline, and pinned pods deleted past theirs.
     pub escalations: u64,
-    /// Pods bound to a node.
+    /// Pods bound to a node (replays after a restart not counted).
     pub bound: u64,
-    /// Pods bound to a node where the role had run before.
-    pub bound_on_history: u64,
+    /// Pods bound to a node where the role had run before or whose data was cached there.
+    pub hits: u64,
     pub terminations: BTreeMap<TerminationClass, u64>,
 }
 
@@ -260,11 +260,28 @@ impl RoleHistory {
     }
 
     /// A pod was bound to `node` (it is starting there). Resolves its request wherever it
-    /// landed. Returns false when the pod was already known.
+    /// landed, and counts a hit when the role had used the node before or `facts` report the
+    /// role's resources cached there. Returns false when the pod was already known.
     pub fn on_bound(
         &mut self,
         pod: PodRef<'_>,
         node: &str,
+        facts: &NodeFacts,
+        now: Timestamp,
+    ) -> Result<bool, HistoryError> {
+        let warm = facts
+            .get(node)
+            .is_some_and(|v| v.warm_roles.contains(pod.role));
+        self.bind(pod, node, Some(warm), now)
+    }
+
+    /// Bind a pod; `count` is `Some(warm)` for a new placement (counted in the figures),
+    /// `None` for a replay.
+    fn bind(
+        &mut self,
+        pod: PodRef<'_>,
+        node: &str,
+        count: Option<bool>,
         now: Timestamp,
     ) -> Result<bool, HistoryError> {
         self.roll_window(now);
@@ -291,10 +308,12 @@ impl RoleHistory {
             self.list(role).remove(node);
         }
         self.flush_returns(role);
-        let counters = self.counters.entry(role).or_default();
-        counters.bound += 1;
-        if had_history {
-            counters.bound_on_history += 1;
+        if let Some(warm) = count {
+            let counters = self.counters.entry(role).or_default();
+            counters.bound += 1;
+            if had_history || warm {
+                counters.hits += 1;
+            }
         }
         self.pods.insert(
             pod.uid.to_string(),
@@ -328,7 +347,8 @@ impl RoleHistory {
         true
     }
 
-    /// Re-register a pod found on a node after a restart, so counts match the cluster.
+    /// Re-register a pod found on a node after a restart, so counts match the cluster. Not
+    /// counted as a placement.
     pub fn replay_pod(
         &mut self,
         pod: PodRef<'_>,
@@ -336,7 +356,7 @@ impl RoleHistory {
         running: bool,
         now: Timestamp,
     ) -> Result<bool, HistoryError> {
-        let added = self.on_bound(pod, node, now)?;
+        let added = self.bind(pod, node, None, now)?;
         if added && running {
             self.on_running(pod.uid, now);
             if let Some(p) = self.pods.get_mut(pod.uid) {

@@ -183,7 +183,7 @@ impl RoleHistory {
             .collect();
         let (bound, hits) = self.roles().iter().fold((0u64, 0u64), |(b, h), r| {
             let c = self.counters_by_id(r.id);
-            (b + c.bound, h + c.bound_on_history)
+            (b + c.bound, h + c.hits)
         });
         let nodes: Vec<NodeHistory> = self
             .node_map()
