@@ -9,6 +9,7 @@ pub mod defaults;
 pub mod error;
 pub mod harness;
 pub mod patch;
+pub mod protobuf;
 pub mod registry;
 pub mod scenario;
 pub mod schema;

@@ -215,7 +215,21 @@ async fn route(
             return Err(ApiError::not_found_path(path));
         }
     }
+    let body_type = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json")
+        .to_string();
     let parse_body = || -> ApiResult<Value> {
+        if body_type.contains("protobuf") {
+            return crate::protobuf::decode(&body)
+                .map_err(|e| ApiError::unsupported_media(e.to_string()));
+        }
+        if body_type.contains("cbor") {
+            return Err(ApiError::unsupported_media(format!(
+                "the body of the request was in an unknown format ({body_type}) - accepted media types include: application/json, application/yaml"
+            )));
+        }
         if body.is_empty() {
             return Ok(json!({}));
         }
