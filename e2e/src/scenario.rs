@@ -133,6 +133,17 @@ impl Scenario {
         serde_saphyr::from_str(text).map_err(|e| ScenarioError::Parse(e.to_string()))
     }
 
+    /// A scenario of plain manifests: a multi-document YAML stream of objects (as for
+    /// `kubectl apply -f`); empty documents are skipped.
+    pub fn from_manifests(text: &str) -> Result<Self, ScenarioError> {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(text).map_err(|e| ScenarioError::Parse(e.to_string()))?;
+        Ok(Self {
+            objects: docs.into_iter().filter(|d| d.is_object()).collect(),
+            ..Self::default()
+        })
+    }
+
     /// Creates everything; returns the number of objects created.
     pub fn load(&self, api: &Api) -> Result<usize, ScenarioError> {
         let ctx = Ctx::system("scenario");

@@ -30,6 +30,10 @@ enum Command {
         /// Users to put in the kubeconfig (one context and token each; the first is current).
         #[arg(long = "user", default_values_t = vec!["admin".to_string()])]
         users: Vec<String>,
+        /// Manifests to create first: a YAML file (multi-document) or a directory of .yaml/.yml
+        /// files, e.g. `crds/`. Repeatable.
+        #[arg(long = "apply")]
+        apply: Vec<PathBuf>,
         /// A scenario YAML file to preload (objects and generators).
         #[arg(long)]
         scenario: Option<PathBuf>,
@@ -56,6 +60,7 @@ async fn main() -> anyhow::Result<()> {
             port,
             kubeconfig_out,
             users,
+            apply,
             scenario,
             time_factor,
             api_only,
@@ -67,6 +72,18 @@ async fn main() -> anyhow::Result<()> {
                 ..SimConfig::default()
             };
             let sim = Sim::start(cfg).await?;
+            for path in &apply {
+                for file in manifest_files(path)? {
+                    let text = std::fs::read_to_string(&file)
+                        .with_context(|| format!("cannot read manifests {}", file.display()))?;
+                    let sc = ebb_e2e::scenario::Scenario::from_manifests(&text)
+                        .with_context(|| format!("invalid manifests {}", file.display()))?;
+                    let n = sc.load(&sim.api).with_context(|| {
+                        format!("cannot create the objects of {}", file.display())
+                    })?;
+                    tracing::info!(objects = n, file = %file.display(), "manifests applied");
+                }
+            }
             if let Some(path) = scenario {
                 let text = std::fs::read_to_string(&path)
                     .with_context(|| format!("cannot read scenario {}", path.display()))?;
@@ -90,4 +107,22 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The YAML files of `path`: itself, or the `.yaml`/`.yml` files in it, sorted.
+fn manifest_files(path: &std::path::Path) -> anyhow::Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(path).with_context(|| format!("cannot list {}", path.display()))? {
+        let p = e
+            .with_context(|| format!("cannot list {}", path.display()))?
+            .path();
+        if matches!(p.extension().and_then(|x| x.to_str()), Some("yaml" | "yml")) {
+            out.push(p);
+        }
+    }
+    out.sort();
+    Ok(out)
 }

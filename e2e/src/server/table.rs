@@ -28,23 +28,37 @@ pub fn human_age(from: &str, now: Timestamp) -> String {
     }
 }
 
+/// Evaluates the JSONPath subset printer columns use: `.a.b`, `.a[0]`, `.a[?(@.k=="v")].b`.
 fn path_value<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     let p = path.trim_start_matches('.');
     if p.is_empty() {
         return Some(obj);
     }
     let mut cur = obj;
-    for seg in p.split('.') {
-        let (name, idx) = match seg.split_once('[') {
-            Some((n, rest)) => (n, rest.trim_end_matches(']').parse::<usize>().ok()),
-            None => (seg, None),
-        };
+    let mut rest = p;
+    while !rest.is_empty() {
+        let end = rest.find(['.', '[']).unwrap_or(rest.len());
+        let name = &rest[..end];
         if !name.is_empty() {
             cur = cur.get(name)?;
         }
-        if let Some(i) = idx {
-            cur = cur.get(i)?;
+        rest = &rest[end..];
+        if let Some(r) = rest.strip_prefix('[') {
+            let close = r.find(']')?;
+            let inner = &r[..close];
+            if let Some(filter) = inner.strip_prefix("?(@.").and_then(|f| f.strip_suffix(')')) {
+                let (k, v) = filter.split_once("==")?;
+                let v = v.trim().trim_matches('"').trim_matches('\'');
+                cur = cur
+                    .as_array()?
+                    .iter()
+                    .find(|e| e.get(k.trim()).and_then(Value::as_str) == Some(v))?;
+            } else {
+                cur = cur.get(inner.parse::<usize>().ok()?)?;
+            }
+            rest = &r[close + 1..];
         }
+        rest = rest.strip_prefix('.').unwrap_or(rest);
     }
     Some(cur)
 }
@@ -342,5 +356,22 @@ mod tests {
         assert_eq!(cells[4], json!("10m"));
         assert_eq!(cells[6], json!("n1"));
         assert_eq!(t["columnDefinitions"][6]["priority"], json!(1));
+    }
+
+    #[test]
+    fn jsonpath_filters() {
+        let o = json!({"status": {"conditions": [{"type": "A", "status": "x"}, {"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            path_value(&o, ".status.conditions[?(@.type==\"Ready\")].status"),
+            Some(&json!("True"))
+        );
+        assert_eq!(
+            path_value(&o, ".status.conditions[0].type"),
+            Some(&json!("A"))
+        );
+        assert_eq!(
+            path_value(&o, ".status.conditions[?(@.type==\"B\")].status"),
+            None
+        );
     }
 }
