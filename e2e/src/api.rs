@@ -469,16 +469,6 @@ impl Api {
                 && l > 0
                 && items.len() == l
             {
-                let last: &ObjKey = match items.last().and_then(|o: &Arc<Value>| {
-                    Some((
-                        meta_str(o, "namespace").unwrap_or("").to_string(),
-                        meta_str(o, "name")?.to_string(),
-                    ))
-                }) {
-                    Some(_) => k,
-                    None => k,
-                };
-                let _ = last;
                 next = items.last().map(|o: &Arc<Value>| {
                     hex(&format!(
                         "{}\0{}",

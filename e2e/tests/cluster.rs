@@ -351,6 +351,34 @@ async fn node_loss_scripted_exits_and_replacement() {
     .await
     .unwrap();
 
+    // Their default 300s toleration of the unreachable NoExecute taint runs out: evicted, and
+    // the ReplicaSet's replacements wait (no other node is ready).
+    sim.advance(Duration::from_secs(301));
+    // They stay Terminating: the node's kubelet cannot confirm.
+    wait_for("pods evicted from the unreachable node", T, || async {
+        let l = pods
+            .list(&ListParams::default().labels("app=app-0"))
+            .await
+            .ok()?
+            .items;
+        let on_node: Vec<&Pod> = l
+            .iter()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(alive))
+            .collect();
+        (!on_node.is_empty()
+            && on_node
+                .iter()
+                .all(|p| p.metadata.deletion_timestamp.is_some()))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(
+        sim.audit()
+            .iter()
+            .any(|r| r.user == "system:taint-eviction-controller" && r.verb == "delete")
+    );
+
     // Scripted outcomes: OOMKilled after 2s (sim time) with restartPolicy Never.
     let p: Pod = serde_json::from_value(json!({"metadata": {"name": "oom", "annotations": {"sim.ebb.dev/oom-after": "2s"}},
         "spec": {"restartPolicy": "Never", "tolerations": [{"operator": "Exists"}], "containers": [{"name": "c", "image": "i"}]}})).unwrap();

@@ -189,6 +189,57 @@ fn container_statuses(
     json!(cs)
 }
 
+/// When the node's `NoExecute` taints evict `pod`: at once for an untolerated taint, or when the
+/// shortest `tolerationSeconds` of a matching toleration has passed since the taint's `timeAdded`.
+fn no_execute_deadline(pod: &Value, node: &Value) -> Option<Timestamp> {
+    let tolerations = pod
+        .pointer("/spec/tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut deadline: Option<Timestamp> = None;
+    for t in node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if t.get("effect").and_then(Value::as_str) != Some("NoExecute") {
+            continue;
+        }
+        let added = t
+            .get("timeAdded")
+            .and_then(Value::as_str)
+            .and_then(parse_time)
+            .unwrap_or(Timestamp::UNIX_EPOCH);
+        let matching: Vec<&Value> = tolerations
+            .iter()
+            .filter(|tol| scheduler::tolerates(std::slice::from_ref(tol), t))
+            .collect();
+        let at = if matching.is_empty() {
+            Some(Timestamp::UNIX_EPOCH)
+        } else if matching
+            .iter()
+            .any(|m| m.get("tolerationSeconds").is_none())
+        {
+            None
+        } else {
+            let secs = matching
+                .iter()
+                .filter_map(|m| m.get("tolerationSeconds").and_then(Value::as_i64))
+                .min()
+                .unwrap_or(0);
+            Some(plus(added, Duration::from_secs(secs.max(0) as u64)))
+        };
+        if let Some(a) = at
+            && deadline.is_none_or(|d| a < d)
+        {
+            deadline = Some(a);
+        }
+    }
+    deadline
+}
+
 /// Pod lifecycle on nodes: start, scripted exits, readiness with node health, termination.
 pub fn pods(api: &Api, w: &World, wake: &mut Wake) {
     let Some(ri) = api.resolve("", "v1", "pods") else {
@@ -228,7 +279,12 @@ pub fn pods(api: &Api, w: &World, wake: &mut Wake) {
                 .and_then(Value::as_str)
                 .and_then(parse_time)
                 .unwrap_or(now);
-            if at <= now || !node_ready {
+            // A down node's kubelet cannot confirm the end: the pod stays Terminating until the
+            // node comes back or is deleted (or someone force-deletes it), as in Kubernetes.
+            if !node_ready {
+                continue;
+            }
+            if at <= now {
                 let _ = api.delete(
                     &kubelet,
                     &ri,
@@ -243,6 +299,14 @@ pub fn pods(api: &Api, w: &World, wake: &mut Wake) {
                 wake.at(at);
             }
             continue;
+        }
+        if let Some(at) = no_execute_deadline(p, node) {
+            if at <= now {
+                let ctx = Ctx::system("taint-eviction-controller");
+                let _ = api.delete(&ctx, &ri, namespace(p), name(p), &DeleteOpts::default());
+                continue;
+            }
+            wake.at(at);
         }
         let mut new = (**p).clone();
         match phase(p) {
