@@ -876,3 +876,69 @@ async fn unknown_paths_and_methods_answer_with_status() {
         other => panic!("expected 405, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn runtime_controller_with_finalizer_helper() {
+    use kube::runtime::controller::{Action, Controller};
+    use kube::runtime::finalizer::{Event as Fin, finalizer};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("never")]
+    struct Never;
+
+    let (_s, c) = sim().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    let cleanups = Arc::new(AtomicUsize::new(0));
+    let ctx = Arc::new((cms.clone(), cleanups.clone()));
+    let ctl = Controller::new(cms.clone(), Default::default())
+        .run(
+            |obj: Arc<ConfigMap>, ctx: Arc<(Api<ConfigMap>, Arc<AtomicUsize>)>| async move {
+                let counter = ctx.1.clone();
+                finalizer(&ctx.0, "ebb.dev/test-cleanup", obj, |ev| async move {
+                    match ev {
+                        Fin::Apply(_) => Ok::<_, Never>(Action::await_change()),
+                        Fin::Cleanup(_) => {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                            Ok(Action::await_change())
+                        }
+                    }
+                })
+                .await
+            },
+            |_obj, _err, _ctx| Action::requeue(Duration::from_millis(200)),
+            ctx,
+        )
+        .for_each(|_| async {});
+    let handle = tokio::spawn(ctl);
+    cms.create(&PostParams::default(), &cm("ctl", json!({})))
+        .await
+        .unwrap();
+    let with_fin = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let o = cms.get("ctl").await.unwrap();
+            if o.metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| f.contains(&"ebb.dev/test-cleanup".to_string()))
+            {
+                return o;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the controller added its finalizer");
+    assert!(with_fin.metadata.deletion_timestamp.is_none());
+    cms.delete("ctl", &DeleteParams::default()).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while cms.get("ctl").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the controller's cleanup removed the finalizer and the object went");
+    assert_eq!(cleanups.load(Ordering::SeqCst), 1);
+    handle.abort();
+}
