@@ -58,6 +58,10 @@ pub struct RunArgs {
     /// Log filter in RUST_LOG syntax (for example `info,ebb_controller=debug`).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
+    /// Wait between tainting a node `ebb.dev/to-be-deleted` and re-checking that it is still
+    /// removable (pods scheduled in between are seen).
+    #[arg(long, env = "EBB_RECHECK_DELAY", default_value = "5s")]
+    pub recheck_delay: ebb_api::KubeDuration,
     /// Name of the Secret (in `--namespace`) holding the node-local API token keys.
     #[arg(long, env = "EBB_TOKEN_SECRET", default_value = "ebb-token-keys")]
     pub token_secret: String,

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
+use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError, LeaseParams};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -18,6 +18,23 @@ pub struct LeaderConfig {
     pub lease_name: String,
     pub namespace: String,
     pub identity: String,
+    /// How long the Lease is held without renewal ([`LEASE_DURATION_SECS`]).
+    pub duration_secs: u64,
+    /// How long before expiry it is renewed ([`LEASE_GRACE_SECS`]); below `duration_secs`.
+    pub grace_secs: u64,
+}
+
+impl LeaderConfig {
+    /// The Lease `namespace/lease_name` held as `identity`, with the default timings.
+    pub fn new(lease_name: &str, namespace: &str, identity: &str) -> Self {
+        Self {
+            lease_name: lease_name.to_string(),
+            namespace: namespace.to_string(),
+            identity: identity.to_string(),
+            duration_secs: LEASE_DURATION_SECS,
+            grace_secs: LEASE_GRACE_SECS,
+        }
+    }
 }
 
 /// Leader election failed.
@@ -50,12 +67,15 @@ impl Leader {
         cfg: &LeaderConfig,
         on_known: impl FnOnce(),
     ) -> Result<Self, LeaderError> {
+        // The builder panics unless 0 < grace < duration: keep the values in range.
+        let duration = cfg.duration_secs.max(2);
+        let grace = cfg.grace_secs.clamp(1, duration - 1);
         let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
             .with_namespace(&cfg.namespace)
-            .with_identity(&cfg.identity)
-            .with_duration(LEASE_DURATION_SECS)
-            .with_grace(LEASE_GRACE_SECS)
-            .with_field_manager(format!("ebb-controller-lease-{}", cfg.identity))
+            .with_parameters(
+                LeaseParams::new(&cfg.identity, duration, grace)
+                    .with_field_manager(format!("ebb-controller-lease-{}", cfg.identity)),
+            )
             .build()
             .await
             .map_err(|source| LeaderError::Lease {

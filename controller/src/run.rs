@@ -63,22 +63,67 @@ async fn signal() {
     }
 }
 
-/// Run until a signal (`Ok(Exit::Stopped)`) or leadership loss (`Ok(Exit::LostLeadership)`).
+/// What `serve` needs besides a client (from the command line, or set by tests).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Address of `/metrics`, `/healthz`, `/readyz` (port 0: any free port).
+    pub metrics_addr: std::net::SocketAddr,
+    /// `None`: leader election off (a single replica).
+    pub leader: Option<LeaderConfig>,
+    /// Wait between the `to-be-deleted` taint and the re-check.
+    pub recheck_delay: Duration,
+    /// This replica's name in Events and the Lease.
+    pub identity: String,
+}
+
+impl Settings {
+    pub fn from_args(args: &RunArgs) -> Self {
+        let identity = identity(args);
+        Self {
+            metrics_addr: args.metrics_addr,
+            leader: args
+                .leader_election
+                .then(|| LeaderConfig::new(&args.lease_name, &args.namespace, &identity)),
+            recheck_delay: args.recheck_delay.as_duration(),
+            identity,
+        }
+    }
+}
+
+/// `ebb-controller run`: telemetry, client from the environment, signals, then [`serve`].
 pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let _telemetry = crate::telemetry::init("ebb-controller", args.log_format, &args.log_filter)?;
     let client = kube::Client::try_default().await.context(
         "connecting to Kubernetes (in-cluster config or the current kubeconfig context)",
     )?;
+    let stop = CancellationToken::new();
+    let sig_stop = stop.clone();
+    tokio::spawn(async move {
+        signal().await;
+        tracing::info!("signal received; stopping");
+        sig_stop.cancel();
+    });
+    serve(client, Settings::from_args(&args), stop).await
+}
+
+/// Run the controller with `client` until `stop` is cancelled (`Ok(Exit::Stopped)`) or
+/// leadership is lost (`Ok(Exit::LostLeadership)`). On return nothing of it runs any more (drains
+/// in flight are abandoned as a killed process would leave them: tainted, for the next leader).
+pub async fn serve(
+    client: kube::Client,
+    settings: Settings,
+    stop: CancellationToken,
+) -> anyhow::Result<Exit> {
     let metrics = Metrics::new();
     let readiness = Readiness::default();
-    let stop = CancellationToken::new();
+    let stop = stop.child_token();
     let _stop_on_exit: DropGuard = stop.clone().drop_guard();
 
     // HTTP endpoints first, so liveness holds while we campaign and sync.
-    let listener = tokio::net::TcpListener::bind(args.metrics_addr)
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
         .await
-        .with_context(|| format!("binding --metrics-addr {}", args.metrics_addr))?;
-    tracing::info!(addr = %args.metrics_addr, "serving /metrics, /healthz, /readyz");
+        .with_context(|| format!("binding --metrics-addr {}", settings.metrics_addr))?;
+    tracing::info!(addr = %settings.metrics_addr, "serving /metrics, /healthz, /readyz");
     let app = router(metrics.clone(), readiness.clone());
     let http_stop = stop.clone();
     tokio::spawn(async move {
@@ -89,23 +134,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             tracing::error!(error = %e, "HTTP server stopped");
         }
     });
-    let sig_stop = stop.clone();
-    tokio::spawn(async move {
-        signal().await;
-        tracing::info!("signal received; stopping");
-        sig_stop.cancel();
-    });
 
     // Leader election.
-    let mut leader = if args.leader_election {
-        let cfg = LeaderConfig {
-            lease_name: args.lease_name.clone(),
-            namespace: args.namespace.clone(),
-            identity: identity(&args),
-        };
+    let mut leader = if let Some(cfg) = &settings.leader {
         let ready = readiness.clone();
         tokio::select! {
-            l = Leader::acquire(client.clone(), &cfg, move || ready.set_leadership_known(true)) => Some(l?),
+            l = Leader::acquire(client.clone(), cfg, move || ready.set_leadership_known(true)) => Some(l?),
             _ = stop.cancelled() => return Ok(Exit::Stopped),
         }
     } else {
@@ -138,12 +172,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         Tracker::default(),
         metrics.clone(),
     )
+    .with_recheck_delay(settings.recheck_delay)
     .notify_finished(finished_tx);
     let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
     let controller = Controller::new(policies, watcher::Config::default().any_semantic());
     let reporter = Reporter {
         controller: "ebb-controller".into(),
-        instance: Some(identity(&args)),
+        instance: Some(settings.identity.clone()),
     };
     let ctx = Arc::new(Context::new(
         client.clone(),
@@ -208,6 +243,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
             }
         }
     }
+    ctx.actuator.abort_all();
     for t in watch_tasks {
         t.abort();
     }

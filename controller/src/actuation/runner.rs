@@ -69,6 +69,7 @@ pub struct Actuator {
     metrics: Metrics,
     recheck_delay: Duration,
     finished: Option<mpsc::UnboundedSender<String>>,
+    tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
 }
 
 impl Actuator {
@@ -89,6 +90,7 @@ impl Actuator {
             metrics,
             recheck_delay: DEFAULT_RECHECK_DELAY,
             finished: None,
+            tasks: Arc::default(),
         }
     }
 
@@ -102,6 +104,16 @@ impl Actuator {
     pub fn notify_finished(mut self, tx: mpsc::UnboundedSender<String>) -> Self {
         self.finished = Some(tx);
         self
+    }
+
+    /// Stop every drain task where it is, without rolling back (as a killed process would):
+    /// the next leader picks them up from their taints.
+    pub fn abort_all(&self) {
+        if let Ok(mut tasks) = self.tasks.lock() {
+            for t in tasks.drain(..) {
+                t.abort();
+            }
+        }
     }
 
     pub fn tracker(&self) -> &Tracker {
@@ -151,9 +163,12 @@ impl Actuator {
         }
         let span = tracing::info_span!("drain", policy = %order.policy, node = %order.node, mode = ?order.mode);
         let this = self.clone();
-        Ok(Some(tokio::spawn(
-            async move { this.run(order).await }.instrument(span),
-        )))
+        let handle = tokio::spawn(async move { this.run(order).await }.instrument(span));
+        if let Ok(mut tasks) = self.tasks.lock() {
+            tasks.retain(|t| !t.is_finished());
+            tasks.push(handle.abort_handle());
+        }
+        Ok(Some(handle))
     }
 
     async fn run(self, order: DrainOrder) -> Outcome {

@@ -8,7 +8,7 @@ use kube::ResourceExt;
 
 use super::context::Context;
 use super::reconcile::recheck_node;
-use crate::actuation::pods::uids_on;
+use crate::actuation::pods::{classify, uids_on};
 use crate::actuation::recover::recover;
 use crate::actuation::{DrainOrder, EbbTaint, EvictionSettings, Recheck};
 use crate::metrics::ScaleDownKind;
@@ -85,10 +85,25 @@ pub async fn recover_at_start(ctx: &Context) -> Recovered {
         let recheck: Recheck = Arc::new(move |n: &str| {
             recheck_node(stores.objects(), &cfg, &PlannerState::default(), n)
         });
+        let ready = nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(r.node.as_str()))
+            .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+            .is_none_or(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+        let kind = if !ready {
+            ScaleDownKind::unready
+        } else if classify(&r.node, pods.iter().map(|p| &**p))
+            .evict
+            .is_empty()
+        {
+            ScaleDownKind::empty
+        } else {
+            ScaleDownKind::underutilized
+        };
         let order = DrainOrder {
             policy: r.policy.clone(),
             node: r.node.clone(),
-            kind: ScaleDownKind::underutilized,
+            kind,
             mode: policy.spec.mode,
             settings: EvictionSettings::from_spec(&policy.spec),
             planned_pods: uids_on(&r.node, pods.iter().map(|p| &**p)),

@@ -55,6 +55,9 @@ pub struct Logged {
 struct State {
     nodes: BTreeMap<String, Node>,
     policies: BTreeMap<String, Value>,
+    lease: Option<Value>,
+    /// Field manager owning the Lease's holderIdentity (server-side apply conflicts).
+    lease_owner: Option<String>,
     /// Scripted eviction answers per `namespace/name`; when empty, 201.
     evictions: BTreeMap<String, VecDeque<u16>>,
     /// Conflicts (409) to answer to the next node patches.
@@ -244,9 +247,19 @@ impl FakeApi {
         let method = req.method().to_string();
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or_default().to_string();
+        let content_type = req
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
         let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
         let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        let (code, out) = self.route(&method, &path, &body);
+        let (code, out) = if path.starts_with("/apis/coordination.k8s.io/") {
+            self.lease(&method, &query, &content_type, &body)
+        } else {
+            self.route(&method, &path, &body)
+        };
         self.state.lock().unwrap().log.push(Logged {
             method,
             path,
@@ -323,6 +336,83 @@ impl FakeApi {
                 (201, body.clone())
             }
             _ => (404, status(404, "NotFound")),
+        }
+    }
+
+    /// The Lease's holder, if any.
+    pub fn lease_holder(&self) -> Option<String> {
+        let s = self.state.lock().unwrap();
+        s.lease
+            .as_ref()
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(String::from))
+    }
+
+    /// Someone else takes the Lease (as another replica would after ours expired).
+    pub fn take_lease(&self, holder: &str, duration_secs: i64) {
+        let mut s = self.state.lock().unwrap();
+        let now = jiff::Timestamp::now().to_string();
+        if let Some(l) = s.lease.as_mut() {
+            l["spec"]["holderIdentity"] = json!(holder);
+            l["spec"]["renewTime"] = json!(now);
+            l["spec"]["acquireTime"] = json!(now);
+            l["spec"]["leaseDurationSeconds"] = json!(duration_secs);
+        }
+        s.lease_owner = Some(format!("intruder-{holder}"));
+    }
+
+    /// One Lease (any name) with server-side-apply ownership of `holderIdentity`.
+    fn lease(&self, method: &str, query: &str, content_type: &str, body: &Value) -> (u16, Value) {
+        let mut s = self.state.lock().unwrap();
+        let manager = query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("fieldManager="))
+            .unwrap_or_default()
+            .to_string();
+        s.rv += 1;
+        let rv = format!("{}", 100 + s.rv);
+        match method {
+            "GET" => match &s.lease {
+                Some(l) => (200, l.clone()),
+                None => (404, status(404, "NotFound")),
+            },
+            "POST" => {
+                if s.lease.is_some() {
+                    return (409, status(409, "AlreadyExists"));
+                }
+                let mut l = body.clone();
+                l["metadata"]["resourceVersion"] = json!(rv);
+                s.lease = Some(l.clone());
+                (201, l)
+            }
+            "PATCH" => {
+                let Some(mut l) = s.lease.clone() else {
+                    return (404, status(404, "NotFound"));
+                };
+                let wanted = &body["spec"]["holderIdentity"];
+                let current = l["spec"]["holderIdentity"].clone();
+                let apply = content_type.contains("apply-patch");
+                if apply
+                    && wanted.is_string()
+                    && current.is_string()
+                    && wanted != &current
+                    && s.lease_owner.as_deref() != Some(manager.as_str())
+                {
+                    return (409, status(409, "Conflict"));
+                }
+                merge(&mut l, body);
+                if wanted.is_string() {
+                    s.lease_owner = Some(manager);
+                } else if body["spec"]
+                    .get("holderIdentity")
+                    .is_some_and(Value::is_null)
+                {
+                    s.lease_owner = None;
+                }
+                l["metadata"]["resourceVersion"] = json!(rv);
+                s.lease = Some(l.clone());
+                (200, l)
+            }
+            _ => (405, status(405, "MethodNotAllowed")),
         }
     }
 

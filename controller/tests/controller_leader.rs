@@ -1,0 +1,51 @@
+//! Leader election on a Lease served by the in-memory API (real time, short Lease): one replica
+//! leads while the other waits; the waiting one takes over when the leader steps down; a leader
+//! whose Lease is taken notices and reports the loss.
+
+mod controller_fake;
+
+use std::time::Duration;
+
+use controller_fake::FakeApi;
+use ebb_controller::leader::{Leader, LeaderConfig};
+
+fn cfg(identity: &str) -> LeaderConfig {
+    LeaderConfig {
+        duration_secs: 2,
+        grace_secs: 1,
+        ..LeaderConfig::new("ebb-controller", "ebb-system", identity)
+    }
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_and_loss_is_noticed() {
+    let api = FakeApi::new();
+    let mut known = false;
+    let a = Leader::acquire(api.client(), &cfg("a"), || known = true)
+        .await
+        .unwrap();
+    assert!(known, "leadership known once the Lease was read");
+    assert_eq!(api.lease_holder().as_deref(), Some("a"));
+
+    // b campaigns while a renews: b does not lead.
+    let client_b = api.client();
+    let b = tokio::spawn(async move { Leader::acquire(client_b, &cfg("b"), || {}).await });
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(!b.is_finished(), "b must wait while a holds the Lease");
+    assert_eq!(api.lease_holder().as_deref(), Some("a"));
+
+    // a steps down (its handle is dropped, the Lease released): b takes over.
+    drop(a);
+    let mut b = tokio::time::timeout(Duration::from_secs(10), b)
+        .await
+        .expect("b becomes the leader after a stepped down")
+        .unwrap()
+        .unwrap();
+    assert_eq!(api.lease_holder().as_deref(), Some("b"));
+
+    // Someone else takes the Lease: b notices within a renewal period.
+    api.take_lease("c", 60);
+    tokio::time::timeout(Duration::from_secs(5), b.lost())
+        .await
+        .expect("b notices it lost the Lease");
+}
