@@ -942,3 +942,55 @@ async fn runtime_controller_with_finalizer_helper() {
     assert_eq!(cleanups.load(Ordering::SeqCst), 1);
     handle.abort();
 }
+
+#[tokio::test]
+async fn lease_manager_elects_one_leader_and_hands_over() {
+    use kube_lease_manager::LeaseManagerBuilder;
+    let (_s, c) = sim().await;
+    let a = LeaseManagerBuilder::new(c.clone(), "ebb-leader")
+        .with_identity("a")
+        .with_duration(2)
+        .with_grace(1)
+        .build()
+        .await
+        .unwrap();
+    let b = LeaseManagerBuilder::new(c.clone(), "ebb-leader")
+        .with_identity("b")
+        .with_duration(2)
+        .with_grace(1)
+        .build()
+        .await
+        .unwrap();
+    let (mut a_rx, a_task) = a.watch().await;
+    tokio::time::timeout(Duration::from_secs(10), a_rx.wait_for(|l| *l))
+        .await
+        .expect("a leads in time")
+        .unwrap();
+    let (b_rx, b_task) = b.watch().await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!*b_rx.borrow(), "only one leader");
+    let lease: Api<k8s_openapi::api::coordination::v1::Lease> =
+        Api::namespaced(c.clone(), "default");
+    assert_eq!(
+        lease
+            .get("ebb-leader")
+            .await
+            .unwrap()
+            .spec
+            .unwrap()
+            .holder_identity
+            .as_deref(),
+        Some("a")
+    );
+    // a steps down: b takes over.
+    drop(a_rx);
+    let a_mgr = a_task.await.unwrap().unwrap();
+    a_mgr.release().await.unwrap();
+    let mut b_rx = b_rx;
+    tokio::time::timeout(Duration::from_secs(10), b_rx.wait_for(|l| *l))
+        .await
+        .expect("b takes over")
+        .unwrap();
+    drop(b_rx);
+    let _ = b_task.await;
+}
