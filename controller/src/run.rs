@@ -135,21 +135,10 @@ pub async fn serve(
         }
     });
 
-    // Leader election.
-    let mut leader = if let Some(cfg) = &settings.leader {
-        let ready = readiness.clone();
-        tokio::select! {
-            l = Leader::acquire(client.clone(), cfg, move || ready.set_leadership_known(true)) => Some(l?),
-            _ = stop.cancelled() => return Ok(Exit::Stopped),
-        }
-    } else {
-        readiness.set_leadership_known(true);
-        None
-    };
-
-    // Shared caches.
+    // Shared caches, on every replica (a standby is ready to take over at once, and ready for
+    // rollouts: /readyz does not wait for leadership, only for it to be known).
     let watches = stores::start(client.clone());
-    let watch_tasks = watches.tasks;
+    let _watch_tasks = AbortOnDrop(watches.tasks);
     tracing::info!("waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
@@ -161,6 +150,18 @@ pub async fn serve(
         pods = watches.stores.pods.state().len(),
         "caches synced"
     );
+
+    // Leader election.
+    let mut leader = if let Some(cfg) = &settings.leader {
+        let ready = readiness.clone();
+        tokio::select! {
+            l = Leader::acquire(client.clone(), cfg, move || ready.set_leadership_known(true)) => Some(l?),
+            _ = stop.cancelled() => return Ok(Exit::Stopped),
+        }
+    } else {
+        readiness.set_leadership_known(true);
+        None
+    };
 
     // The controller. It does not act until start-up recovery is done (leadership flag).
     let leadership = Leadership::default();
@@ -244,8 +245,16 @@ pub async fn serve(
         }
     }
     ctx.actuator.abort_all();
-    for t in watch_tasks {
-        t.abort();
-    }
     Ok(exit)
+}
+
+/// Aborts the watch tasks when `serve` returns, whichever way.
+struct AbortOnDrop(Vec<tokio::task::JoinHandle<()>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.abort();
+        }
+    }
 }
