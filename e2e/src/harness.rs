@@ -67,12 +67,31 @@ impl TestEnv {
     }
 
     /// Starts a workspace binary (`ebb-controller`, `ebb-node-agent`, `ebb-sim`) with `args`,
-    /// `KUBECONFIG` pointing at this environment.
+    /// `KUBECONFIG` pointing at this environment (as `admin` on a simulator).
     pub fn spawn_binary(&self, name: &str, args: &[&str]) -> anyhow::Result<ChildProcess> {
+        self.spawn_binary_as("admin", name, args)
+    }
+
+    /// Like [`Self::spawn_binary`], acting as `user` on a simulator (its writes show that user
+    /// in the audit log); on a real cluster the given kubeconfig is used as it is.
+    pub fn spawn_binary_as(
+        &self,
+        user: &str,
+        name: &str,
+        args: &[&str],
+    ) -> anyhow::Result<ChildProcess> {
         let path = workspace_binary(name)?;
+        let kubeconfig = match &self.sim {
+            Some(sim) => {
+                let file = self._dir.path().join(format!("kubeconfig-{user}"));
+                sim.write_kubeconfig(&file, &[user])?;
+                file
+            }
+            None => self.kubeconfig.clone(),
+        };
         let child = tokio::process::Command::new(&path)
             .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)

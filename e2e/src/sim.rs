@@ -171,6 +171,34 @@ impl Sim {
         self.api.changed.notify_waiters();
     }
 
+    /// Makes a node's kubelet stop (`ready = false`: NotReady, unreachable taints, its pods not
+    /// ready and, after their tolerations, evicted) or come back.
+    pub fn set_node_ready(&self, node: &str, ready: bool) -> anyhow::Result<()> {
+        let ri = self
+            .api
+            .resolve("", "v1", "nodes")
+            .context("nodes are not served")?;
+        let ann = crate::cluster::annotations::NODE_DOWN;
+        let body = if ready {
+            serde_json::json!({"metadata": {"annotations": {ann: null}}})
+        } else {
+            serde_json::json!({"metadata": {"annotations": {ann: "true"}}})
+        };
+        let ctx = crate::api::Ctx::system("ebb-sim");
+        self.api
+            .patch(
+                &ctx,
+                &ri,
+                "",
+                node,
+                "",
+                crate::api::PatchKind::Merge,
+                body.to_string().as_bytes(),
+            )
+            .with_context(|| format!("cannot mark node {node} ready={ready}"))?;
+        Ok(())
+    }
+
     /// Forgets watch history: watches resuming from older versions get `410 Gone`.
     pub fn compact(&self) {
         self.api.compact();

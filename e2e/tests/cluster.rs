@@ -330,14 +330,7 @@ async fn node_loss_scripted_exits_and_replacement() {
 
     // A node going NotReady marks its pods not ready and taints it unreachable.
     let alive = if lost == "node-0" { "node-1" } else { "node-0" };
-    nodes
-        .patch(
-            alive,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"sim.ebb.dev/down": "true"}}})),
-        )
-        .await
-        .unwrap();
+    sim.set_node_ready(alive, false).unwrap();
     wait_for("node not ready, pods not ready", T, || async {
         let n = nodes.get(alive).await.ok()?;
         let unreachable = n
