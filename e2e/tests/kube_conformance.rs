@@ -994,3 +994,51 @@ async fn lease_manager_elects_one_leader_and_hands_over() {
     drop(b_rx);
     let _ = b_task.await;
 }
+
+#[tokio::test]
+async fn server_side_apply_on_status_subresource() {
+    let (_s, c) = sim().await;
+    install_ebb_crds(&c).await;
+    let ns = dyn_api(&c, "nodestates", "NodeState", None);
+    let spec = json!({"apiVersion": "ebb.dev/v1alpha1", "kind": "NodeState", "metadata": {"name": "n1"}, "spec": {"nodeName": "n1"}});
+    ns.patch(
+        "n1",
+        &PatchParams::apply("ebb-node-agent"),
+        &Patch::Apply(spec),
+    )
+    .await
+    .unwrap();
+    let status = json!({"apiVersion": "ebb.dev/v1alpha1", "kind": "NodeState", "metadata": {"name": "n1"},
+        "spec": {"nodeName": "ignored"}, "status": {"agentVersion": "1.2.3"}});
+    let got = ns
+        .patch_status(
+            "n1",
+            &PatchParams::apply("ebb-node-agent").force(),
+            &Patch::Apply(status),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.data["status"]["agentVersion"], json!("1.2.3"));
+    assert_eq!(
+        got.data["spec"]["nodeName"],
+        json!("n1"),
+        "the status endpoint ignores spec"
+    );
+    let mf = got.metadata.managed_fields.unwrap();
+    assert!(
+        mf.iter()
+            .any(|m| m.manager.as_deref() == Some("ebb-node-agent")
+                && m.subresource.as_deref() == Some("status"))
+    );
+    // Applying the main resource again does not touch status.
+    let spec2 = json!({"apiVersion": "ebb.dev/v1alpha1", "kind": "NodeState", "metadata": {"name": "n1", "labels": {"a": "b"}}, "spec": {"nodeName": "n1"}});
+    let after = ns
+        .patch(
+            "n1",
+            &PatchParams::apply("ebb-node-agent"),
+            &Patch::Apply(spec2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.data["status"]["agentVersion"], json!("1.2.3"));
+}
