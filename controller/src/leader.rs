@@ -57,6 +57,49 @@ pub enum LeaderError {
 pub struct Leader {
     state: watch::Receiver<bool>,
     task: JoinHandle<Result<kube_lease_manager::LeaseManager, LeaseManagerError>>,
+    fence: Fence,
+}
+
+/// Self-fencing: the leader reads its Lease every `grace` seconds and counts itself deposed when
+/// another holder shows, or when it could not confirm its holding for `duration - grace` (an
+/// API it cannot reach may already have handed the Lease to another replica).
+#[derive(Clone)]
+struct Fence {
+    api: kube::Api<k8s_openapi::api::coordination::v1::Lease>,
+    name: String,
+    identity: String,
+    every: Duration,
+    patience: Duration,
+}
+
+impl Fence {
+    async fn deposed(&self) -> String {
+        let mut confirmed = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(self.every).await;
+            match self.api.get_opt(&self.name).await {
+                Ok(Some(lease)) => {
+                    let holder = lease.spec.and_then(|s| s.holder_identity);
+                    if holder.as_deref() == Some(self.identity.as_str()) {
+                        confirmed = tokio::time::Instant::now();
+                        continue;
+                    }
+                    return format!(
+                        "the Lease is held by {}",
+                        holder.as_deref().unwrap_or("nobody")
+                    );
+                }
+                Ok(None) => return "the Lease was deleted".to_string(),
+                Err(e) if confirmed.elapsed() >= self.patience => {
+                    return format!(
+                        "could not confirm the Lease for {}s: {e}",
+                        confirmed.elapsed().as_secs()
+                    );
+                }
+                Err(e) => tracing::warn!(error = %e, "reading the Lease"),
+            }
+        }
+    }
 }
 
 impl Leader {
@@ -70,6 +113,13 @@ impl Leader {
         // The builder panics unless 0 < grace < duration: keep the values in range.
         let duration = cfg.duration_secs.max(2);
         let grace = cfg.grace_secs.clamp(1, duration - 1);
+        let fence = Fence {
+            api: kube::Api::namespaced(client.clone(), &cfg.namespace),
+            name: cfg.lease_name.clone(),
+            identity: cfg.identity.clone(),
+            every: Duration::from_secs(grace),
+            patience: Duration::from_secs(duration - grace),
+        };
         let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
             .with_namespace(&cfg.namespace)
             .with_parameters(
@@ -100,24 +150,33 @@ impl Leader {
             }
         }
         tracing::info!(identity = %cfg.identity, lease = %cfg.lease_name, "became the leader");
-        Ok(Self { state, task })
+        Ok(Self { state, task, fence })
     }
 
-    /// Resolves when leadership is lost (or the election task ends).
-    pub async fn lost(&mut self) {
-        loop {
-            if !*self.state.borrow_and_update() {
-                return;
+    /// Resolves, with why, when leadership is lost: the election says so, the election task
+    /// ends, or the Lease cannot be confirmed (see the fence).
+    pub async fn lost(&mut self) -> String {
+        let fence = self.fence.clone();
+        let state = &mut self.state;
+        let election = async move {
+            loop {
+                if !*state.borrow_and_update() {
+                    return "the election reports another holder".to_string();
+                }
+                if state.changed().await.is_err() {
+                    return "the election task ended".to_string();
+                }
             }
-            if self.state.changed().await.is_err() {
-                return;
-            }
+        };
+        tokio::select! {
+            why = election => why,
+            why = fence.deposed() => why,
         }
     }
 
     /// Give the Lease up (graceful shutdown), bounded in time.
     pub async fn release(self) {
-        let Leader { state, task } = self;
+        let Leader { state, task, .. } = self;
         drop(state); // the manager releases the Lease when its receivers are gone
         match tokio::time::timeout(Duration::from_secs(5), task).await {
             Ok(Ok(Ok(_))) => tracing::info!("Lease released"),

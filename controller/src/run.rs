@@ -222,7 +222,10 @@ pub async fn serve(
 
     let exit = match leader.as_mut() {
         Some(l) => tokio::select! {
-            _ = l.lost() => Exit::LostLeadership,
+            why = l.lost() => {
+                tracing::error!(%why, "leadership lost");
+                Exit::LostLeadership
+            }
             _ = stop.cancelled() => Exit::Stopped,
         },
         None => {

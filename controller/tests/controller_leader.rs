@@ -45,7 +45,22 @@ async fn one_leader_at_a_time_and_loss_is_noticed() {
 
     // Someone else takes the Lease: b notices within a renewal period.
     api.take_lease("c", 60);
-    tokio::time::timeout(Duration::from_secs(5), b.lost())
+    let why = tokio::time::timeout(Duration::from_secs(5), b.lost())
         .await
         .expect("b notices it lost the Lease");
+    assert!(!why.is_empty());
+}
+
+#[tokio::test]
+async fn a_leader_that_cannot_confirm_its_lease_steps_down() {
+    let api = FakeApi::new();
+    let mut a = Leader::acquire(api.client(), &cfg("a"), || {})
+        .await
+        .unwrap();
+    // Cut a off from its Lease: another replica may take it after expiry, so a must stop.
+    api.lease_down(true);
+    let why = tokio::time::timeout(Duration::from_secs(6), a.lost())
+        .await
+        .expect("a steps down when it cannot confirm its Lease");
+    assert!(why.contains("could not confirm"), "{why}");
 }

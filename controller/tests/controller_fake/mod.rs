@@ -58,6 +58,8 @@ struct State {
     lease: Option<Value>,
     /// Field manager owning the Lease's holderIdentity (server-side apply conflicts).
     lease_owner: Option<String>,
+    /// Answer every Lease request with 503 (an API the replica cannot reach).
+    lease_down: bool,
     /// Scripted eviction answers per `namespace/name`; when empty, 201.
     evictions: BTreeMap<String, VecDeque<u16>>,
     /// Conflicts (409) to answer to the next node patches.
@@ -360,9 +362,17 @@ impl FakeApi {
         s.lease_owner = Some(format!("intruder-{holder}"));
     }
 
+    /// Make Lease requests fail (or work again).
+    pub fn lease_down(&self, down: bool) {
+        self.state.lock().unwrap().lease_down = down;
+    }
+
     /// One Lease (any name) with server-side-apply ownership of `holderIdentity`.
     fn lease(&self, method: &str, query: &str, content_type: &str, body: &Value) -> (u16, Value) {
         let mut s = self.state.lock().unwrap();
+        if s.lease_down {
+            return (503, status(503, "ServiceUnavailable"));
+        }
         let manager = query
             .split('&')
             .find_map(|kv| kv.strip_prefix("fieldManager="))
