@@ -118,20 +118,35 @@ impl Wake {
 /// Runs one reconcile pass of every component.
 pub fn reconcile(api: &Api) -> Wake {
     let mut wake = Wake::default();
+    let mut steps: Vec<(&'static str, u128)> = Vec::new();
+    let mut t = std::time::Instant::now();
+    let mut lap = |name: &'static str, t: &mut std::time::Instant| {
+        steps.push((name, t.elapsed().as_millis()));
+        *t = std::time::Instant::now();
+    };
     let w = World::load(api);
     kubelet::nodes(api, &w);
+    lap("nodes", &mut t);
     let w = World::load(api);
     workloads::deployments(api, &w);
     workloads::replicasets(api, &w);
     workloads::statefulsets(api, &w, &mut wake);
     workloads::daemonsets(api, &w);
     workloads::jobs(api, &w);
+    lap("workloads", &mut t);
     let w = World::load(api);
     kubelet::schedule(api, &w);
+    lap("scheduler", &mut t);
     let w = World::load(api);
     kubelet::pods(api, &w, &mut wake);
+    lap("kubelet", &mut t);
     let w = World::load(api);
     pdb::statuses(api, &w);
+    lap("pdb", &mut t);
+    let total: u128 = steps.iter().map(|s| s.1).sum();
+    if total > 500 {
+        tracing::info!(steps = ?steps, "simulated cluster pass: time per component (ms)");
+    }
     wake
 }
 

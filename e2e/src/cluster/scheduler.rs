@@ -245,25 +245,44 @@ fn term_matches(term: &Value, node: &NodeInfo) -> bool {
 }
 
 /// Why a pod does not fit a node (the scheduler's words).
+/// What the filters need of a pod, computed once per pod rather than once per node.
+pub struct PodFacts {
+    pub requests: BTreeMap<String, f64>,
+    pub tolerations: Vec<Value>,
+}
+
+impl PodFacts {
+    pub fn of(pod: &Value) -> Self {
+        Self {
+            requests: pod_requests(pod),
+            tolerations: pod
+                .pointer("/spec/tolerations")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        }
+    }
+}
+
 pub fn filter(pod: &Value, node: &NodeInfo) -> Result<(), &'static str> {
-    let tolerations = pod
-        .pointer("/spec/tolerations")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    filter_with(pod, &PodFacts::of(pod), node)
+}
+
+fn filter_with(pod: &Value, facts: &PodFacts, node: &NodeInfo) -> Result<(), &'static str> {
+    let tolerations = &facts.tolerations;
     if !node.ready {
         return Err("node(s) were not ready");
     }
     if node.unschedulable {
         let t =
             serde_json::json!({"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"});
-        if !tolerates(&tolerations, &t) {
+        if !tolerates(tolerations, &t) {
             return Err("node(s) were unschedulable");
         }
     }
     for t in &node.taints {
         let eff = t.get("effect").and_then(Value::as_str).unwrap_or("");
-        if (eff == "NoSchedule" || eff == "NoExecute") && !tolerates(&tolerations, t) {
+        if (eff == "NoSchedule" || eff == "NoExecute") && !tolerates(tolerations, t) {
             return Err("node(s) had untolerated taint");
         }
     }
@@ -281,8 +300,7 @@ pub fn filter(pod: &Value, node: &NodeInfo) -> Result<(), &'static str> {
     {
         return Err("node(s) didn't match Pod's node affinity/selector");
     }
-    let req = pod_requests(pod);
-    for (k, v) in &req {
+    for (k, v) in &facts.requests {
         if *v <= 0.0 {
             continue;
         }
@@ -340,6 +358,10 @@ pub fn filter(pod: &Value, node: &NodeInfo) -> Result<(), &'static str> {
 
 /// Higher is better.
 pub fn score(pod: &Value, node: &NodeInfo) -> f64 {
+    score_with(pod, &PodFacts::of(pod), node)
+}
+
+fn score_with(pod: &Value, facts: &PodFacts, node: &NodeInfo) -> f64 {
     let mut s = 0.0;
     for p in pod
         .pointer("/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution")
@@ -353,17 +375,13 @@ pub fn score(pod: &Value, node: &NodeInfo) -> f64 {
             s += p.get("weight").and_then(Value::as_f64).unwrap_or(0.0) * 1000.0;
         }
     }
-    let tolerations = pod
-        .pointer("/spec/tolerations")
-        .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+    let tolerations = &facts.tolerations;
     let soft = node
         .taints
         .iter()
         .filter(|t| {
             t.get("effect").and_then(Value::as_str) == Some("PreferNoSchedule")
-                && !tolerates(&tolerations, t)
+                && !tolerates(tolerations, t)
         })
         .count();
     s -= soft as f64 * 500.0;
@@ -381,10 +399,11 @@ pub fn score(pod: &Value, node: &NodeInfo) -> f64 {
 pub fn pick(pod: &Value, nodes: &[NodeInfo]) -> Result<usize, String> {
     let mut best: Option<(usize, f64)> = None;
     let mut reasons: HashMap<&'static str, usize> = HashMap::new();
+    let facts = PodFacts::of(pod);
     for (i, n) in nodes.iter().enumerate() {
-        match filter(pod, n) {
+        match filter_with(pod, &facts, n) {
             Ok(()) => {
-                let sc = score(pod, n);
+                let sc = score_with(pod, &facts, n);
                 if best.is_none_or(|(_, b)| sc > b) {
                     best = Some((i, sc));
                 }
