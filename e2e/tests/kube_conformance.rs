@@ -1042,3 +1042,38 @@ async fn server_side_apply_on_status_subresource() {
         .unwrap();
     assert_eq!(after.data["status"]["agentVersion"], json!("1.2.3"));
 }
+
+#[tokio::test]
+async fn delete_collection_by_label() {
+    let (_s, c) = sim().await;
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "default");
+    for (n, t) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        cms.create(&PostParams::default(), &cm(n, json!({"t": t})))
+            .await
+            .unwrap();
+    }
+    let gone = cms
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("t=x"),
+        )
+        .await
+        .unwrap();
+    let names: Vec<String> = gone
+        .left()
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(names, vec!["a", "b"]);
+    let left: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|o| o.metadata.name)
+        .collect();
+    assert_eq!(left, vec!["c"]);
+}
