@@ -121,6 +121,9 @@ reason_enum! {
         InvalidBudget,
         /// Calls to the Kubernetes API fail; see the message.
         ApiError,
+        /// An object in the cluster cannot be read (for example a malformed quantity on a pod);
+        /// the message names it and the field. Nothing is done until it is fixed.
+        InvalidClusterObject,
     }
 }
 

@@ -323,3 +323,33 @@ async fn deleting_a_policy_removes_its_taints_and_its_finalizer() {
     let finalizers = &api.policy("p").unwrap()["metadata"]["finalizers"];
     assert_eq!(finalizers, &serde_json::json!([]), "finalizer removed");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_malformed_object_in_the_cluster_degrades_the_policy_and_stops_it() {
+    let api = FakeApi::new();
+    cluster(&api);
+    api.add_pod(
+        pod("broken")
+            .on("n2")
+            .cpu("lots")
+            .owned_by_rs("web")
+            .build(),
+    );
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    assert_eq!(node_writes(&api), 0, "acts on nothing");
+    let s = current(&api, "p").status.unwrap();
+    let d = ebb_api::conditions::find(&s.conditions, "Degraded").unwrap();
+    assert_eq!(
+        (d.status.as_str(), d.reason.as_str()),
+        ("True", "InvalidClusterObject")
+    );
+    assert!(
+        d.message.contains("broken"),
+        "names the object: {}",
+        d.message
+    );
+    let ready = ebb_api::conditions::find(&s.conditions, "Ready").unwrap();
+    assert_eq!(ready.status, "False");
+}

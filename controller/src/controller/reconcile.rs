@@ -252,14 +252,33 @@ async fn run_loop(
         }
     }
 
-    // Plan.
-    let (plan_out, selection): (Option<Plan>, Option<Selection>) = match (&cfg, stopped) {
-        (Ok(cfg), false) => {
-            let objects = ctx.stores.objects();
-            let mut snap = build_snapshot(&objects).map_err(|source| Error::Snapshot {
-                policy: name.clone(),
-                source,
-            })?;
+    // Plan. A cluster object the snapshot cannot read stops the policy like bad input does.
+    let mut degraded = degraded;
+    let mut stopped = stopped;
+    let snapshot = match (&cfg, stopped) {
+        (Ok(_), false) => match build_snapshot(&ctx.stores.objects()) {
+            Ok(snap) => Some(snap),
+            Err(e) => {
+                let err = Error::Snapshot {
+                    policy: name.clone(),
+                    source: e,
+                };
+                tracing::warn!(error = %err, "cannot plan");
+                degraded = Some(selection::Degraded {
+                    reason: ebb_api::reasons::DegradedReason::InvalidClusterObject,
+                    message: format!(
+                        "{err}; fix or delete that object. Nothing is done until then."
+                    ),
+                    stops_policy: true,
+                });
+                stopped = true;
+                None
+            }
+        },
+        _ => None,
+    };
+    let (plan_out, selection): (Option<Plan>, Option<Selection>) = match (&cfg, snapshot) {
+        (Ok(cfg), Some(mut snap)) => {
             memory.planner.sync_deleting_from_taints(&snap, now);
             for d in tracker.draining(Some(&name)) {
                 memory.planner.start_deleting(&d.node, d.started);
@@ -595,6 +614,18 @@ async fn cleanup(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Acti
     };
     ctx.metrics.unneeded_nodes.remove(&labels);
     ctx.metrics.drains_in_progress.remove(&labels);
+    for reason in UnremovableReason::ALL {
+        ctx.metrics.unremovable_nodes.remove(&PolicyReasonLabels {
+            policy: name.clone(),
+            reason: reason.to_string(),
+        });
+    }
+    for reason in ThrottledReason::ALL {
+        ctx.metrics.throttled.remove(&PolicyReasonLabels {
+            policy: name.clone(),
+            reason: reason.to_string(),
+        });
+    }
     tracing::info!(policy = %name, taints_removed = removed, "policy deleted; its taints are gone");
     Ok(Action::await_change())
 }
