@@ -176,7 +176,9 @@ pub async fn serve(
     .with_recheck_delay(settings.recheck_delay)
     .notify_finished(finished_tx);
     let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
-    let controller = Controller::new(policies, watcher::Config::default().any_semantic());
+    // Debounced: the node events our own taint writes cause do not re-run every policy at once.
+    let controller = Controller::new(policies, watcher::Config::default().any_semantic())
+        .with_config(kube::runtime::controller::Config::default().debounce(Duration::from_secs(2)));
     let reporter = Reporter {
         controller: "ebb-controller".into(),
         instance: Some(settings.identity.clone()),
