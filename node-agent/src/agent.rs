@@ -228,11 +228,13 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .await
         .context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
 
+    let metrics = Arc::new(crate::metrics::AgentMetrics::default());
     let api = ApiState::new(ApiView {
         ready: false,
         cache_root: args.cache_dir.clone(),
         ..ApiView::default()
-    });
+    })
+    .with_metrics(metrics.clone());
     serve_api(&args, api.clone()).await?;
 
     let (histories, _history_task) = kube_edge::watch_histories(&client);
@@ -282,6 +284,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         tracing::warn!("{w}");
     }
     let recovery = recovery_status(opened.result, &recovered, jiff::Timestamp::now());
+    metrics
+        .recovery_seconds
+        .set(recovered.duration_ms as f64 / 1000.0);
+    metrics.recovery_lost.set(recovered.summary.lost as i64);
 
     let fetcher = Fetcher::new(FetcherConfig {
         concurrency: args.fetch_concurrency,
@@ -396,10 +402,18 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                 let store_health = if null_store {
                     StoreHealth { healthy: true, message: "no state directory: the null store keeps nothing across restarts".into() }
                 } else if health.healthy() {
-                    StoreHealth { healthy: true, message: format!("{} transactions, {} transitions committed since start", health.commits(), health.transitions()) }
+                    StoreHealth { healthy: true, message: "the state store accepts and commits writes".into() }
                 } else {
                     StoreHealth { healthy: false, message: health.last_error().unwrap_or_default() }
                 };
+                let localized = rt.core.cache.report();
+                metrics.store_healthy.set(store_health.healthy as i64);
+                metrics.commits.set(health.commits() as i64);
+                metrics.transitions.set(health.transitions() as i64);
+                metrics.containers_tracked.set(rt.core.containers.len() as i64);
+                metrics.cached_resources.set(rt.core.cache.len() as i64);
+                metrics.failed_resources.set(localized.iter().filter(|l| l.state == "Failed").count() as i64);
+                metrics.pending_deletions.set(rt.core.deletions.pending() as i64);
                 let policies = rt.core.policies();
                 let status = build_status(ReportInput {
                     agent_version: env!("CARGO_PKG_VERSION"),
@@ -409,7 +423,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     store: store_health,
                     containers: &rt.core.containers,
                     policies: &policies,
-                    localized: rt.core.cache.report(),
+                    localized,
                     pending_deletions: rt.core.deletions.pending(),
                     key_ids: KeyIds {
                         current: rt.core.keys.current.as_ref().map(|k| k.id.clone()),

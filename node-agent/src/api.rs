@@ -52,6 +52,7 @@ pub struct ApiView {
 pub struct ApiState {
     view: Arc<RwLock<ApiView>>,
     clock: Option<Arc<dyn Fn() -> i64 + Send + Sync>>,
+    metrics: Option<Arc<crate::metrics::AgentMetrics>>,
 }
 
 impl ApiState {
@@ -59,7 +60,14 @@ impl ApiState {
         Self {
             view: Arc::new(RwLock::new(view)),
             clock: None,
+            metrics: None,
         }
+    }
+
+    /// Serves these metrics on `/metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::AgentMetrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Uses `clock` (unix seconds) instead of the system clock (tests).
@@ -141,9 +149,24 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     }
 }
 
+async fn metrics(State(state): State<ApiState>) -> Response {
+    match &state.metrics {
+        Some(m) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            m.render(),
+        )
+            .into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 pub fn router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/resources", get(resources))
+        .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(state)

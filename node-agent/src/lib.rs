@@ -13,6 +13,7 @@ pub mod kube_edge;
 pub mod livepod;
 pub mod localizer;
 pub mod membership;
+pub mod metrics;
 pub mod recovery;
 pub mod report;
 pub mod state;
