@@ -353,3 +353,21 @@ async fn a_malformed_object_in_the_cluster_degrades_the_policy_and_stops_it() {
     let ready = ebb_api::conditions::find(&s.conditions, "Ready").unwrap();
     assert_eq!(ready.status, "False");
 }
+
+#[test]
+fn the_snapshot_leaves_out_pods_of_nodes_that_are_gone() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").cpu("4").build());
+    api.add_pod(pod("here").on("n1").build());
+    api.add_pod(pod("orphan").on("deleted-node").build());
+    api.add_pod(pod("pending").build());
+    let objects = api.stores().objects();
+    let mut names: Vec<String> = objects
+        .pods
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["here", "pending"]);
+    assert!(ebb_controller::cluster::build_snapshot(&objects).is_ok());
+}
