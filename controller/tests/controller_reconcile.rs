@@ -371,3 +371,41 @@ fn the_snapshot_leaves_out_pods_of_nodes_that_are_gone() {
     assert_eq!(names, vec!["here", "pending"]);
     assert!(ebb_controller::cluster::build_snapshot(&objects).is_ok());
 }
+
+#[tokio::test(start_paused = true)]
+async fn switching_to_dry_run_stops_the_drains_and_removes_the_taints() {
+    let api = FakeApi::new();
+    cluster(&api);
+    // Keep the drain in Evicting long enough to switch modes under it.
+    api.add_pod(pod("web-3").on("n1").cpu("100m").owned_by_rs("web").build());
+    api.script_evictions("default/web-3", &[429; 50]);
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(15)).await;
+    assert!(
+        api.node("n1")
+            .is_some_and(|n| taints::has(&n, EbbTaint::ToBeDeleted))
+    );
+    let mut dry = current(&api, "p");
+    dry.spec.mode = ScaleDownMode::DryRun;
+    reconcile(Arc::new(dry), ctx.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let n1 = api.node("n1").expect("n1 kept");
+    assert!(
+        !taints::has(&n1, EbbTaint::ToBeDeleted),
+        "drain rolled back"
+    );
+    assert!(!taints::has(&n1, EbbTaint::Candidate));
+    assert!(ctx.actuator.tracker().in_flight().is_empty());
+    let failed: Vec<_> = {
+        let mut dry = current(&api, "p");
+        dry.spec.mode = ScaleDownMode::DryRun;
+        reconcile(Arc::new(dry), ctx).await.unwrap();
+        events(&api)
+            .into_iter()
+            .filter(|e| e.0 == "DrainFailed")
+            .collect()
+    };
+    assert!(!failed.is_empty(), "the cancelled drain is reported");
+}
