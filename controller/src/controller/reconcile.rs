@@ -255,8 +255,10 @@ async fn run_loop(
     // Plan. A cluster object the snapshot cannot read stops the policy like bad input does.
     let mut degraded = degraded;
     let mut stopped = stopped;
+    // The pods the plan is made from: a pod not among them on a node being drained landed after.
+    let objects = ctx.stores.objects();
     let snapshot = match (&cfg, stopped) {
-        (Ok(_), false) => match build_snapshot(&ctx.stores.objects()) {
+        (Ok(_), false) => match build_snapshot(&objects) {
             Ok(snap) => Some(snap),
             Err(e) => {
                 let err = Error::Snapshot {
@@ -379,7 +381,7 @@ async fn run_loop(
         // Start drains.
         if let (Some(sel), Some(p), Ok(cfg)) = (&selection, &plan_out, &cfg) {
             let cancel = ctx.live_token(memory);
-            let pods = ctx.stores.pods.state();
+            let planned = &objects.pods;
             let starts = sel
                 .empty
                 .iter()
@@ -412,7 +414,7 @@ async fn run_loop(
                     kind,
                     mode: spec.mode,
                     settings: EvictionSettings::from_spec(spec),
-                    planned_pods: uids_on(node, pods.iter().map(|p| &**p)),
+                    planned_pods: uids_on(node, planned),
                     resume_from: None,
                     recheck,
                     cancel: cancel.clone(),
