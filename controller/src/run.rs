@@ -123,7 +123,8 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
         .await
         .with_context(|| format!("binding --metrics-addr {}", settings.metrics_addr))?;
-    tracing::info!(addr = %settings.metrics_addr, "serving /metrics, /healthz, /readyz");
+    let bound = listener.local_addr().unwrap_or(settings.metrics_addr);
+    tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
     let app = router(metrics.clone(), readiness.clone());
     let http_stop = stop.clone();
     tokio::spawn(async move {
@@ -137,7 +138,7 @@ pub async fn serve(
 
     // Shared caches, on every replica (a standby is ready to take over at once, and ready for
     // rollouts: /readyz does not wait for leadership, only for it to be known).
-    let watches = stores::start(client.clone());
+    let watches = stores::start(client.clone()).await;
     let _watch_tasks = AbortOnDrop(watches.tasks);
     tracing::info!("waiting for the caches to sync");
     tokio::select! {
@@ -213,10 +214,22 @@ pub async fn serve(
     );
 
     // Start-up recovery once the policy cache is there, then act.
+    // The controller's own runner waits on the same store. kube-runtime 5.0 keeps only the last
+    // waiter's waker, so a single long wait here can miss the moment: wait in short slices.
     let policy_store = ctx.policies.clone();
-    tokio::select! {
-        ready = policy_store.wait_until_ready() => ready.context("the ScaleDownPolicy cache stopped before it synced")?,
-        _ = stop.cancelled() => return Ok(Exit::Stopped),
+    loop {
+        if stop.is_cancelled() {
+            return Ok(Exit::Stopped);
+        }
+        match tokio::time::timeout(Duration::from_millis(200), policy_store.wait_until_ready())
+            .await
+        {
+            Ok(ready) => {
+                ready.context("the ScaleDownPolicy cache stopped before it synced")?;
+                break;
+            }
+            Err(_) => continue,
+        }
     }
     recover_at_start(&ctx).await;
     leadership.set(true);

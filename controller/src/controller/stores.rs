@@ -103,8 +103,33 @@ fn node_fingerprint(node: &Node) -> u64 {
     h.finish()
 }
 
+/// True unless the API server says it does not serve `K` at all (404 on a list): optional kinds
+/// (ReplicationControllers) are then left out instead of blocking the cache sync forever.
+async fn served<K>(api: &Api<K>) -> bool
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let listed = api
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await;
+    !matches!(listed, Err(kube::Error::Api(s)) if s.code == 404)
+}
+
+/// A cache that is synced and stays empty.
+fn empty<K>() -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    let (store, mut writer) = reflector::store::<K>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    // The store stays readable; with the writer gone it would report "dropped" to waiters.
+    std::mem::forget(writer);
+    store
+}
+
 /// Start the watches (cluster-wide).
-pub fn start(client: kube::Client) -> Watches {
+pub async fn start(client: kube::Client) -> Watches {
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
     let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
@@ -140,7 +165,15 @@ pub fn start(client: kube::Client) -> Watches {
         stateful_sets: plain!(StatefulSet, "StatefulSet"),
         daemon_sets: plain!(DaemonSet, "DaemonSet"),
         jobs: plain!(Job, "Job"),
-        replication_controllers: plain!(ReplicationController, "ReplicationController"),
+        replication_controllers: if served(&Api::<ReplicationController>::all(client.clone())).await
+        {
+            plain!(ReplicationController, "ReplicationController")
+        } else {
+            tracing::warn!(
+                "the API server does not serve ReplicationControllers; pods owned by one count as having no known controller"
+            );
+            empty()
+        },
     };
     Watches {
         stores,
