@@ -221,12 +221,23 @@ fn history_signature(
 }
 
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
-    let secret = parse_secret_ref(&args.token_secret)?;
+    // the store is checked before anything else, so a bad one fails fast with its own message
     let opened = open_store(args.state_dir.as_deref(), args.reset_state)?;
-    let store = opened.store.clone();
     let client = Client::try_default()
         .await
         .context("cannot reach the Kubernetes API (in-cluster config or KUBECONFIG)")?;
+    run_with(args, opened, client, std::future::pending()).await
+}
+
+/// The agent over an opened store and a client, until SIGTERM, Ctrl-C or `stop` resolves.
+pub async fn run_with(
+    args: RunArgs,
+    opened: OpenedStore,
+    client: Client,
+    stop: impl std::future::Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let secret = parse_secret_ref(&args.token_secret)?;
+    let store = opened.store.clone();
 
     let metrics = Arc::new(crate::metrics::AgentMetrics::default());
     let api = ApiState::new(ApiView {
@@ -337,6 +348,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("installing the SIGTERM handler")?;
     let started = Instant::now();
     tracing::info!(node = %args.node_name, "agent ready");
+    futures::pin_mut!(stop);
 
     loop {
         tokio::select! {
@@ -445,6 +457,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
                     }
                 }
             }
+            _ = &mut stop => break,
             _ = tokio::signal::ctrl_c() => break,
             _ = sigterm.recv() => break,
         }
