@@ -443,6 +443,51 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn concurrent_fetches_are_bounded() {
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let (f, p) = (in_flight.clone(), peak.clone());
+        let app = Router::new().route(
+            "/slow/{n}",
+            get(move || {
+                let (f, p) = (f.clone(), p.clone());
+                async move {
+                    let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+                    p.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    f.fetch_sub(1, Ordering::SeqCst);
+                    CONTENT
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = FetcherConfig::new(dir.path().to_path_buf());
+        cfg.concurrency = 2;
+        let fetcher = Fetcher::new(cfg).unwrap();
+        let sha = sha256_hex(CONTENT);
+        let tasks: Vec<_> = (0..6)
+            .map(|n| {
+                let fetcher = fetcher.clone();
+                let mut req = request(format!("http://{addr}/slow/{n}"), &sha);
+                req.local_path = format!("public/{sha}/model-{n}.bin");
+                tokio::spawn(async move { fetcher.fetch(&req, || 0).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            2,
+            "never more than the bound, and it is used"
+        );
+        assert_eq!(files_under(dir.path()).len(), 6);
+    }
+
+    #[tokio::test]
     async fn fetches_file_urls() {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src.bin");
