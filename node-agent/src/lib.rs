@@ -1,5 +1,5 @@
-//! ebb node agent library: the node-local state store (LMDB through heed), recovery at start,
-//! and the command line of the `ebb-node-agent` binary.
+//! ebb node agent library: the LMDB state store (`store`), pure recovery and bookkeeping
+//! (`recovery`, `transitions`, `cache`, `deletion`, `report`), and the edges (`agent`, `kube_edge`, `api`, `localizer`).
 
 pub mod agent;
 pub mod api;
