@@ -114,7 +114,7 @@ fn cluster(nodes: usize, churn: u64) -> ClusterObjects {
             .filter(|p| p.metadata.labels.as_ref().and_then(|l| l.get("app")) == Some(&app))
             .count();
         let min = if owner < 30 {
-            count / 2
+            count / 10
         } else {
             count.saturating_sub(5)
         };
