@@ -7,17 +7,14 @@ mod controller_fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_fake::{FakeApi, Logged, store_of};
+use controller_fake::{FakeApi, Logged};
 use ebb_api::names::FINALIZER_SCALEDOWN;
 use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
-use ebb_controller::actuation::{Actuator, EbbTaint, Tracker, taints};
-use ebb_controller::cluster::testkit::{daemon_set, node, pod, replica_set};
-use ebb_controller::controller::{Context, Leadership, reconcile};
-use ebb_controller::metrics::Metrics;
+use ebb_controller::actuation::{EbbTaint, taints};
+use ebb_controller::cluster::testkit::{node, pod};
+use ebb_controller::controller::{Context, reconcile};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
-use kube::runtime::events::Recorder;
 use serde_json::Value;
-use tokio_util::sync::CancellationToken;
 
 /// Three nodes of pool `a`: `n1` runs only a DaemonSet pod (empty, removable), `n2` and `n3`
 /// are 75% requested (not underutilized).
@@ -54,30 +51,7 @@ fn policy(name: &str, mode: ScaleDownMode, pool: &str) -> ScaleDownPolicy {
 }
 
 fn context(api: &FakeApi, policies: &[&ScaleDownPolicy]) -> Arc<Context> {
-    for p in policies {
-        api.add_policy(p);
-    }
-    let mut stores = api.stores();
-    stores.replica_sets = store_of(vec![replica_set("web", 2)]);
-    stores.daemon_sets = store_of(vec![daemon_set("logs", 3)]);
-    let actuator = Actuator::new(
-        api.client(),
-        api.pod_store(),
-        api.pod_changes(),
-        Tracker::default(),
-        Metrics::new(),
-    )
-    .with_recheck_delay(Duration::from_secs(1));
-    Arc::new(Context::new(
-        api.client(),
-        stores,
-        store_of(policies.iter().map(|p| (*p).clone()).collect()),
-        actuator,
-        Metrics::new(),
-        Recorder::new(api.client(), "ebb-controller".into()),
-        Leadership::always(),
-        CancellationToken::new(),
-    ))
+    api.context(policies, 3)
 }
 
 fn status_writes(api: &FakeApi) -> Vec<Logged> {

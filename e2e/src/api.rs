@@ -1637,48 +1637,8 @@ impl Api {
         old: &Arc<Value>,
         new: Value,
     ) -> ApiResult<Arc<Value>> {
-        let ctx = Ctx::new(&format!("{INTERNAL_PREFIX}system:{component}"), component);
-        let r = {
-            let mut inner = self.write();
-            let (ns, name) = (
-                meta_str(old, "namespace").unwrap_or(""),
-                meta_str(old, "name").unwrap_or(""),
-            );
-            match inner.get(
-                &(ri.group.clone(), ri.plural.clone()),
-                &(ns.to_string(), name.to_string()),
-            ) {
-                Some(cur)
-                    if meta_str(&cur, "resourceVersion") == meta_str(old, "resourceVersion") =>
-                {
-                    self.commit(
-                        &mut inner,
-                        &ctx,
-                        ri,
-                        &cur,
-                        new,
-                        if ri.status_subresource { "status" } else { "" },
-                        false,
-                    )
-                }
-                Some(_) => Err(ApiError::conflict(ri, name)),
-                None => Err(ApiError::not_found(ri, name)),
-            }
-        };
-        self.changed.notify_waiters();
-        if let Ok(o) = &r {
-            let audit_ctx = Ctx::system(component);
-            self.audit(
-                &audit_ctx,
-                "update",
-                ri,
-                if ri.status_subresource { "status" } else { "" },
-                meta_str(o, "namespace").unwrap_or(""),
-                meta_str(o, "name").unwrap_or(""),
-                200,
-            );
-        }
-        r
+        let sub = if ri.status_subresource { "status" } else { "" };
+        self.system_write(component, ri, old, new, sub)
     }
 
     /// Writes a whole object (spec and metadata) on behalf of a cluster component, skipping
@@ -1689,6 +1649,19 @@ impl Api {
         ri: &ResourceInfo,
         old: &Arc<Value>,
         new: Value,
+    ) -> ApiResult<Arc<Value>> {
+        self.system_write(component, ri, old, new, "")
+    }
+
+    /// A cluster component's write of `new` over `old` through `subresource` (`""` for the
+    /// main endpoint): conflicts on a stale resourceVersion, audited as the component.
+    fn system_write(
+        &self,
+        component: &str,
+        ri: &ResourceInfo,
+        old: &Arc<Value>,
+        new: Value,
+        subresource: &str,
     ) -> ApiResult<Arc<Value>> {
         let ctx = Ctx::new(&format!("{INTERNAL_PREFIX}system:{component}"), component);
         let r = {
@@ -1704,7 +1677,7 @@ impl Api {
                 Some(cur)
                     if meta_str(&cur, "resourceVersion") == meta_str(old, "resourceVersion") =>
                 {
-                    self.commit(&mut inner, &ctx, ri, &cur, new, "", false)
+                    self.commit(&mut inner, &ctx, ri, &cur, new, subresource, false)
                 }
                 Some(_) => Err(ApiError::conflict(ri, name)),
                 None => Err(ApiError::not_found(ri, name)),
@@ -1716,7 +1689,7 @@ impl Api {
                 &Ctx::system(component),
                 "update",
                 ri,
-                "",
+                subresource,
                 meta_str(o, "namespace").unwrap_or(""),
                 meta_str(o, "name").unwrap_or(""),
                 200,

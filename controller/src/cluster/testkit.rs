@@ -435,11 +435,7 @@ impl From<PodBuilder> for Pod {
 /// A PodDisruptionBudget in `default` selecting `key=value` with `minAvailable`.
 pub fn pdb_min_available(name: &str, key: &str, value: &str, min: i32) -> PodDisruptionBudget {
     PodDisruptionBudget {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
+        metadata: default_meta(name),
         spec: Some(PodDisruptionBudgetSpec {
             min_available: Some(IntOrString::Int(min)),
             selector: Some(LabelSelector {
@@ -455,11 +451,7 @@ pub fn pdb_min_available(name: &str, key: &str, value: &str, min: i32) -> PodDis
 /// A ReplicaSet in `default` wanting `replicas`.
 pub fn replica_set(name: &str, replicas: i32) -> ReplicaSet {
     ReplicaSet {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
+        metadata: default_meta(name),
         spec: Some(ReplicaSetSpec {
             replicas: Some(replicas),
             ..Default::default()
@@ -471,11 +463,7 @@ pub fn replica_set(name: &str, replicas: i32) -> ReplicaSet {
 /// A StatefulSet in `default` wanting `replicas`.
 pub fn stateful_set(name: &str, replicas: i32) -> StatefulSet {
     StatefulSet {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
+        metadata: default_meta(name),
         spec: Some(StatefulSetSpec {
             replicas: Some(replicas),
             ..Default::default()
@@ -487,11 +475,7 @@ pub fn stateful_set(name: &str, replicas: i32) -> StatefulSet {
 /// A DaemonSet in `default` scheduled on `desired` nodes.
 pub fn daemon_set(name: &str, desired: i32) -> DaemonSet {
     DaemonSet {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
+        metadata: default_meta(name),
         spec: None,
         status: Some(DaemonSetStatus {
             desired_number_scheduled: desired,
@@ -563,5 +547,14 @@ pub fn snapshot(
     match super::build_snapshot(&objects(nodes, pods)) {
         Ok(s) => s,
         Err(e) => panic!("test snapshot is invalid: {e}"),
+    }
+}
+
+/// Metadata naming `name` in namespace `default`.
+fn default_meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some("default".into()),
+        ..Default::default()
     }
 }

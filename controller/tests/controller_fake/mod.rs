@@ -477,3 +477,41 @@ impl FakeApi {
         (code, out)
     }
 }
+
+impl FakeApi {
+    /// A controller context over this API holding `policies`, a ReplicaSet `web` of 2 and a
+    /// DaemonSet `logs` scheduled on `daemon_set_nodes` nodes; drains re-check after 1 s.
+    pub fn context(
+        &self,
+        policies: &[&ebb_api::ScaleDownPolicy],
+        daemon_set_nodes: i32,
+    ) -> Arc<ebb_controller::controller::Context> {
+        use ebb_controller::actuation::{Actuator, Tracker};
+        use ebb_controller::cluster::testkit::{daemon_set, replica_set};
+        use ebb_controller::metrics::Metrics;
+        for p in policies {
+            self.add_policy(p);
+        }
+        let mut stores = self.stores();
+        stores.replica_sets = store_of(vec![replica_set("web", 2)]);
+        stores.daemon_sets = store_of(vec![daemon_set("logs", daemon_set_nodes)]);
+        let actuator = Actuator::new(
+            self.client(),
+            self.pod_store(),
+            self.pod_changes(),
+            Tracker::default(),
+            Metrics::new(),
+        )
+        .with_recheck_delay(std::time::Duration::from_secs(1));
+        Arc::new(ebb_controller::controller::Context::new(
+            self.client(),
+            stores,
+            store_of(policies.iter().map(|p| (*p).clone()).collect()),
+            actuator,
+            Metrics::new(),
+            kube::runtime::events::Recorder::new(self.client(), "ebb-controller".into()),
+            ebb_controller::controller::Leadership::always(),
+            tokio_util::sync::CancellationToken::new(),
+        ))
+    }
+}
