@@ -58,27 +58,10 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
     let client = kube::Client::try_default().await.context(
         "connecting with the current kubeconfig context (use --snapshot to plan offline)",
     )?;
+    // Every object of a kind, in all namespaces for namespaced kinds.
     async fn all<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
     where
-        K: kube::Resource<Scope = k8s_openapi::ClusterResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
-        K::DynamicType: Default,
-    {
-        let list = Api::<K>::all(client.clone())
-            .list(&ListParams::default())
-            .await
-            .with_context(|| format!("listing {what}"))?;
-        eprintln!("listed {} {what}", list.items.len());
-        Ok(list.items)
-    }
-    async fn all_ns<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + serde::de::DeserializeOwned
-            + std::fmt::Debug,
+        K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
         K::DynamicType: Default,
     {
         let list = Api::<K>::all(client.clone())
@@ -90,20 +73,17 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
     }
     Ok(ClusterObjects {
         nodes: all::<Node>(&client, "nodes").await?,
-        pods: all_ns::<Pod>(&client, "pods").await?,
-        pdbs: all_ns::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
-        replica_sets: all_ns::<ReplicaSet>(&client, "replicasets").await?,
-        stateful_sets: all_ns::<StatefulSet>(&client, "statefulsets").await?,
-        daemon_sets: all_ns::<DaemonSet>(&client, "daemonsets").await?,
-        jobs: all_ns::<Job>(&client, "jobs").await?,
-        replication_controllers: all_ns::<ReplicationController>(&client, "replicationcontrollers")
+        pods: all::<Pod>(&client, "pods").await?,
+        pdbs: all::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
+        replica_sets: all::<ReplicaSet>(&client, "replicasets").await?,
+        stateful_sets: all::<StatefulSet>(&client, "statefulsets").await?,
+        daemon_sets: all::<DaemonSet>(&client, "daemonsets").await?,
+        jobs: all::<Job>(&client, "jobs").await?,
+        replication_controllers: all::<ReplicationController>(&client, "replicationcontrollers")
             .await?,
         persistent_volumes: all::<PersistentVolume>(&client, "persistentvolumes").await?,
-        persistent_volume_claims: all_ns::<PersistentVolumeClaim>(
-            &client,
-            "persistentvolumeclaims",
-        )
-        .await?,
+        persistent_volume_claims: all::<PersistentVolumeClaim>(&client, "persistentvolumeclaims")
+            .await?,
     })
 }
 
