@@ -7,8 +7,10 @@ pub mod predicates;
 pub mod quantity;
 pub mod snapshot;
 pub mod testkit;
+pub mod undo;
 
 pub use build::{ClusterObjects, SnapshotError, build_snapshot};
 pub use model::{ClassId, NodeId, NodeInfo, PodId, PodInfo, Resources};
 pub use predicates::{PredicateChecker, Unfit};
 pub use snapshot::ClusterSnapshot;
+pub use undo::UndoLog;

@@ -1,6 +1,7 @@
 //! `ClusterSnapshot`: nodes, pods, PDBs and owners with per-node placement and requested
 //! totals, and `fork()/commit()/revert()` through an undo log that costs O(changes).
 
+use super::undo::UndoLog;
 use std::collections::{BTreeMap, HashMap};
 
 use super::model::{
@@ -40,8 +41,7 @@ pub struct ClusterSnapshot {
     pub(crate) node_pods: Vec<Vec<PodId>>,
     pub(crate) requested: Vec<Resources>,
     pub(crate) generation: Vec<u64>,
-    undo: Vec<Change>,
-    marks: Vec<usize>,
+    undo: UndoLog<Change>,
 }
 
 impl ClusterSnapshot {
@@ -87,8 +87,7 @@ impl ClusterSnapshot {
             pdbs,
             owners,
             domains,
-            undo: Vec::new(),
-            marks: Vec::new(),
+            undo: UndoLog::default(),
         };
         for (pod, node) in placement.into_iter().enumerate() {
             if let Some(node) = node {
@@ -208,9 +207,7 @@ impl ClusterSnapshot {
         if let Some(t) = to {
             self.attach(pod, t);
         }
-        if !self.marks.is_empty() {
-            self.undo.push(Change::Moved { pod, from });
-        }
+        self.undo.record(Change::Moved { pod, from });
     }
 
     /// Adds a pod that is not in the snapshot (for example one that was just evicted), unplaced.
@@ -221,9 +218,7 @@ impl ClusterSnapshot {
         self.pod_ids.insert(pod.uid.clone(), id);
         self.pods.push(pod);
         self.pod_node.push(None);
-        if !self.marks.is_empty() {
-            self.undo.push(Change::Added { pod: id });
-        }
+        self.undo.record(Change::Added { pod: id });
         id
     }
 
@@ -262,50 +257,43 @@ impl ClusterSnapshot {
 
     /// Starts a fork: later changes can be undone with `revert` or kept with `commit`.
     pub fn fork(&mut self) {
-        self.marks.push(self.undo.len());
+        self.undo.fork();
     }
 
     /// Keeps the changes of the innermost fork.
     pub fn commit(&mut self) {
-        self.marks.pop();
-        if self.marks.is_empty() {
-            self.undo.clear();
-        }
+        self.undo.commit();
     }
 
     /// Undoes every change since the innermost fork, in O(changes).
     pub fn revert(&mut self) {
-        let Some(mark) = self.marks.pop() else {
-            return;
-        };
-        while self.undo.len() > mark {
-            match self.undo.pop() {
-                Some(Change::Moved { pod, from }) => {
-                    if let Some(cur) = self.pod_node[pod as usize] {
-                        self.detach(pod, cur);
-                    }
-                    if let Some(f) = from {
-                        self.attach(pod, f);
-                    }
+        let mut undo = std::mem::take(&mut self.undo);
+        undo.revert(|change| match change {
+            Change::Moved { pod, from } => {
+                if let Some(cur) = self.pod_node[pod as usize] {
+                    self.detach(pod, cur);
                 }
-                Some(Change::Added { pod }) => {
-                    if let Some(cur) = self.pod_node[pod as usize] {
-                        self.detach(pod, cur);
-                    }
-                    let info = self.pods.pop();
-                    self.pod_node.pop();
-                    if let Some(info) = info {
-                        self.pod_ids.remove(&info.uid);
-                    }
+                if let Some(f) = from {
+                    self.attach(pod, f);
                 }
-                None => break,
             }
-        }
+            Change::Added { pod } => {
+                if let Some(cur) = self.pod_node[pod as usize] {
+                    self.detach(pod, cur);
+                }
+                let info = self.pods.pop();
+                self.pod_node.pop();
+                if let Some(info) = info {
+                    self.pod_ids.remove(&info.uid);
+                }
+            }
+        });
+        self.undo = undo;
     }
 
     /// Depth of nested forks.
     pub fn fork_depth(&self) -> usize {
-        self.marks.len()
+        self.undo.depth()
     }
 
     fn attach(&mut self, pod: PodId, node: NodeId) {

@@ -3,15 +3,14 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use crate::cluster::{ClassId, ClusterSnapshot, PodId};
+use crate::cluster::{ClassId, ClusterSnapshot, PodId, UndoLog};
 
 /// Remaining disruptions per PDB of a snapshot.
 #[derive(Clone, Debug)]
 pub struct PdbTracker {
     remaining: Vec<i64>,
     covering: HashMap<ClassId, Vec<usize>>,
-    undo: Vec<(usize, i64)>,
-    marks: Vec<usize>,
+    undo: UndoLog<(usize, i64)>,
 }
 
 impl PdbTracker {
@@ -21,8 +20,7 @@ impl PdbTracker {
         PdbTracker {
             remaining: snap.pdbs().iter().map(|p| p.disruptions_allowed).collect(),
             covering: HashMap::new(),
-            undo: Vec::new(),
-            marks: Vec::new(),
+            undo: UndoLog::default(),
         }
     }
 
@@ -62,33 +60,25 @@ impl PdbTracker {
         }
         let idx = self.covering(snap, pod).to_vec();
         for i in idx {
-            if !self.marks.is_empty() {
-                self.undo.push((i, self.remaining[i]));
-            }
+            self.undo.record((i, self.remaining[i]));
             self.remaining[i] -= 1;
         }
     }
 
+    /// Starts a fork alongside the snapshot's.
     pub fn fork(&mut self) {
-        self.marks.push(self.undo.len());
+        self.undo.fork();
     }
 
+    /// Keeps the innermost fork's evictions.
     pub fn commit(&mut self) {
-        self.marks.pop();
-        if self.marks.is_empty() {
-            self.undo.clear();
-        }
+        self.undo.commit();
     }
 
+    /// Gives back the allowance taken since the innermost fork.
     pub fn revert(&mut self) {
-        let Some(mark) = self.marks.pop() else {
-            return;
-        };
-        while self.undo.len() > mark {
-            if let Some((i, v)) = self.undo.pop() {
-                self.remaining[i] = v;
-            }
-        }
+        let remaining = &mut self.remaining;
+        self.undo.revert(|(i, v)| remaining[i] = v);
     }
 
     /// `namespace/name` → remaining disruptions.
