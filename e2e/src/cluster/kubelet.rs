@@ -322,6 +322,12 @@ pub fn pods(api: &Api, w: &World, wake: &mut Wake) {
                     .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"))
                     .and_then(|c| c.get("lastTransitionTime").and_then(Value::as_str))
                     .and_then(parse_time)
+                    // Created with spec.nodeName (no scheduler): bound since its creation.
+                    .or_else(|| {
+                        p.pointer("/metadata/creationTimestamp")
+                            .and_then(Value::as_str)
+                            .and_then(parse_time)
+                    })
                     .unwrap_or(now);
                 let start_at = plus(
                     bound_at,
