@@ -74,7 +74,13 @@ pub struct Settings {
     pub recheck_delay: Duration,
     /// This replica's name in Events and the Lease.
     pub identity: String,
+    /// Policy loops triggered within this time of each other run once ([`DEFAULT_DEBOUNCE`]).
+    pub debounce: Duration,
 }
+
+/// Debounce of policy loops: the node events ebb's own taint writes cause do not re-run every
+/// policy at once.
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
 
 impl Settings {
     pub fn from_args(args: &RunArgs) -> Self {
@@ -86,6 +92,7 @@ impl Settings {
                 .then(|| LeaderConfig::new(&args.lease_name, &args.namespace, &identity)),
             recheck_delay: args.recheck_delay.as_duration(),
             identity,
+            debounce: DEFAULT_DEBOUNCE,
         }
     }
 }
@@ -179,7 +186,7 @@ pub async fn serve(
     let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
     // Debounced: the node events our own taint writes cause do not re-run every policy at once.
     let controller = Controller::new(policies, watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::controller::Config::default().debounce(Duration::from_secs(2)));
+        .with_config(kube::runtime::controller::Config::default().debounce(settings.debounce));
     let reporter = Reporter {
         controller: "ebb-controller".into(),
         instance: Some(settings.identity.clone()),
