@@ -236,9 +236,28 @@ async fn run_loop(
 
     // What the drains did since the last loop.
     let finished = tracker.take_finished(&name);
-    let mut removed = memory
-        .removed_total
-        .unwrap_or_else(|| policy.status.as_ref().map_or(0, |s| s.removed_total));
+    let mut removed = match memory.removed_total {
+        Some(r) => r,
+        None => {
+            // First loop of this process: drains the written status lists as in flight that
+            // ended since (a previous process stopped before writing that down) count too.
+            let in_flight = tracker.in_flight();
+            let by_name: BTreeMap<String, &Node> =
+                nodes.iter().map(|n| (node_name(n), &**n)).collect();
+            status::removed_at_start(policy.status.as_ref(), |n| {
+                if in_flight.contains(n) || finished.iter().any(|f| f.drain.node == n) {
+                    return false;
+                }
+                by_name.get(n).is_none_or(|node| {
+                    node.metadata
+                        .labels
+                        .as_ref()
+                        .is_some_and(|l| l.contains_key(ebb_api::names::LABEL_DRAINED))
+                        && !taints::has(node, EbbTaint::ToBeDeleted)
+                })
+            })
+        }
+    };
     for f in &finished {
         memory.planner.finish_deleting(&f.drain.node);
         if f.outcome == Outcome::Removed {

@@ -49,6 +49,24 @@ pub fn main_throttle(selection: Option<&Selection>) -> Option<ThrottledReason> {
     counts.into_iter().find(|(_, c)| *c == max).map(|(r, _)| r)
 }
 
+/// The removed count to start from when this process first loops over a policy: the written
+/// `removedTotal`, plus the drains the written status lists as in flight that have finished
+/// since (`finished(node)`: node gone, or marked drained) — a process stopped between removing
+/// a node and writing the status leaves exactly those uncounted.
+pub fn removed_at_start(
+    written: Option<&ScaleDownPolicyStatus>,
+    finished: impl Fn(&str) -> bool,
+) -> i64 {
+    written.map_or(0, |s| {
+        let uncounted = s
+            .draining_nodes
+            .iter()
+            .filter(|d| finished(&d.node))
+            .count();
+        s.removed_total + uncounted as i64
+    })
+}
+
 /// The status for these facts. Conditions keep their transition times from `previous`.
 pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
     let draining: BTreeMap<&str, &Drain> = f.drains.iter().map(|d| (d.node.as_str(), d)).collect();
@@ -246,6 +264,31 @@ pub fn needs_write(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drains_listed_in_flight_that_finished_since_are_counted_at_start() {
+        let written = ScaleDownPolicyStatus {
+            removed_total: 7,
+            draining_nodes: ["gone", "drained", "still-draining", "rolled-back"]
+                .map(|n| DrainingNodeStatus {
+                    node: n.into(),
+                    phase: ebb_api::reasons::DrainPhase::Evicting,
+                    started: None,
+                    pods_remaining: 1,
+                    evictions_blocked: 0,
+                })
+                .to_vec(),
+            ..ScaleDownPolicyStatus::default()
+        };
+        let finished = |n: &str| n == "gone" || n == "drained";
+        assert_eq!(removed_at_start(Some(&written), finished), 9);
+        assert_eq!(removed_at_start(None, finished), 0);
+        let counted = ScaleDownPolicyStatus {
+            removed_total: 3,
+            ..ScaleDownPolicyStatus::default()
+        };
+        assert_eq!(removed_at_start(Some(&counted), |_| true), 3);
+    }
     use crate::metrics::ScaleDownKind;
     use crate::scaledown::{Candidate, Move, Unremovable};
     use ebb_api::reasons::{DegradedReason, DrainPhase};
