@@ -759,8 +759,9 @@ async fn unmovable_pod_keeps_its_node() {
     );
 }
 
-/// 4. The controller is killed (SIGKILL) mid-drain and started again: the drains complete, no
-/// ebb taint is left, and the removed count is right.
+/// 4. The controller is killed (SIGKILL) mid-drain and started again, and that one is killed
+/// right after removing a node: the drains complete, no ebb taint is left, and the removed
+/// count is right.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_drain_then_restart_completes() {
     // Evicted pods take their 30 s (sim) grace period: 3 s of real time.
@@ -790,7 +791,18 @@ async fn sigkill_mid_drain_then_restart_completes() {
     assert!(!stuck.is_empty(), "the kill left drains in flight");
     assert_eq!(all.len(), 6, "no node was removed before the kill");
 
-    let _second = Controller::spawn(&env, CONTROLLER, false, "200ms");
+    // The second one is killed right after it removed a node (before the next status write).
+    let mut second = Controller::spawn(&env, CONTROLLER, false, "200ms");
+    wait_for("a first node deleted", Duration::from_secs(30), || async {
+        sim.audit()
+            .iter()
+            .any(|r| r.user == CONTROLLER && r.resource == "nodes" && r.verb == "delete")
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    second.kill().await;
+    let _third = Controller::spawn(&env, CONTROLLER, false, "200ms");
     wait_nodes_deleted(
         &env.client,
         "pool",
