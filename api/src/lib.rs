@@ -1,5 +1,5 @@
 //! ebb's API: the `ScaleDownPolicy`, `PlacementHistory` and `NodeState` custom resources of
-//! group `ebb.dev/v1alpha1`, their reasons and conditions, and the CRD generator.
+//! group `ebb.dev/v1alpha1`, their reasons and conditions, the CRD generator and the field reference.
 
 // `#[kube(printcolumn(type_ = ...))]` repeats keys across columns by design, which this lint
 // mistakes for duplicated attributes.
@@ -12,6 +12,7 @@ pub mod names;
 pub mod nodestate;
 pub mod placement;
 pub mod reasons;
+pub mod reference;
 pub mod scaledown;
 
 pub use duration::{DurationError, KubeDuration, parse_duration};
