@@ -42,6 +42,28 @@ async fn count_nodes(client: &kube::Client, prefix: &str) -> usize {
         .count()
 }
 
+async fn count_ready_nodes(client: &kube::Client, prefix: &str) -> usize {
+    Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .expect("nodes listed")
+        .items
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .name
+                .as_deref()
+                .is_some_and(|x| x.starts_with(prefix))
+        })
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count()
+}
+
 async fn count_ready(client: &kube::Client) -> usize {
     Api::<Pod>::all(client.clone())
         .list(&ListParams::default())
@@ -83,13 +105,22 @@ async fn makespan(parallelism: i32) -> Makespan {
         .and_then(|s| s.load(&sim.api))
         .expect("CRDs loaded");
     let client = sim.client().await.expect("client");
+    // Every node ready before the pods come, so they spread one per node.
     Scenario::from_yaml(&format!(
         "nodes: {{count: {NODES}, namePrefix: drain-, cpu: '2', memory: 8Gi, labels: {{pool: drain}},\n\
-         \x20 taints: [{{key: retiring, value: 'true', effect: PreferNoSchedule}}]}}\n\
-         deployments: {{count: 1, replicas: {NODES}, requests: {{cpu: 500m, memory: 256Mi}}}}\n"
+         \x20 taints: [{{key: retiring, value: 'true', effect: PreferNoSchedule}}]}}\n"
     ))
     .and_then(|s| s.load(&sim.api))
     .expect("pool loaded");
+    until("the pool ready", Duration::from_secs(120), async || {
+        count_ready_nodes(&client, "drain-").await == NODES
+    })
+    .await;
+    Scenario::from_yaml(&format!(
+        "deployments: {{count: 1, replicas: {NODES}, requests: {{cpu: 500m, memory: 256Mi}}}}\n"
+    ))
+    .and_then(|s| s.load(&sim.api))
+    .expect("pods loaded");
     until("the pods ready", Duration::from_secs(120), async || {
         count_ready(&client).await == NODES
     })
@@ -99,8 +130,12 @@ async fn makespan(parallelism: i32) -> Makespan {
     )
     .and_then(|s| s.load(&sim.api))
     .expect("large nodes loaded");
-    // Let the large nodes' kubelets report Ready.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    until(
+        "the large nodes ready",
+        Duration::from_secs(60),
+        async || count_ready_nodes(&client, "keep-").await == 2,
+    )
+    .await;
 
     let stop = CancellationToken::new();
     let settings = Settings {

@@ -451,8 +451,12 @@ async fn sixty_underutilised_nodes_drain_in_parallel() {
     load(
         sim,
         "nodes: {count: 60, namePrefix: drain-, cpu: '2', memory: 8Gi, labels: {pool: drain},\n\
-         \x20 taints: [{key: retiring, value: 'true', effect: PreferNoSchedule}]}\n\
-         deployments:\n\
+         \x20 taints: [{key: retiring, value: 'true', effect: PreferNoSchedule}]}\n",
+    );
+    wait_ready(&env.client, "drain-", 60).await;
+    load(
+        sim,
+        "deployments:\n\
          - {count: 30, replicas: 4, requests: {cpu: 500m, memory: 256Mi}, pdb: {maxUnavailable: 1}}\n",
     );
     wait_running(&env.client, 120).await;
@@ -537,8 +541,15 @@ async fn small_cluster(
         sim,
         &format!(
             "nodes: {{count: {drain}, namePrefix: drain-, cpu: '2', memory: 8Gi, labels: {{pool: drain}},\n\
-             \x20 taints: [{{key: retiring, value: 'true', effect: PreferNoSchedule}}]}}\n\
-             deployments:\n\
+             \x20 taints: [{{key: retiring, value: 'true', effect: PreferNoSchedule}}]}}\n"
+        ),
+    );
+    // Every node ready first, so the pods spread evenly.
+    wait_ready(&env.client, "drain-", drain).await;
+    load(
+        sim,
+        &format!(
+            "deployments:\n\
              - {{count: {apps}, replicas: {replicas}, requests: {{cpu: 500m, memory: 256Mi}}{deploy_extra}}}\n"
         ),
     );
@@ -623,8 +634,12 @@ async fn pdb_refusals_are_retried_until_the_budget_allows() {
     load(
         sim,
         "nodes: {count: 2, namePrefix: drain-, cpu: '2', memory: 8Gi, labels: {pool: drain},\n\
-         \x20 taints: [{key: retiring, value: 'true', effect: PreferNoSchedule}]}\n\
-         deployments:\n\
+         \x20 taints: [{key: retiring, value: 'true', effect: PreferNoSchedule}]}\n",
+    );
+    wait_ready(&env.client, "drain-", 2).await;
+    load(
+        sim,
+        "deployments:\n\
          - {count: 1, namePrefix: flaky-, replicas: 2, labels: {tier: web}, requests: {cpu: 500m},\n\
          \x20 podAnnotations: {sim.ebb.dev/fail-start: 'true'}}\n",
     );
@@ -642,7 +657,8 @@ async fn pdb_refusals_are_retried_until_the_budget_allows() {
     )
     .await
     .unwrap();
-    // Three more pods of the budget start on the large nodes; they take 100 s (sim) to be ready.
+    // Three more pods of the budget start on the large nodes; they take 200 s (sim), 10 s of real
+    // time, to be ready: the drains begin well before.
     load(
         sim,
         "objects:\n\
@@ -651,7 +667,7 @@ async fn pdb_refusals_are_retried_until_the_budget_allows() {
          nodes: {count: 2, namePrefix: keep-, cpu: '32', memory: 128Gi, labels: {pool: keep}}\n\
          deployments:\n\
          - {count: 1, namePrefix: web-, replicas: 3, labels: {tier: web}, requests: {cpu: 500m},\n\
-         \x20 podAnnotations: {sim.ebb.dev/start-delay: 100s}}\n",
+         \x20 podAnnotations: {sim.ebb.dev/start-delay: 200s}}\n",
     );
     wait_ready(&env.client, "keep-", 2).await;
     let _ctl = Controller::spawn(&env, CONTROLLER, false, "200ms");
