@@ -41,22 +41,25 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* OpenTelemetry environment of a component. */}}
+{{/* OpenTelemetry environment of the controller (the service name is set by the binary). */}}
 {{- define "ebb.otelEnv" -}}
-{{- if .root.Values.otel.endpoint }}
+{{- if .Values.otel.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
-  value: {{ .root.Values.otel.endpoint | quote }}
-- name: OTEL_SERVICE_NAME
-  value: {{ .service | quote }}
+  value: {{ .Values.otel.endpoint | quote }}
 - name: OTEL_RESOURCE_ATTRIBUTES
   value: {{ include "ebb.otelAttributes" . | quote }}
 {{- end }}
 {{- end -}}
 
 {{- define "ebb.otelAttributes" -}}
-{{- $attrs := list (printf "service.namespace=%s" .root.Release.Namespace) (printf "service.version=%s" .root.Chart.AppVersion) -}}
-{{- range $k, $v := .root.Values.otel.resourceAttributes -}}
+{{- $attrs := list (printf "service.namespace=%s" .Release.Namespace) (printf "service.version=%s" .Chart.AppVersion) -}}
+{{- range $k, $v := .Values.otel.resourceAttributes -}}
 {{- $attrs = append $attrs (printf "%s=%s" $k $v) -}}
 {{- end -}}
 {{- join "," $attrs -}}
+{{- end -}}
+
+{{/* Name of the controller's leader-election Lease. */}}
+{{- define "ebb.leaseName" -}}
+{{- include "ebb.fullname" . }}-controller
 {{- end -}}
