@@ -1,5 +1,5 @@
 //! Decoding of Kubernetes protobuf request bodies for the few kinds clients send that way
-//! (client-go's typed clients, e.g. Helm's release Secrets): Secret and ConfigMap, to JSON.
+//! (client-go's typed clients, e.g. Helm's release Secrets): Secret, ConfigMap, DeleteOptions.
 
 use serde_json::{Map, Value, json};
 
@@ -260,6 +260,37 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
                 }
             }
         }
+        // client-go sends the options of a delete this way (Helm's uninstall purging its
+        // release Secret).
+        "DeleteOptions" => {
+            let mut dry_run = vec![];
+            while let Some((n, f)) = r.next()? {
+                match (n, f) {
+                    (1, Field::Varint(v)) => obj["gracePeriodSeconds"] = json!(v as i64),
+                    (2, Field::Bytes(x)) => {
+                        let mut p = Reader::new(x);
+                        let mut pre = Map::new();
+                        while let Some((n, f)) = p.next()? {
+                            match (n, f) {
+                                (1, Field::Bytes(v)) => pre.insert("uid".into(), json!(string(v)?)),
+                                (2, Field::Bytes(v)) => {
+                                    pre.insert("resourceVersion".into(), json!(string(v)?))
+                                }
+                                _ => None,
+                            };
+                        }
+                        obj["preconditions"] = Value::Object(pre);
+                    }
+                    (3, Field::Varint(v)) => obj["orphanDependents"] = json!(v != 0),
+                    (4, Field::Bytes(x)) => obj["propagationPolicy"] = json!(string(x)?),
+                    (5, Field::Bytes(x)) => dry_run.push(json!(string(x)?)),
+                    _ => {}
+                }
+            }
+            if !dry_run.is_empty() {
+                obj["dryRun"] = Value::Array(dry_run);
+            }
+        }
         other => {
             return Err(ProtoError(format!(
                 "protobuf bodies of kind {other:?} are not supported; send JSON"
@@ -311,6 +342,29 @@ mod tests {
             "data": {"release": "YWJj"}, "type": "helm.sh/release.v1"})
         );
         assert!(decode(b"{}").is_err());
+    }
+
+    #[test]
+    fn decodes_delete_options() {
+        let tm = [field(1, b"v1"), field(2, b"DeleteOptions")].concat();
+        let opts = [
+            vec![1 << 3, 30],
+            field(2, &field(1, b"u-1")),
+            field(4, b"Foreground"),
+            field(5, b"All"),
+        ]
+        .concat();
+        let body = [MAGIC.to_vec(), field(1, &tm), field(2, &opts)].concat();
+        assert_eq!(
+            decode(&body).unwrap(),
+            json!({"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 30,
+                   "preconditions": {"uid": "u-1"}, "propagationPolicy": "Foreground", "dryRun": ["All"]})
+        );
+        let empty = [MAGIC.to_vec(), field(1, &tm)].concat();
+        assert_eq!(
+            decode(&empty).unwrap(),
+            json!({"apiVersion": "v1", "kind": "DeleteOptions"})
+        );
     }
 
     #[test]
