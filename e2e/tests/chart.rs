@@ -1,0 +1,747 @@
+//! The Helm chart `charts/ebb` with the real Helm library (Python package `helm-sdkpy`): lint,
+//! schema validation, install into ebb-sim, upgrade and uninstall. Skips with a notice when python3
+//! or helm-sdkpy is not installed; the chart version test needs neither.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ebb_e2e::SimConfig;
+use ebb_e2e::harness::{TestEnv, workspace_binary};
+use ebb_e2e::scenario::Scenario;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Container, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Resource;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+const NS: &str = "ebb-system";
+const RELEASE: &str = "ebb";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn chart_dir() -> PathBuf {
+    repo().join("charts/ebb")
+}
+
+fn helm_available(test: &str) -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import helm_sdkpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "SKIPPED {test}: python3 with helm-sdkpy is not installed (pip install --ignore-requires-python helm-sdkpy)"
+        );
+    }
+    ok
+}
+
+/// Runs one action of `tests/chart/helm_chart.py`; returns `Ok(result)` or `Err(Helm's message)`.
+async fn helm(args: &[&str]) -> Result<Value, String> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/chart/helm_chart.py");
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::process::Command::new("python3")
+            .arg(script)
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("a Helm action finishes within 120 s")
+    .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "helm_chart.py {args:?} crashed:\n{stdout}\n{stderr}"
+    );
+    let report: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("{e}: not JSON:\n{stdout}\n{stderr}"));
+    if report["ok"] == json!(true) {
+        Ok(report["result"].clone())
+    } else {
+        Err(report["error"].as_str().unwrap_or_default().to_string())
+    }
+}
+
+fn yaml_file(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `over` merged into `base` the way Helm merges a values file into the chart's values.
+fn merge(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                merge(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
+}
+
+/// A copy of the chart whose values.yaml is the chart's values with `over` merged in: what
+/// `helm lint -f <file>` lints (the library's lint action takes no values file).
+fn chart_copy_with(over: &Value) -> tempfile::TempDir {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let chart = dir.path().join("ebb");
+    copy(&chart_dir(), &chart);
+    let mut values = yaml_file(&chart_dir().join("values.yaml"));
+    merge(&mut values, over);
+    // JSON is YAML.
+    std::fs::write(
+        chart.join("values.yaml"),
+        serde_json::to_string_pretty(&values).unwrap(),
+    )
+    .unwrap();
+    dir
+}
+
+/// Lint messages at warning severity or above (Helm: 1 info, 2 warning, 3 error), as
+/// `(severity, path)`.
+async fn lint_problems(chart: &Path) -> Vec<(i64, String)> {
+    let report = helm(&["lint", chart.to_str().unwrap()])
+        .await
+        .unwrap_or_else(|e| panic!("helm lint failed to run: {e}"));
+    assert_eq!(report["TotalChartsLinted"], json!(1), "{report}");
+    report["Messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|m| {
+            let sev = m["Severity"].as_i64()?;
+            (sev >= 2).then(|| (sev, m["Path"].as_str().unwrap_or("").to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn chart_version_and_app_version_are_the_crate_version() {
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let mut section = "";
+    let mut crate_version = None;
+    for line in cargo.lines().map(str::trim) {
+        if line.starts_with('[') {
+            section = line;
+        } else if section == "[workspace.package]"
+            && let Some(v) = line.strip_prefix("version")
+        {
+            crate_version = Some(
+                v.trim_start_matches([' ', '='])
+                    .trim_matches('"')
+                    .to_string(),
+            );
+        }
+    }
+    let crate_version = crate_version.expect("[workspace.package] version in Cargo.toml");
+    assert_eq!(crate_version, env!("CARGO_PKG_VERSION"));
+    let chart = yaml_file(&chart_dir().join("Chart.yaml"));
+    assert_eq!(chart["version"], json!(crate_version), "Chart.yaml version");
+    assert_eq!(
+        chart["appVersion"],
+        json!(crate_version),
+        "Chart.yaml appVersion"
+    );
+}
+
+#[tokio::test]
+async fn chart_lints_clean_with_defaults_and_with_every_feature_on() {
+    if !helm_available("chart_lints_clean_with_defaults_and_with_every_feature_on") {
+        return;
+    }
+    assert_eq!(
+        lint_problems(&chart_dir()).await,
+        vec![],
+        "helm lint charts/ebb"
+    );
+    let all_on =
+        yaml_file(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/chart/all-on.yaml"));
+    let copy = chart_copy_with(&all_on);
+    assert_eq!(
+        lint_problems(&copy.path().join("ebb")).await,
+        vec![],
+        "helm lint -f e2e/tests/chart/all-on.yaml"
+    );
+    // The same lint does report bad values: it runs the schema.
+    let bad = chart_copy_with(&json!({"controller": {"replicas": "two"}}));
+    let problems = lint_problems(&bad.path().join("ebb")).await;
+    assert!(
+        problems.contains(&(3, "values.yaml".to_string())),
+        "lint of replicas: \"two\" gave {problems:?}"
+    );
+}
+
+/// The rules as a set of `(apiGroup, resource, verb, resourceName)`, one per combination.
+fn flatten(rules: &[PolicyRule]) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for r in rules {
+        let names = r
+            .resource_names
+            .clone()
+            .unwrap_or_else(|| vec![String::new()]);
+        for g in r.api_groups.iter().flatten() {
+            for res in r.resources.iter().flatten() {
+                for v in &r.verbs {
+                    for n in &names {
+                        out.insert((g.clone(), res.clone(), v.clone(), n.clone()));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Expected rules written as `(group, "resource,resource", "verb,verb", resourceName)`.
+fn expected(spec: &[(&str, &str, &str, &str)]) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for (g, resources, verbs, name) in spec {
+        for res in resources.split(',') {
+            for v in verbs.split(',') {
+                out.insert((
+                    g.to_string(),
+                    res.to_string(),
+                    v.to_string(),
+                    name.to_string(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// What the controller calls (controller/src: reflectors in controller/stores.rs, actuation/
+/// nodes.rs and evict.rs, the finalizer and status writes of controller/reconcile.rs, kube's event
+/// recorder, kube-lease-manager).
+fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, String, String)> {
+    let nodes = if node_delete {
+        "delete,get,list,patch,watch"
+    } else {
+        "get,list,patch,watch"
+    };
+    expected(&[
+        ("", "nodes", nodes, ""),
+        ("", "pods", "list,watch", ""),
+        ("", "pods/eviction", "create", ""),
+        ("policy", "poddisruptionbudgets", "list,watch", ""),
+        (
+            "apps",
+            "daemonsets,replicasets,statefulsets",
+            "list,watch",
+            "",
+        ),
+        ("batch", "jobs", "list,watch", ""),
+        ("", "replicationcontrollers", "list,watch", ""),
+        ("events.k8s.io", "events", "create,patch", ""),
+        ("ebb.dev", "scaledownpolicies", "list,patch,watch", ""),
+        ("ebb.dev", "scaledownpolicies/status", "patch", ""),
+    ])
+}
+
+/// Environment variables a binary reads: the `[env: NAME=]` of `<binary> run --help`.
+fn env_names_of(binary: &str) -> BTreeSet<String> {
+    let path = workspace_binary(binary).unwrap();
+    let out = std::process::Command::new(path)
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    help.split("[env: ")
+        .skip(1)
+        .filter_map(|s| s.split('=').next())
+        .map(str::to_string)
+        .collect()
+}
+
+fn env_of(c: &Container) -> BTreeMap<String, String> {
+    c.env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+        .collect()
+}
+
+/// Every variable the chart sets is one the binary reads: a flag's `env`, or one of `extra`.
+fn assert_env_known(c: &Container, binary: &str, extra: &[&str]) {
+    let mut known = env_names_of(binary);
+    assert!(known.len() > 3, "{binary} run --help lists its env names");
+    known.extend(extra.iter().map(|s| s.to_string()));
+    for name in env_of(c).keys() {
+        assert!(
+            known.contains(name),
+            "{binary}: the chart sets {name}, which it does not read"
+        );
+    }
+}
+
+fn assert_hardened(c: &Container, who: &str) {
+    let sc = c
+        .security_context
+        .as_ref()
+        .unwrap_or_else(|| panic!("{who}: securityContext"));
+    assert_eq!(
+        sc.read_only_root_filesystem,
+        Some(true),
+        "{who}: readOnlyRootFilesystem"
+    );
+    assert_eq!(
+        sc.allow_privilege_escalation,
+        Some(false),
+        "{who}: allowPrivilegeEscalation"
+    );
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.drop.clone()),
+        Some(vec!["ALL".to_string()]),
+        "{who}: drop all capabilities"
+    );
+    assert_eq!(
+        sc.capabilities.as_ref().and_then(|c| c.add.clone()),
+        None,
+        "{who}: no capability added"
+    );
+    assert_eq!(
+        sc.seccomp_profile.as_ref().map(|p| p.type_.as_str()),
+        Some("RuntimeDefault"),
+        "{who}: seccomp"
+    );
+    assert_ne!(sc.privileged, Some(true), "{who}: not privileged");
+}
+
+async fn get<K>(client: &kube::Client, name: &str) -> Option<K>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    Api::<K>::namespaced(client.clone(), NS)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+async fn get_cluster<K>(client: &kube::Client, name: &str) -> Option<K>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: Resource<Scope = k8s_openapi::ClusterResourceScope>,
+{
+    Api::<K>::all(client.clone()).get_opt(name).await.unwrap()
+}
+
+#[tokio::test]
+async fn values_schema_rejects_a_string_replica_count() {
+    if !helm_available("values_schema_rejects_a_string_replica_count") {
+        return;
+    }
+    let env = TestEnv::start(SimConfig::api_only()).await.unwrap();
+    let chart = chart_dir();
+    let err = helm(&[
+        "install",
+        env.kubeconfig.to_str().unwrap(),
+        NS,
+        RELEASE,
+        chart.to_str().unwrap(),
+        r#"{"controller": {"replicas": "two"}}"#,
+    ])
+    .await
+    .expect_err("replicas: \"two\" must be rejected");
+    assert!(
+        err.contains("values don't meet the specifications of the schema(s)"),
+        "{err}"
+    );
+    assert!(
+        err.contains("at '/controller/replicas': got string, want integer"),
+        "{err}"
+    );
+    assert!(
+        get::<Deployment>(&env.client, "ebb-controller")
+            .await
+            .is_none(),
+        "nothing is installed"
+    );
+}
+
+#[tokio::test]
+async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
+    if !helm_available("helm_install_creates_every_object_and_uninstall_keeps_the_crds") {
+        return;
+    }
+    let env = TestEnv::start(SimConfig {
+        time_factor: 20.0,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    let Some(sim) =
+        env.require_sim("helm_install_creates_every_object_and_uninstall_keeps_the_crds")
+    else {
+        return;
+    };
+    Scenario::from_yaml("nodes: {count: 2}")
+        .unwrap()
+        .load(&sim.api)
+        .unwrap();
+    let kubeconfig = env.kubeconfig.to_str().unwrap().to_string();
+    let chart = chart_dir().to_str().unwrap().to_string();
+    let c = env.client.clone();
+
+    let installed = helm(&["install", &kubeconfig, NS, RELEASE, &chart, "{}"])
+        .await
+        .unwrap_or_else(|e| panic!("helm install: {e}"));
+    assert_eq!(
+        installed["info"]["status"],
+        json!("deployed"),
+        "{installed}"
+    );
+
+    // Every object of the default values (helm waited for the workloads to be ready).
+    for sa in ["ebb-controller", "ebb-node-agent"] {
+        assert!(
+            get::<ServiceAccount>(&c, sa).await.is_some(),
+            "ServiceAccount {sa}"
+        );
+    }
+    assert!(get::<Service>(&c, "ebb-controller-metrics").await.is_some());
+    let pdb = get::<PodDisruptionBudget>(&c, "ebb-controller")
+        .await
+        .expect("controller PDB");
+    assert_eq!(
+        pdb.spec.and_then(|s| s.min_available),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
+    );
+    let deploy = get::<Deployment>(&c, "ebb-controller")
+        .await
+        .expect("Deployment");
+    assert_eq!(
+        deploy.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2)
+    );
+    let ds = get::<DaemonSet>(&c, "ebb-node-agent")
+        .await
+        .expect("DaemonSet");
+    assert_eq!(
+        ds.status.as_ref().map(|s| s.number_ready),
+        Some(2),
+        "one agent per node"
+    );
+
+    // RBAC: exactly the verbs the binaries use, no wildcard, bound to the chart's accounts.
+    let cr = get_cluster::<ClusterRole>(&c, "ebb-controller")
+        .await
+        .expect("ClusterRole");
+    let rules = flatten(cr.rules.as_deref().unwrap_or_default());
+    assert!(
+        !rules
+            .iter()
+            .any(|(g, r, v, _)| g == "*" || r == "*" || v == "*"),
+        "no wildcard: {rules:?}"
+    );
+    assert_eq!(
+        rules,
+        controller_cluster_rules(false),
+        "controller ClusterRole"
+    );
+    let role = get::<Role>(&c, "ebb-controller")
+        .await
+        .expect("controller Role");
+    assert_eq!(
+        flatten(role.rules.as_deref().unwrap_or_default()),
+        expected(&[
+            ("coordination.k8s.io", "leases", "create", ""),
+            (
+                "coordination.k8s.io",
+                "leases",
+                "get,patch",
+                "ebb-controller"
+            ),
+        ]),
+        "controller Role"
+    );
+    let agent = get_cluster::<ClusterRole>(&c, "ebb-node-agent")
+        .await
+        .expect("agent ClusterRole");
+    let agent_rules = flatten(agent.rules.as_deref().unwrap_or_default());
+    assert!(
+        !agent_rules
+            .iter()
+            .any(|(g, r, v, _)| g == "*" || r == "*" || v == "*")
+    );
+    assert_eq!(
+        agent_rules,
+        expected(&[
+            ("", "pods", "list,watch", ""),
+            ("", "nodes", "get", ""),
+            ("ebb.dev", "nodestates", "create,patch", ""),
+            ("ebb.dev", "nodestates/status", "patch", ""),
+            ("ebb.dev", "placementhistories", "list,watch", ""),
+        ]),
+        "node agent ClusterRole"
+    );
+    let agent_role = get::<Role>(&c, "ebb-node-agent").await.expect("agent Role");
+    assert_eq!(
+        flatten(agent_role.rules.as_deref().unwrap_or_default()),
+        expected(&[("", "secrets", "get", "ebb-token-keys")]),
+        "node agent Role: only the token Secret"
+    );
+    for name in ["ebb-controller", "ebb-node-agent"] {
+        let crb = get_cluster::<ClusterRoleBinding>(&c, name)
+            .await
+            .expect("ClusterRoleBinding");
+        assert_eq!(
+            (crb.role_ref.kind.as_str(), crb.role_ref.name.as_str()),
+            ("ClusterRole", name)
+        );
+        let subject = &crb.subjects.as_deref().unwrap_or_default()[0];
+        assert_eq!(
+            (
+                subject.kind.as_str(),
+                subject.name.as_str(),
+                subject.namespace.as_deref()
+            ),
+            ("ServiceAccount", name, Some(NS))
+        );
+        let rb = get::<RoleBinding>(&c, name).await.expect("RoleBinding");
+        assert_eq!(
+            (rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()),
+            ("Role", name)
+        );
+    }
+
+    // The DaemonSet: state directory on the host, created if missing, at the path the agent uses.
+    let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    let agent_c = &pod.containers[0];
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "state")
+        .expect("state volume");
+    let host = volume.host_path.as_ref().expect("state is a hostPath");
+    assert_eq!(host.path, "/var/lib/ebb");
+    assert_eq!(host.type_.as_deref(), Some("DirectoryOrCreate"));
+    let mount = agent_c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "state")
+        .expect("state mounted");
+    let agent_env = env_of(agent_c);
+    assert_eq!(agent_env.get("EBB_STATE_DIR"), Some(&mount.mount_path));
+    assert_eq!(
+        agent_env.get("EBB_TOKEN_SECRET").map(String::as_str),
+        Some("ebb-system/ebb-token-keys"),
+        "the agent takes namespace/name"
+    );
+    let node_name = agent_c
+        .env
+        .iter()
+        .flatten()
+        .find(|e| e.name == "NODE_NAME")
+        .expect("NODE_NAME");
+    assert_eq!(
+        node_name
+            .value_from
+            .as_ref()
+            .and_then(|v| v.field_ref.as_ref())
+            .map(|f| f.field_path.as_str()),
+        Some("spec.nodeName")
+    );
+    assert!(
+        pod.tolerations
+            .iter()
+            .flatten()
+            .any(|t| t.operator.as_deref() == Some("Exists") && t.key.is_none()),
+        "tolerates every taint"
+    );
+    let rolling = ds
+        .spec
+        .as_ref()
+        .unwrap()
+        .update_strategy
+        .as_ref()
+        .and_then(|u| u.rolling_update.as_ref());
+    assert_eq!(
+        rolling.and_then(|r| r.max_surge.clone()),
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(0)),
+        "never two agents on one node"
+    );
+    assert_eq!(
+        pod.priority_class_name.as_deref(),
+        Some("system-node-critical")
+    );
+
+    // Both workloads are hardened; the controller runs as non-root.
+    let ctrl_pod = deploy
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let ctrl_c = &ctrl_pod.containers[0];
+    assert_hardened(ctrl_c, "controller");
+    assert_hardened(agent_c, "node agent");
+    assert_eq!(
+        ctrl_c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.run_as_non_root),
+        Some(true)
+    );
+    assert_eq!(
+        ctrl_c
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.as_deref()),
+        Some("/readyz")
+    );
+    assert_eq!(
+        agent_c
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .and_then(|h| h.path.as_deref()),
+        Some("/readyz")
+    );
+
+    // Every variable the chart sets is one the binaries read.
+    assert_env_known(
+        ctrl_c,
+        "ebb-controller",
+        &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
+    );
+    assert_env_known(agent_c, "ebb-node-agent", &["RUST_LOG"]);
+
+    // The chart's CRDs are those of crds/.
+    let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("crds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 3);
+    for file in &files {
+        let want: CustomResourceDefinition =
+            serde_saphyr::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+        let name = want.metadata.name.clone().unwrap();
+        let have = get_cluster::<CustomResourceDefinition>(&c, &name)
+            .await
+            .unwrap_or_else(|| panic!("CRD {name} installed"));
+        assert_eq!(have.spec, want.spec, "CRD {name} equals {}", file.display());
+    }
+
+    // Upgrade with node deletion allowed and traces on: delete appears, OTel env is set, the
+    // agent's optional flags are ones it reads.
+    let values = json!({
+        "controller": {"allowNodeDeletion": true},
+        "otel": {"endpoint": "http://collector.observability:4317",
+                 "resourceAttributes": {"deployment.environment": "test"}},
+        "nodeAgent": {"resetState": true, "serveSocket": false},
+    })
+    .to_string();
+    helm(&["upgrade", &kubeconfig, NS, RELEASE, &chart, &values])
+        .await
+        .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    let cr = get_cluster::<ClusterRole>(&c, "ebb-controller")
+        .await
+        .unwrap();
+    assert_eq!(
+        flatten(cr.rules.as_deref().unwrap_or_default()),
+        controller_cluster_rules(true),
+        "allowNodeDeletion grants delete on nodes, nothing else"
+    );
+    let deploy = get::<Deployment>(&c, "ebb-controller").await.unwrap();
+    let ctrl_c = deploy.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let ctrl_env = env_of(&ctrl_c);
+    assert_eq!(
+        ctrl_env
+            .get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .map(String::as_str),
+        Some("http://collector.observability:4317")
+    );
+    assert_eq!(
+        ctrl_env.get("OTEL_RESOURCE_ATTRIBUTES").map(String::as_str),
+        Some(format!(
+            "service.namespace=ebb-system,service.version={},deployment.environment=test",
+            env!("CARGO_PKG_VERSION")
+        ))
+        .as_deref()
+    );
+    assert_env_known(
+        &ctrl_c,
+        "ebb-controller",
+        &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
+    );
+    let ds = get::<DaemonSet>(&c, "ebb-node-agent").await.unwrap();
+    let agent_c = ds.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let agent_env = env_of(&agent_c);
+    assert_eq!(
+        agent_env.get("EBB_RESET_STATE").map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        agent_env.get("EBB_NO_SOCKET").map(String::as_str),
+        Some("true")
+    );
+    assert_env_known(&agent_c, "ebb-node-agent", &["RUST_LOG"]);
+
+    // Uninstall removes every object and keeps the CRDs.
+    helm(&["uninstall", &kubeconfig, NS, RELEASE])
+        .await
+        .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    for name in ["ebb-controller", "ebb-node-agent"] {
+        assert!(
+            get::<ServiceAccount>(&c, name).await.is_none(),
+            "ServiceAccount {name} removed"
+        );
+        assert!(
+            get_cluster::<ClusterRole>(&c, name).await.is_none(),
+            "ClusterRole {name} removed"
+        );
+        assert!(
+            get_cluster::<ClusterRoleBinding>(&c, name).await.is_none(),
+            "ClusterRoleBinding {name} removed"
+        );
+        assert!(get::<Role>(&c, name).await.is_none(), "Role {name} removed");
+        assert!(
+            get::<RoleBinding>(&c, name).await.is_none(),
+            "RoleBinding {name} removed"
+        );
+    }
+    assert!(get::<Deployment>(&c, "ebb-controller").await.is_none());
+    assert!(get::<DaemonSet>(&c, "ebb-node-agent").await.is_none());
+    assert!(get::<Service>(&c, "ebb-controller-metrics").await.is_none());
+    assert!(
+        get::<PodDisruptionBudget>(&c, "ebb-controller")
+            .await
+            .is_none()
+    );
+    for file in &files {
+        let name = file.file_stem().unwrap().to_str().unwrap();
+        assert!(
+            get_cluster::<CustomResourceDefinition>(&c, name)
+                .await
+                .is_some(),
+            "CRD {name} kept"
+        );
+    }
+}
