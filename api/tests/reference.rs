@@ -53,3 +53,40 @@ fn reference_lists_known_fields_with_their_defaults() {
     let nst = md.find("## NodeState").unwrap();
     assert!(sdp < nst);
 }
+
+/// The README's "Troubleshooting" says what to do about every reason a user can see.
+#[test]
+fn troubleshooting_covers_every_reason() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md"),
+    )
+    .unwrap();
+    let start = readme
+        .find("\n## Troubleshooting\n")
+        .expect("README has a Troubleshooting section");
+    let rest = &readme[start + 1..];
+    let section = &rest[..rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3)];
+    let mut missing = vec![];
+    let names = ebb_api::reasons::UnremovableReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .chain(
+            ebb_api::reasons::BlockingPodReason::ALL
+                .iter()
+                .map(|r| r.as_str()),
+        )
+        .chain(
+            ebb_api::reasons::DegradedReason::ALL
+                .iter()
+                .map(|r| r.as_str()),
+        );
+    for name in names {
+        if !section.contains(&format!("| `{name}` |")) {
+            missing.push(name);
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "README Troubleshooting lacks a row for {missing:?}"
+    );
+}
