@@ -14,6 +14,7 @@ pub mod placement;
 pub mod reasons;
 pub mod reference;
 pub mod scaledown;
+pub mod token;
 
 pub use duration::{DurationError, KubeDuration, parse_duration};
 pub use nodestate::{NodeState, NodeStateSpec, NodeStateStatus};

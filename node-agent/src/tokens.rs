@@ -6,14 +6,22 @@
 
 use std::collections::BTreeMap;
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha2::Sha256;
+use hmac::Mac;
 
 use crate::store::{MasterKey, Op, TokenState};
 
-type HmacSha256 = Hmac<Sha256>;
+pub use ebb_api::token::hex;
+use ebb_api::token::{VERSION, mac, payload};
 
-const VERSION: &str = "ebb1";
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
 
 /// What a valid token proves.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,40 +49,10 @@ pub enum Rejection {
     NoKeys,
 }
 
-fn mac(key: &MasterKey, payload: &str) -> HmacSha256 {
-    // HMAC accepts keys of any length, so this cannot fail.
-    let mut m = <HmacSha256 as KeyInit>::new_from_slice(&key.secret)
-        .unwrap_or_else(|e| unreachable!("HMAC takes any key length: {e}"));
-    m.update(payload.as_bytes());
-    m
-}
-
-fn payload(key_id: &str, expires: i64, pod_uid: &str, role: &str) -> String {
-    format!("{VERSION}.{key_id}.{expires}.{pod_uid}.{role}")
-}
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
-/// Issues a token (the controller's side; also used by tests and operators' tooling).
+/// Issues a token (the controller's side, shared through `ebb_api::token`; also used by tests
+/// and operators' tooling).
 pub fn issue(key: &MasterKey, pod_uid: &str, role: &str, expires_at_secs: i64) -> String {
-    let p = payload(&key.id, expires_at_secs, pod_uid, role);
-    let tag = hex(&mac(key, &p).finalize().into_bytes());
-    format!(
-        "{VERSION}.{}.{expires_at_secs}.{pod_uid}.{tag}.{role}",
-        key.id
-    )
+    ebb_api::token::issue(&key.id, &key.secret, pod_uid, role, expires_at_secs)
 }
 
 /// The keys the agent validates with.
@@ -118,7 +96,7 @@ impl Keys {
             .flatten()
             .find(|k| k.id == key_id)
             .ok_or_else(|| Rejection::UnknownKey(key_id.to_string()))?;
-        mac(key, &payload(key_id, expires, uid, role))
+        mac(&key.secret, &payload(key_id, expires, uid, role))
             .verify_slice(&tag)
             .map_err(|_| Rejection::BadSignature)?;
         if expires <= now_secs {
@@ -168,12 +146,10 @@ impl Keys {
     }
 }
 
-/// Secret data keys the controller writes: `current.id`, `current.key`, `previous.id`,
-/// `previous.key` (the previous pair is optional).
-pub const SECRET_CURRENT_ID: &str = "current.id";
-pub const SECRET_CURRENT_KEY: &str = "current.key";
-pub const SECRET_PREVIOUS_ID: &str = "previous.id";
-pub const SECRET_PREVIOUS_KEY: &str = "previous.key";
+/// Secret data keys the controller writes (the previous pair is optional).
+pub use ebb_api::token::{
+    SECRET_CURRENT_ID, SECRET_CURRENT_KEY, SECRET_PREVIOUS_ID, SECRET_PREVIOUS_KEY,
+};
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SecretError {
@@ -206,7 +182,7 @@ fn key_from(
             why: "key ids are 1-64 characters without dots".into(),
         });
     }
-    if secret.len() < 32 {
+    if secret.len() < ebb_api::token::MIN_KEY_BYTES {
         return Err(SecretError::Invalid {
             field: key_field,
             why: format!("{} bytes; at least 32 are required", secret.len()),
