@@ -371,6 +371,21 @@ async fn values_schema_rejects_a_string_replica_count() {
         err.contains("at '/controller/replicas': got string, want integer"),
         "{err}"
     );
+    // Two replicas without leader election would both act: refused too.
+    let err = helm(&[
+        "install",
+        env.kubeconfig.to_str().unwrap(),
+        NS,
+        RELEASE,
+        chart.to_str().unwrap(),
+        r#"{"controller": {"leaderElection": false}}"#,
+    ])
+    .await
+    .expect_err("leaderElection: false with 2 replicas must be rejected");
+    assert!(
+        err.contains("at '/controller/replicas': maximum: got 2, want 1"),
+        "{err}"
+    );
     assert!(
         get::<Deployment>(&env.client, "ebb-controller")
             .await
