@@ -191,7 +191,8 @@ impl Controller {
 
 impl Drop for Controller {
     fn drop(&mut self) {
-        if std::thread::panicking() {
+        // Printed when the test fails, or always with EBB_E2E_CONTROLLER_LOG set.
+        if std::thread::panicking() || std::env::var_os("EBB_E2E_CONTROLLER_LOG").is_some() {
             let log = self.log.lock().unwrap();
             let start = log.len().saturating_sub(150);
             eprintln!(
