@@ -915,9 +915,27 @@ async fn dry_run_writes_nothing_to_nodes_or_pods() {
         |s| (s.candidates >= 1 && s.candidate_nodes.len() == s.candidates as usize).then_some(()),
     )
     .await;
-    // A few more loops (scanInterval 1s).
+    // A few more loops (scanInterval 1s) in which nothing changes: no new Event either.
+    let events_of = |audit: &[AuditRecord]| {
+        audit
+            .iter()
+            .filter(|r| r.user == CONTROLLER && r.resource.starts_with("events"))
+            .count()
+    };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let events_before = events_of(&sim.audit());
     tokio::time::sleep(Duration::from_secs(4)).await;
     let audit = sim.audit();
+    let event_writes: Vec<String> = audit
+        .iter()
+        .filter(|r| r.user == CONTROLLER && r.resource.starts_with("events"))
+        .map(|r| format!("{} {} {}", r.verb, r.name, r.time))
+        .collect();
+    assert_eq!(
+        events_of(&audit),
+        events_before,
+        "Events only on transitions: {event_writes:#?}"
+    );
     let writes = node_or_pod_writes(&audit, CONTROLLER);
     assert!(writes.is_empty(), "DryRun wrote {writes:?}");
     assert!(
