@@ -206,6 +206,11 @@ impl RoleHistory {
         self.dirty
     }
 
+    /// Ask for the next status write (the last one failed).
+    pub fn mark_dirty(&mut self) {
+        self.dirty = true;
+    }
+
     pub(crate) fn mark_saved(&mut self) {
         self.dirty = false;
     }

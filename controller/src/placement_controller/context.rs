@@ -1,0 +1,196 @@
+//! What placement passes share: client, caches, metrics, Events, leadership, the token key,
+//! settings, each PlacementHistory's state, and which PlacementHistories are valid.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ebb_api::placement::PlacementHistory;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::runtime::controller::Action as Requeue;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
+
+use super::keys::CurrentKey;
+use super::reconcile::PhState;
+use crate::controller::Leadership;
+use crate::controller::stores::Stores;
+use crate::metrics::Metrics;
+
+/// Settings of placement (flags of `ebb-controller run`).
+#[derive(Clone, Debug)]
+pub struct PlacementSettings {
+    /// Gated pods no valid PlacementHistory governs are released after this.
+    pub grace: Duration,
+    /// Status writes per PlacementHistory at most this often.
+    pub status_interval: Duration,
+    /// Waiting pods are looked at again this often.
+    pub retry: Duration,
+    /// Tokens minted for pods are valid this long.
+    pub token_ttl: Duration,
+    /// The token key is replaced this often (the old one stays valid as the previous key).
+    pub key_rotation: Duration,
+    /// `namespace/name` of the token key Secret.
+    pub token_secret: (String, String),
+}
+
+impl Default for PlacementSettings {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(10),
+            status_interval: Duration::from_secs(10),
+            retry: Duration::from_secs(1),
+            token_ttl: Duration::from_secs(24 * 3600),
+            key_rotation: Duration::from_secs(24 * 3600),
+            token_secret: ("ebb-system".into(), "ebb-token-keys".into()),
+        }
+    }
+}
+
+/// An Event to send after a pass.
+pub struct Notice {
+    reference: ObjectReference,
+    warning: bool,
+    reason: &'static str,
+    note: String,
+}
+
+impl Notice {
+    pub fn pod(pod: &Pod, warning: bool, reason: &'static str, note: String) -> Self {
+        Self {
+            reference: pod.object_ref(&()),
+            warning,
+            reason,
+            note,
+        }
+    }
+    pub fn ph(ph: &PlacementHistory, warning: bool, reason: &'static str, note: String) -> Self {
+        Self {
+            reference: ph.object_ref(&()),
+            warning,
+            reason,
+            note,
+        }
+    }
+}
+
+pub struct Ctx {
+    pub client: kube::Client,
+    pub stores: Stores,
+    pub histories: Store<PlacementHistory>,
+    pub metrics: Metrics,
+    pub recorder: Recorder,
+    pub leadership: Leadership,
+    pub keys: CurrentKey,
+    pub settings: PlacementSettings,
+    states: Mutex<HashMap<String, PhState>>,
+    /// `namespace/name` of PlacementHistories that could not be used, with why.
+    invalid: Mutex<HashMap<String, String>>,
+    /// Pods already released by the ungoverned sweep.
+    pub released: Mutex<HashSet<String>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Ctx {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        client: kube::Client,
+        stores: Stores,
+        histories: Store<PlacementHistory>,
+        metrics: Metrics,
+        recorder: Recorder,
+        leadership: Leadership,
+        keys: CurrentKey,
+        settings: PlacementSettings,
+    ) -> Self {
+        Self {
+            client,
+            stores,
+            histories,
+            metrics,
+            recorder,
+            leadership,
+            keys,
+            settings,
+            states: Mutex::default(),
+            invalid: Mutex::default(),
+            released: Mutex::default(),
+        }
+    }
+
+    pub fn take_state(&self, key: &str) -> Option<PhState> {
+        lock(&self.states).remove(key)
+    }
+
+    pub fn put_state(&self, key: &str, state: PhState) {
+        lock(&self.states).insert(key.to_string(), state);
+    }
+
+    pub fn forget(&self, key: &str) {
+        lock(&self.states).remove(key);
+        lock(&self.invalid).remove(key);
+    }
+
+    pub fn set_valid(&self, key: &str) {
+        lock(&self.invalid).remove(key);
+    }
+
+    /// Whether the PlacementHistory `namespace/name` can govern pods.
+    pub fn is_valid(&self, key: &str) -> bool {
+        !lock(&self.invalid).contains_key(key)
+    }
+
+    /// The PlacementHistory cannot be used: its gated pods are released by the ungoverned
+    /// sweep. A warning Event when the reason is new.
+    pub async fn invalid(&self, ph: &PlacementHistory, key: &str, why: String) -> Requeue {
+        let fresh = lock(&self.invalid).insert(key.to_string(), why.clone()) != Some(why.clone());
+        lock(&self.states).remove(key);
+        if fresh {
+            tracing::warn!(ph = %key, %why, "PlacementHistory is invalid; its gated pods are released unchanged");
+            self.notify(vec![Notice::ph(
+                ph,
+                true,
+                "InvalidPlacementHistory",
+                format!("{why}; gated pods it selects are released without placement"),
+            )])
+            .await;
+        }
+        Requeue::requeue(Duration::from_secs(30))
+    }
+
+    pub async fn notify(&self, notices: Vec<Notice>) {
+        for n in notices {
+            let event = Event {
+                type_: if n.warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: n.reason.into(),
+                note: Some(n.note),
+                action: "Placement".into(),
+                secondary: None,
+            };
+            if let Err(e) = self.recorder.publish(&event, &n.reference).await {
+                tracing::warn!(reason = n.reason, error = %e, "could not publish an Event");
+            }
+        }
+    }
+
+    /// The PlacementHistories (valid ones) in `namespace`.
+    pub fn valid_in(&self, namespace: &str) -> Vec<Arc<PlacementHistory>> {
+        self.histories
+            .state()
+            .into_iter()
+            .filter(|ph| ph.namespace().as_deref() == Some(namespace))
+            .filter(|ph| {
+                self.is_valid(&format!("{namespace}/{}", ph.name_any()))
+                    && ph.metadata.deletion_timestamp.is_none()
+            })
+            .collect()
+    }
+}

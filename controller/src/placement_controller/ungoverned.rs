@@ -1,0 +1,101 @@
+//! Gated pods that no valid PlacementHistory governs (none selects them, theirs is invalid, or
+//! their role is not in its spec) are released unchanged after a grace period, with an Event.
+
+use std::sync::Arc;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+
+use super::context::{Ctx, Notice};
+use super::facts::selected;
+use super::patch;
+use crate::metrics::{PlacementLabels, PlacementOutcome};
+
+/// True when a valid PlacementHistory of the pod's namespace selects it with a known role.
+fn governed(ctx: &Ctx, pod: &Arc<Pod>) -> bool {
+    let ns = pod.namespace().unwrap_or_default();
+    ctx.valid_in(&ns).iter().any(|ph| {
+        selected(ph, std::slice::from_ref(pod)).is_ok_and(|s| {
+            s.iter()
+                .any(|(_, role)| ph.spec.roles.iter().any(|r| &r.name == role))
+        })
+    })
+}
+
+/// One sweep; returns how many pods were released.
+pub async fn sweep(ctx: &Ctx) -> usize {
+    if !ctx.leadership.is_leader() {
+        return 0;
+    }
+    let now = Timestamp::now();
+    let grace = jiff::SignedDuration::try_from(ctx.settings.grace).unwrap_or_default();
+    let mut released = 0;
+    for pod in ctx.stores.pods.state() {
+        if !patch::is_gated(&pod)
+            || pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+            || pod.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let old_enough = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .is_none_or(|c| now.duration_since(c.0) >= grace);
+        if !old_enough || governed(ctx, &pod) {
+            continue;
+        }
+        let uid = pod.uid().unwrap_or_default();
+        let name = pod.name_any();
+        let ns = pod.namespace().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+        match api
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch::unchanged(&pod)),
+            )
+            .await
+        {
+            Ok(_) => {
+                released += 1;
+                if ctx
+                    .released
+                    .lock()
+                    .map(|mut r| r.insert(uid))
+                    .unwrap_or(true)
+                {
+                    ctx.metrics
+                        .placements
+                        .get_or_create(&PlacementLabels {
+                            namespace: ns.clone(),
+                            placement_history: String::new(),
+                            outcome: PlacementOutcome::ungoverned,
+                        })
+                        .inc();
+                }
+                tracing::info!(pod = %format!("{ns}/{name}"), "gated pod governed by no valid PlacementHistory; released unchanged");
+                ctx.notify(vec![Notice::pod(
+                    &pod,
+                    true,
+                    "PlacementUngoverned",
+                    format!(
+                        "no valid PlacementHistory selects this pod with a known role; scheduling gate {} removed without placement",
+                        ebb_api::names::SCHEDULING_GATE_PLACEMENT
+                    ),
+                )])
+                .await;
+            }
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %e, "could not release an ungoverned gated pod")
+            }
+        }
+    }
+    released
+}
