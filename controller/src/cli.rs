@@ -65,6 +65,20 @@ pub struct RunArgs {
     /// Name of the Secret (in `--namespace`) holding the node-local API token keys.
     #[arg(long, env = "EBB_TOKEN_SECRET", default_value = "ebb-token-keys")]
     pub token_secret: String,
+    /// Gated pods (`ebb.dev/placement`) that no valid PlacementHistory governs are released
+    /// unchanged after this long.
+    #[arg(long, env = "EBB_PLACEMENT_GRACE", default_value = "10s")]
+    pub placement_grace: ebb_api::KubeDuration,
+    /// A PlacementHistory's status is written at most this often (and only on change).
+    #[arg(long, env = "EBB_PLACEMENT_STATUS_INTERVAL", default_value = "10s")]
+    pub placement_status_interval: ebb_api::KubeDuration,
+    /// Lifetime of the node-local API tokens minted into placed pods.
+    #[arg(long, env = "EBB_TOKEN_TTL", default_value = "24h")]
+    pub token_ttl: ebb_api::KubeDuration,
+    /// How often the token key in `--token-secret` is replaced (the old key stays valid as the
+    /// previous key).
+    #[arg(long, env = "EBB_TOKEN_ROTATION", default_value = "24h")]
+    pub token_rotation: ebb_api::KubeDuration,
 }
 
 /// Output format of `plan`.

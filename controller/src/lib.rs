@@ -9,6 +9,7 @@ pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod placement;
+pub mod placement_controller;
 pub mod plan;
 pub mod run;
 pub mod scaledown;

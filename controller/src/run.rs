@@ -1,5 +1,5 @@
-//! `ebb-controller run`: telemetry, client, HTTP endpoints, leader election, shared caches,
-//! start-up recovery, the ScaleDownPolicy controller, and shutdown (signal or leadership loss).
+//! `ebb-controller run`: telemetry, client, HTTP endpoints, leader election, shared caches, start-up
+//! recovery, the ScaleDownPolicy and PlacementHistory controllers, shutdown (signal, lost lease).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +20,7 @@ use crate::controller::{Context, Leadership, error_policy, reconcile, stores};
 use crate::http::{Readiness, router};
 use crate::leader::{Leader, LeaderConfig};
 use crate::metrics::Metrics;
+use crate::placement_controller::{self, PlacementSettings};
 
 /// How the controller ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,8 @@ pub struct Settings {
     pub identity: String,
     /// Policy loops triggered within this time of each other run once ([`DEFAULT_DEBOUNCE`]).
     pub debounce: Duration,
+    /// Placement of gated pods by PlacementHistories.
+    pub placement: PlacementSettings,
 }
 
 /// Debounce of policy loops: the node events ebb's own taint writes cause do not re-run every
@@ -93,6 +96,14 @@ impl Settings {
             recheck_delay: args.recheck_delay.as_duration(),
             identity,
             debounce: DEFAULT_DEBOUNCE,
+            placement: PlacementSettings {
+                grace: args.placement_grace.as_duration(),
+                status_interval: args.placement_status_interval.as_duration(),
+                token_ttl: args.token_ttl.as_duration(),
+                key_rotation: args.token_rotation.as_duration(),
+                token_secret: (args.namespace.clone(), args.token_secret.clone()),
+                ..PlacementSettings::default()
+            },
         }
     }
 }
@@ -239,6 +250,22 @@ pub async fn serve(
         }
     }
     recover_at_start(&ctx).await;
+    let _placement_tasks = AbortOnDrop(placement_controller::start(
+        client.clone(),
+        watches.stores.clone(),
+        watches.pod_changes.clone(),
+        metrics.clone(),
+        Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "ebb-controller".into(),
+                instance: Some(settings.identity.clone()),
+            },
+        ),
+        leadership.clone(),
+        settings.placement.clone(),
+        stop.clone(),
+    ));
     leadership.set(true);
     tracing::info!("acting");
 

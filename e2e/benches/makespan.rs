@@ -144,6 +144,7 @@ async fn makespan(parallelism: i32) -> Makespan {
         recheck_delay: Duration::from_millis(100),
         identity: "bench".into(),
         debounce: Duration::from_millis(100),
+        placement: Default::default(),
     };
     let controller = tokio::spawn(serve(
         sim.client_as("ebb-controller").await.expect("client"),
