@@ -838,56 +838,88 @@ async fn sigkill_mid_drain_then_restart_completes() {
     assert!(sim.pdb_violations().is_empty());
 }
 
-/// 5. Two replicas with leader election: only one acts (node and pod writes from one identity).
+/// 5. Two replicas with leader election: only the leader acts (node and pod writes come from
+/// one identity); when it is killed mid-drain the other takes the Lease over and finishes the
+/// drains, and the two never act at the same time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_only_the_leader_acts() {
-    let env = start(20.0).await;
+    // Evicted pods take their 30 s (sim) grace period: 3 s of real time.
+    let env = start(10.0).await;
     let Some(sim) = env.require_sim("two_replicas_only_the_leader_acts") else {
         return;
     };
     small_cluster(&env, sim, 4, 2, 4, "").await;
     add_keep_nodes(&env, sim).await;
-    let mut a = Controller::spawn(&env, "ctl-a", true, "200ms");
-    let mut b = Controller::spawn(&env, "ctl-b", true, "200ms");
-    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
+    let mut replicas = BTreeMap::from([
+        ("ctl-a", Controller::spawn(&env, "ctl-a", true, "200ms")),
+        ("ctl-b", Controller::spawn(&env, "ctl-b", true, "200ms")),
+    ]);
+    apply_policy(
+        &env.client,
+        "pool",
+        json!({"utilizationThreshold": 0.6, "maxDrainParallelism": 2}),
+    )
+    .await;
+    let acts = |r: &AuditRecord| {
+        r.user.starts_with("ctl-") && (r.resource == "nodes" || r.resource == "pods")
+    };
+    let leader = wait_for("a first eviction", Duration::from_secs(30), || async {
+        sim.audit()
+            .iter()
+            .find(|r| is_eviction(r) && r.code == 201)
+            .map(|r| r.user.clone())
+    })
+    .await
+    .unwrap();
+    let standby = if leader == "ctl-a" { "ctl-b" } else { "ctl-a" };
+    replicas.get_mut(leader.as_str()).unwrap().kill().await;
+    let killed_at = sim.audit().len();
+    assert!(
+        nodes(&env.client).await.len() > 2,
+        "drains were left for the standby"
+    );
     wait_nodes_deleted(
         &env.client,
         "pool",
         &names("drain-", 4),
-        Duration::from_secs(60),
+        Duration::from_secs(90),
     )
     .await;
+
     let audit = sim.audit();
-    let writers: BTreeSet<&str> = audit
+    let before: BTreeSet<&str> = audit[..killed_at]
         .iter()
-        .filter(|r| r.user.starts_with("ctl-") && (r.resource == "nodes" || r.resource == "pods"))
+        .filter(|r| acts(r))
+        .map(|r| r.user.as_str())
+        .collect();
+    let after: BTreeSet<&str> = audit[killed_at..]
+        .iter()
+        .filter(|r| acts(r))
         .map(|r| r.user.as_str())
         .collect();
     assert_eq!(
-        writers.len(),
-        1,
-        "node and pod writes come from one replica: {writers:?}"
+        before,
+        BTreeSet::from([leader.as_str()]),
+        "only the leader acted"
     );
-    let status_writers: BTreeSet<&str> = audit
-        .iter()
-        .filter(|r| r.user.starts_with("ctl-") && r.resource == "scaledownpolicies.ebb.dev")
-        .map(|r| r.user.as_str())
-        .collect();
-    assert_eq!(status_writers, writers, "policy writes too");
+    assert_eq!(after, BTreeSet::from([standby]), "then only the new leader");
     let lease_writers: BTreeSet<&str> = audit
         .iter()
-        .filter(|r| r.user.starts_with("ctl-") && r.resource == "leases.coordination.k8s.io")
+        .filter(|r| r.resource == "leases.coordination.k8s.io")
         .map(|r| r.user.as_str())
         .collect();
     assert!(
-        writers.is_subset(&lease_writers),
-        "the acting replica holds the Lease: {lease_writers:?}"
+        lease_writers.contains(leader.as_str()) && lease_writers.contains(standby),
+        "both held the Lease in turn: {lease_writers:?}"
     );
-    // Both replicas were up and synced; the standby never acted.
-    for c in [&mut a, &mut b] {
-        assert!(c.alive());
-        assert!(c.logged("caches synced"), "{} started", c.child.name);
-    }
+    let survivor = replicas.get_mut(standby).unwrap();
+    assert!(survivor.alive());
+    assert!(survivor.logged("caches synced"));
+    wait_removed(&env.client, "pool", 4).await;
+    wait_running(&env.client, 8).await;
+    let left = nodes(&env.client).await;
+    assert!(ebb_tainted(&left).is_empty(), "{:?}", ebb_tainted(&left));
+    assert!(sim.pdb_violations().is_empty());
 }
 
 /// 6. DryRun plans and reports, and writes nothing to nodes or pods.
