@@ -3,7 +3,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ebb_api::placement::PlacementHistory;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -89,6 +89,9 @@ pub struct Ctx {
     invalid: Mutex<HashMap<String, String>>,
     /// Pods already released by the ungoverned sweep.
     pub released: Mutex<HashSet<String>>,
+    /// When this process first saw each gated pod (by UID): grace and gate wait are measured
+    /// on this clock, not against creation timestamps written by another clock.
+    first_seen: Mutex<HashMap<String, Instant>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -119,7 +122,21 @@ impl Ctx {
             states: Mutex::default(),
             invalid: Mutex::default(),
             released: Mutex::default(),
+            first_seen: Mutex::default(),
         }
+    }
+
+    /// How long this process has seen the gated pod `uid`.
+    pub fn gated_for(&self, uid: &str) -> Duration {
+        lock(&self.first_seen)
+            .entry(uid.to_string())
+            .or_insert_with(Instant::now)
+            .elapsed()
+    }
+
+    /// The pod left its gate: stop timing it; returns how long it was seen gated.
+    pub fn ungated(&self, uid: &str) -> Option<Duration> {
+        lock(&self.first_seen).remove(uid).map(|t| t.elapsed())
     }
 
     pub fn take_state(&self, key: &str) -> Option<PhState> {

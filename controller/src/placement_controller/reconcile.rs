@@ -186,6 +186,7 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
             continue;
         }
         state.waiting.remove(&uid);
+        ctx.ungated(&uid);
         if node_of(&last).is_none() {
             state.history.cancel(&uid);
             continue;
@@ -208,6 +209,7 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
         let checker = Mutex::new(PredicateChecker::new());
         for (pod, role) in gated {
             let uid = pod.uid().unwrap_or_default();
+            ctx.gated_for(&uid);
             let name = pod.name_any();
             let r = PodRef {
                 uid: &uid,
@@ -275,7 +277,7 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
             {
                 Ok(_) => {
                     state.waiting.remove(&uid);
-                    released(&ctx, &ph, pod, &decision, outcome, now, &mut notices);
+                    released(&ctx, &ph, pod, &decision, outcome, &mut notices);
                     if let (Some(node), Some(snap)) = (
                         decision.pinned_node(),
                         snapshot.lock().unwrap_or_else(|p| p.into_inner()).as_mut(),
@@ -408,7 +410,6 @@ fn released(
     pod: &Pod,
     decision: &Decision,
     outcome: PlacementOutcome,
-    now: Timestamp,
     notices: &mut Vec<Notice>,
 ) {
     let pl = PlacementLabels {
@@ -417,12 +418,11 @@ fn released(
         outcome,
     };
     ctx.metrics.placements.get_or_create(&pl).inc();
-    if let Some(created) = pod.metadata.creation_timestamp.as_ref() {
-        let waited = now.duration_since(created.0).as_secs_f64().max(0.0);
+    if let Some(waited) = ctx.ungated(&pod.uid().unwrap_or_default()) {
         ctx.metrics
             .gate_wait
             .get_or_create(&labels(ph))
-            .observe(waited);
+            .observe(waited.as_secs_f64());
     }
     let note = match &decision.action {
         Action::Pin { node } => format!("pinned to node {node} ({})", decision.reason),

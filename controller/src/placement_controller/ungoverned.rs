@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -29,8 +28,6 @@ pub async fn sweep(ctx: &Ctx) -> usize {
     if !ctx.leadership.is_leader() {
         return 0;
     }
-    let now = Timestamp::now();
-    let grace = jiff::SignedDuration::try_from(ctx.settings.grace).unwrap_or_default();
     let mut released = 0;
     for pod in ctx.stores.pods.state() {
         if !patch::is_gated(&pod)
@@ -43,15 +40,10 @@ pub async fn sweep(ctx: &Ctx) -> usize {
         {
             continue;
         }
-        let old_enough = pod
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .is_none_or(|c| now.duration_since(c.0) >= grace);
-        if !old_enough || governed(ctx, &pod) {
+        let uid = pod.uid().unwrap_or_default();
+        if ctx.gated_for(&uid) < ctx.settings.grace || governed(ctx, &pod) {
             continue;
         }
-        let uid = pod.uid().unwrap_or_default();
         let name = pod.name_any();
         let ns = pod.namespace().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -65,6 +57,15 @@ pub async fn sweep(ctx: &Ctx) -> usize {
         {
             Ok(_) => {
                 released += 1;
+                if let Some(waited) = ctx.ungated(&uid) {
+                    ctx.metrics
+                        .gate_wait
+                        .get_or_create(&crate::metrics::PlacementHistoryLabels {
+                            namespace: ns.clone(),
+                            placement_history: String::new(),
+                        })
+                        .observe(waited.as_secs_f64());
+                }
                 if ctx
                     .released
                     .lock()
