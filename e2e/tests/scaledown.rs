@@ -725,6 +725,58 @@ async fn pdb_refusals_are_retried_until_the_budget_allows() {
     wait_removed(&env.client, "pool", 2).await;
 }
 
+/// 2b. A PodDisruptionBudget with maxUnavailable 1 over pods spread one per node: the planner
+/// counts the budget, so the nodes are drained one after the other without a refused eviction,
+/// the budget is never exceeded, and all of them go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pdb_max_unavailable_one_drains_its_nodes_one_at_a_time() {
+    let env = start(20.0).await;
+    let Some(sim) = env.require_sim("pdb_max_unavailable_one_drains_its_nodes_one_at_a_time")
+    else {
+        return;
+    };
+    small_cluster(&env, sim, 4, 1, 4, ", pdb: {maxUnavailable: 1}").await;
+    let spread: BTreeSet<String> = running_pods(&env.client)
+        .await
+        .iter()
+        .map(node_of)
+        .collect();
+    assert_eq!(spread.len(), 4, "one pod per node");
+    add_keep_nodes(&env, sim).await;
+    let (homes, _w) = PodHomes::watch(&env.client);
+    let _ctl = Controller::spawn(&env, CONTROLLER, false, "200ms");
+    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
+    wait_nodes_deleted(
+        &env.client,
+        "pool",
+        &names("drain-", 4),
+        Duration::from_secs(60),
+    )
+    .await;
+    let audit = sim.audit();
+    let evictions: Vec<&AuditRecord> = audit.iter().filter(|r| is_eviction(r)).collect();
+    assert_eq!(
+        evictions.iter().filter(|r| r.code == 201).count(),
+        4,
+        "{evictions:?}"
+    );
+    assert!(
+        evictions.iter().all(|r| r.code == 201),
+        "the planner never asked more than the budget allows: {evictions:?}"
+    );
+    assert_eq!(
+        peak_overlap(&drain_intervals(&audit, &homes)),
+        1,
+        "one drain at a time"
+    );
+    assert!(
+        sim.pdb_violations().is_empty(),
+        "{:?}",
+        sim.pdb_violations()
+    );
+    wait_removed(&env.client, "pool", 4).await;
+}
+
 /// 3. A node whose pod cannot move (no controller) is never tainted to-be-deleted and shows in
 /// status with the reason; its neighbours go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
