@@ -1,0 +1,483 @@
+//! PlacementHistory end to end: the real `ebb-controller run` binary places a gated StatefulSet
+//! on ebb-sim; judged from where the pods run, their annotations, the token Secret and the status.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ebb_api::placement::PlacementHistory;
+use ebb_e2e::harness::{ChildProcess, TestEnv, wait_for};
+use ebb_e2e::scenario::Scenario;
+use ebb_e2e::{Sim, SimConfig};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use tokio::io::AsyncBufReadExt;
+
+const CONTROLLER: &str = "ebb-controller";
+const NS: &str = "default";
+
+/// A simulator with ebb's CRDs and the controller's namespace.
+async fn start(time_factor: f64) -> TestEnv {
+    let env = TestEnv::start(SimConfig {
+        time_factor,
+        ..SimConfig::default()
+    })
+    .await
+    .unwrap();
+    if let Some(sim) = env.sim() {
+        let crds = ebb_api::crdgen::yaml_stream().unwrap();
+        Scenario::from_manifests(&crds)
+            .unwrap()
+            .load(&sim.api)
+            .unwrap();
+        load(
+            sim,
+            "objects:\n- {apiVersion: v1, kind: Namespace, metadata: {name: ebb-system}}\n",
+        );
+    }
+    env
+}
+
+fn load(sim: &Sim, yaml: &str) {
+    Scenario::from_yaml(yaml).unwrap().load(&sim.api).unwrap();
+}
+
+/// A running `ebb-controller run`; its log is printed when the test fails.
+struct Controller {
+    child: ChildProcess,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Controller {
+    fn spawn(env: &TestEnv) -> Self {
+        let args = [
+            "run",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--leader-election",
+            "false",
+            "--namespace",
+            "ebb-system",
+            "--placement-grace",
+            "1s",
+            "--placement-status-interval",
+            "300ms",
+            "--log-filter",
+            "info",
+        ];
+        let mut child = env.spawn_binary_as(CONTROLLER, CONTROLLER, &args).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        for pipe in [
+            child
+                .child
+                .stdout
+                .take()
+                .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            child
+                .child
+                .stderr
+                .take()
+                .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(pipe).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    let mut log = log.lock().unwrap();
+                    log.push(l);
+                    if log.len() > 2000 {
+                        log.drain(..1000);
+                    }
+                }
+            });
+        }
+        Self { child, log }
+    }
+
+    async fn kill(&mut self) {
+        self.child.kill().await.unwrap();
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if std::thread::panicking() || std::env::var_os("EBB_E2E_CONTROLLER_LOG").is_some() {
+            let log = self.log.lock().unwrap();
+            let start = log.len().saturating_sub(150);
+            eprintln!(
+                "---- controller log (last {} lines) ----",
+                log.len() - start
+            );
+            for l in &log[start..] {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+/// Three small nodes `home-0..2`, a StatefulSet `db` of 3 gated pods (one per node by required
+/// anti-affinity) and its PlacementHistory; then two large nodes `big-0..1` join and the small
+/// ones get a soft taint, so a pod the scheduler placed on its own would go to a large node.
+async fn statefulset(env: &TestEnv, sim: &Sim) {
+    load(
+        sim,
+        "nodes: {count: 3, namePrefix: home-, cpu: '2', memory: 8Gi}\n",
+    );
+    wait_ready(&env.client, "home-", 3).await;
+    load(
+        sim,
+        r#"objects:
+- apiVersion: ebb.dev/v1alpha1
+  kind: PlacementHistory
+  metadata: {name: db, namespace: default}
+  spec:
+    selector: {matchLabels: {app: db}}
+    roleLabel: ebb.dev/role
+    shortLivedThreshold: 1s
+    roles: [{name: db, escalationTimeout: 3s, nodeFailureThreshold: 1}]
+- apiVersion: apps/v1
+  kind: StatefulSet
+  metadata: {name: db, namespace: default}
+  spec:
+    replicas: 3
+    podManagementPolicy: Parallel
+    serviceName: db
+    selector: {matchLabels: {app: db}}
+    template:
+      metadata: {labels: {app: db, ebb.dev/role: db}}
+      spec:
+        schedulingGates: [{name: ebb.dev/placement}]
+        affinity:
+          podAntiAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+            - {labelSelector: {matchLabels: {app: db}}, topologyKey: kubernetes.io/hostname}
+        containers:
+        - {name: db, image: db, resources: {requests: {cpu: 500m, memory: 256Mi}}}
+"#,
+    );
+    wait_db_running(&env.client, 3).await;
+    load(
+        sim,
+        "nodes: {count: 2, namePrefix: big-, cpu: '64', memory: 256Gi}\n",
+    );
+    wait_ready(&env.client, "big-", 2).await;
+    for i in 0..3 {
+        taint(
+            &env.client,
+            &format!("home-{i}"),
+            "retiring",
+            "PreferNoSchedule",
+        )
+        .await;
+    }
+}
+
+async fn taint(client: &kube::Client, node: &str, key: &str, effect: &str) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let n = nodes.get(node).await.unwrap();
+    let mut taints: Vec<serde_json::Value> = n
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .iter()
+        .map(|t| json!(t))
+        .collect();
+    taints.push(json!({"key": key, "value": "1", "effect": effect}));
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"taints": taints}})),
+        )
+        .await
+        .unwrap();
+}
+
+async fn wait_ready(client: &kube::Client, prefix: &str, n: usize) {
+    wait_for(
+        &format!("{n} nodes {prefix}* Ready"),
+        Duration::from_secs(30),
+        || async {
+            let nodes: Api<Node> = Api::all(client.clone());
+            let ready = nodes
+                .list(&Default::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter(|n| {
+                    n.metadata.name.as_deref().unwrap_or("").starts_with(prefix)
+                        && n.status
+                            .as_ref()
+                            .and_then(|s| s.conditions.as_ref())
+                            .is_some_and(|c| {
+                                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+                            })
+                })
+                .count();
+            (ready == n).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+}
+
+fn running(p: &Pod) -> bool {
+    p.metadata.deletion_timestamp.is_none()
+        && p.status
+            .as_ref()
+            .is_some_and(|s| s.phase.as_deref() == Some("Running"))
+}
+
+fn node_of(p: &Pod) -> String {
+    p.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+fn annotation(p: &Pod, key: &str) -> Option<String> {
+    p.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+async fn wait_db_running(client: &kube::Client, n: usize) -> Vec<Pod> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    wait_for(
+        &format!("{n} db pods running"),
+        Duration::from_secs(40),
+        || async {
+            let list = pods.list(&Default::default()).await.ok()?.items;
+            let up: Vec<Pod> = list
+                .into_iter()
+                .filter(|p| p.metadata.name.as_deref().unwrap_or("").starts_with("db-"))
+                .filter(running)
+                .collect();
+            (up.len() == n).then_some(up)
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Deletes `name` (by its UID) and waits for its replacement to run; returns the replacement.
+async fn replace(client: &kube::Client, name: &str, force: bool) -> Pod {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    let old = pods.get(name).await.unwrap();
+    let old_uid = old.metadata.uid.clone();
+    let dp = if force {
+        DeleteParams {
+            grace_period_seconds: Some(0),
+            ..DeleteParams::default()
+        }
+    } else {
+        DeleteParams::default()
+    };
+    pods.delete(name, &dp).await.unwrap();
+    wait_for(
+        &format!("a new {name} running"),
+        Duration::from_secs(40),
+        || async {
+            let p = pods.get_opt(name).await.ok()??;
+            (p.metadata.uid != old_uid && running(&p)).then_some(p)
+        },
+    )
+    .await
+    .unwrap()
+}
+
+async fn history(client: &kube::Client) -> PlacementHistory {
+    Api::<PlacementHistory>::namespaced(client.clone(), NS)
+        .get("db")
+        .await
+        .unwrap()
+}
+
+/// The pod's token was minted with the current key of the controller's Secret, for this pod.
+async fn assert_token(client: &kube::Client, pod: &Pod) {
+    let token = annotation(pod, "ebb.dev/token").expect("token annotation");
+    let secret: Secret = Api::namespaced(client.clone(), "ebb-system")
+        .get("ebb-token-keys")
+        .await
+        .unwrap();
+    let data = secret.data.unwrap();
+    let id = String::from_utf8(data["current.id"].0.clone()).unwrap();
+    let key = &data["current.key"].0;
+    assert!(key.len() >= 32);
+    let parts: Vec<&str> = token.splitn(6, '.').collect();
+    assert_eq!(parts[1], id, "{token}");
+    assert_eq!(parts[3], pod.metadata.uid.as_deref().unwrap());
+    assert_eq!(parts[5], "db");
+    let expires: i64 = parts[2].parse().unwrap();
+    assert_eq!(
+        ebb_api::token::issue(&id, key, parts[3], "db", expires),
+        token,
+        "the MAC matches the Secret's key"
+    );
+}
+
+/// A deleted pod comes back to the node it ran on; so it does after a controller restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_pod_returns_home_also_after_a_controller_restart() {
+    let env = start(5.0).await;
+    let Some(sim) = env.require_sim("deleted_pod_returns_home_also_after_a_controller_restart")
+    else {
+        return;
+    };
+    let mut ctl = Controller::spawn(&env);
+    statefulset(&env, sim).await;
+    let pods = wait_db_running(&env.client, 3).await;
+    let home = |name: &str| {
+        node_of(
+            pods.iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name))
+                .unwrap(),
+        )
+    };
+    // First placements: no history yet.
+    for p in &pods {
+        assert_eq!(
+            annotation(p, "ebb.dev/placement").as_deref(),
+            Some("Anywhere")
+        );
+    }
+
+    let back = replace(&env.client, "db-1", false).await;
+    assert_eq!(node_of(&back), home("db-1"), "db-1 went back to its node");
+    assert_eq!(
+        annotation(&back, "ebb.dev/placement").as_deref(),
+        Some("Pinned")
+    );
+    assert_eq!(annotation(&back, "ebb.dev/placed-on"), Some(home("db-1")));
+    assert_token(&env.client, &back).await;
+
+    // The history is saved: every home node, and db live on each.
+    wait_for(
+        "history of 3 nodes saved",
+        Duration::from_secs(20),
+        || async {
+            let s = history(&env.client).await.status?;
+            (s.node_count == 3 && s.roles.first().is_some_and(|r| r.live == 3)).then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    ctl.kill().await;
+    let _ctl = Controller::spawn(&env);
+    let back = replace(&env.client, "db-2", false).await;
+    assert_eq!(
+        node_of(&back),
+        home("db-2"),
+        "after a restart db-2 went home"
+    );
+    assert_eq!(
+        annotation(&back, "ebb.dev/placement").as_deref(),
+        Some("Pinned")
+    );
+}
+
+/// A node a ScaleDownPolicy marks (ebb's taints) gets no pinned pod; a pod whose node is
+/// NotReady waits for it until the escalation timeout and then runs elsewhere, relaxed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drained_and_lost_nodes_are_not_pinned_to() {
+    let env = start(5.0).await;
+    let Some(sim) = env.require_sim("drained_and_lost_nodes_are_not_pinned_to") else {
+        return;
+    };
+    let _ctl = Controller::spawn(&env);
+    statefulset(&env, sim).await;
+    let pods = wait_db_running(&env.client, 3).await;
+    let home = |name: &str| {
+        node_of(
+            pods.iter()
+                .find(|p| p.metadata.name.as_deref() == Some(name))
+                .unwrap(),
+        )
+    };
+
+    // Candidate of a ScaleDownPolicy: never pinned there.
+    let drained = home("db-0");
+    taint(
+        &env.client,
+        &drained,
+        "ebb.dev/deletion-candidate",
+        "PreferNoSchedule",
+    )
+    .await;
+    let moved = replace(&env.client, "db-0", false).await;
+    assert_ne!(node_of(&moved), drained);
+    assert_ne!(
+        annotation(&moved, "ebb.dev/placement").as_deref(),
+        Some("Pinned")
+    );
+
+    // NotReady: waits, then relaxed after the 3s escalation timeout.
+    let lost = home("db-1");
+    sim.set_node_ready(&lost, false).unwrap();
+    wait_for("node NotReady", Duration::from_secs(30), || async {
+        let n = Api::<Node>::all(env.client.clone()).get(&lost).await.ok()?;
+        let ready = n
+            .status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (!ready).then_some(())
+    })
+    .await
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    let moved = replace(&env.client, "db-1", true).await;
+    assert_ne!(node_of(&moved), lost);
+    assert_eq!(
+        annotation(&moved, "ebb.dev/placement").as_deref(),
+        Some("Relaxed")
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_secs(3),
+        "released only after the escalation timeout"
+    );
+}
+
+/// A gated pod no PlacementHistory selects is released unchanged after the grace period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ungoverned_gated_pod_is_released() {
+    let env = start(5.0).await;
+    let Some(sim) = env.require_sim("ungoverned_gated_pod_is_released") else {
+        return;
+    };
+    let _ctl = Controller::spawn(&env);
+    load(
+        sim,
+        "nodes: {count: 1, namePrefix: n-, cpu: '2', memory: 8Gi}\n",
+    );
+    wait_ready(&env.client, "n-", 1).await;
+    load(
+        sim,
+        r#"objects:
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: lone, namespace: default, labels: {app: lone}}
+  spec:
+    schedulingGates: [{name: ebb.dev/placement}]
+    containers: [{name: c, image: c}]
+"#,
+    );
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let p = wait_for(
+        "lone released and running",
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get("lone").await.ok()?;
+            running(&p).then_some(p)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        annotation(&p, "ebb.dev/placement").as_deref(),
+        Some("Ungoverned")
+    );
+    assert!(p.spec.unwrap().affinity.is_none(), "released unchanged");
+}
