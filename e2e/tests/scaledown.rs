@@ -1083,6 +1083,21 @@ async fn pod_landing_after_the_taint_cancels_the_drain() {
         .filter(|p| node_of(p) == "drain-0")
         .count();
     assert_eq!(on_node, 3, "its two pods and the latecomer still run there");
+    // The give-up is recorded, naming the pod that landed.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    let failed = wait_for("a DrainFailed Event", Duration::from_secs(10), || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.reason.as_deref() == Some("DrainFailed"))
+    })
+    .await
+    .unwrap();
+    let note = failed.note.unwrap_or_default();
+    assert!(note.contains("default/latecomer"), "{note}");
 }
 
 /// 8. The policy is deleted mid-run: its finalizer removes ebb's taints and the drains stop.
@@ -1142,5 +1157,7 @@ async fn deleting_the_policy_mid_run_cleans_up() {
     let later: Vec<&AuditRecord> = node_or_pod_writes(&audit[gone_at..], CONTROLLER);
     assert!(later.is_empty(), "writes after the policy went: {later:?}");
     assert!(ctl.alive(), "the controller keeps running");
+    // The pods evicted before the deletion run again, elsewhere.
+    wait_running(&env.client, 12).await;
     assert!(sim.pdb_violations().is_empty());
 }
