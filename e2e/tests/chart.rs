@@ -231,8 +231,8 @@ fn expected(spec: &[(&str, &str, &str, &str)]) -> BTreeSet<(String, String, Stri
 }
 
 /// What the controller calls (controller/src: reflectors in controller/stores.rs, actuation/
-/// nodes.rs and evict.rs, the finalizer and status writes of controller/reconcile.rs, kube's event
-/// recorder, kube-lease-manager).
+/// nodes.rs and evict.rs, the finalizer and status writes of controller/reconcile.rs, the pod
+/// patches and deletes and status writes of placement_controller/, kube's event recorder).
 fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, String, String)> {
     let nodes = if node_delete {
         "delete,get,list,patch,watch"
@@ -241,7 +241,7 @@ fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, Stri
     };
     expected(&[
         ("", "nodes", nodes, ""),
-        ("", "pods", "list,watch", ""),
+        ("", "pods", "delete,list,patch,watch", ""),
         ("", "pods/eviction", "create", ""),
         ("policy", "poddisruptionbudgets", "list,watch", ""),
         (
@@ -255,6 +255,8 @@ fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, Stri
         ("events.k8s.io", "events", "create,patch", ""),
         ("ebb.dev", "scaledownpolicies", "list,patch,watch", ""),
         ("ebb.dev", "scaledownpolicies/status", "patch", ""),
+        ("ebb.dev", "placementhistories", "list,watch", ""),
+        ("ebb.dev", "placementhistories/status", "patch", ""),
     ])
 }
 
@@ -487,8 +489,10 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
                 "get,patch",
                 "ebb-controller"
             ),
+            ("", "secrets", "create", ""),
+            ("", "secrets", "get,patch", "ebb-token-keys"),
         ]),
-        "controller Role"
+        "controller Role: the Lease and the token Secret"
     );
     let agent = get_cluster::<ClusterRole>(&c, "ebb-node-agent")
         .await
