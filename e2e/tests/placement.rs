@@ -440,6 +440,128 @@ async fn drained_and_lost_nodes_are_not_pinned_to() {
     );
 }
 
+/// A pod that keeps failing on its node: pinned back after the first failure, the node excluded
+/// after the second (threshold 1), the next pod released off it; once the failure window resets
+/// the node is pinned to again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_node_is_excluded_until_the_window_resets() {
+    let env = start(5.0).await;
+    let Some(sim) = env.require_sim("failing_node_is_excluded_until_the_window_resets") else {
+        return;
+    };
+    let _ctl = Controller::spawn(&env);
+    load(
+        sim,
+        "nodes: {count: 1, namePrefix: c-, cpu: '2', memory: 8Gi, labels: {pool: crash}}\n",
+    );
+    wait_ready(&env.client, "c-", 1).await;
+    load(
+        sim,
+        r#"objects:
+- apiVersion: ebb.dev/v1alpha1
+  kind: PlacementHistory
+  metadata: {name: crash, namespace: default}
+  spec:
+    selector: {matchLabels: {app: crash}}
+    roleLabel: ebb.dev/role
+    shortLivedThreshold: 1s
+    failureWindow: 20s
+    roles: [{name: crash, escalationTimeout: 3s, nodeFailureThreshold: 1, nodeSelector: {pool: crash}}]
+- apiVersion: apps/v1
+  kind: StatefulSet
+  metadata: {name: crash, namespace: default}
+  spec:
+    replicas: 1
+    serviceName: crash
+    selector: {matchLabels: {app: crash}}
+    template:
+      metadata:
+        labels: {app: crash, ebb.dev/role: crash}
+        annotations: {sim.ebb.dev/exit-after: 3s, sim.ebb.dev/exit-code: "1"}
+      spec:
+        restartPolicy: Never
+        schedulingGates: [{name: ebb.dev/placement}]
+        containers:
+        - {name: c, image: c, resources: {requests: {cpu: 500m}}}
+"#,
+    );
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let released = |want_pinned: bool| {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get_opt("crash-0").await.ok()??;
+            let how = annotation(&p, "ebb.dev/placement")?;
+            ((how == "Pinned") == want_pinned).then_some(p)
+        }
+    };
+    // After one failure the node is still pinned to.
+    let pinned = wait_for(
+        "crash-0 pinned after its first failure",
+        Duration::from_secs(30),
+        || released(true),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        annotation(&pinned, "ebb.dev/placed-on").as_deref(),
+        Some("c-0")
+    );
+    // After the second the node is excluded: the next pod is kept off it (and stays Pending,
+    // as c-0 is the only node of the pool).
+    let off = wait_for(
+        "crash-0 released off c-0",
+        Duration::from_secs(30),
+        || async {
+            let p = released(false).await?;
+            (p.metadata.uid != pinned.metadata.uid).then_some(p)
+        },
+    )
+    .await
+    .unwrap();
+    let excluded_at = jiff::Timestamp::now();
+    let terms = serde_json::to_value(off.spec.as_ref().unwrap().affinity.as_ref().unwrap())
+        .unwrap()["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .clone();
+    assert_eq!(
+        terms[0]["matchFields"][0],
+        json!({"key": "metadata.name", "operator": "NotIn", "values": ["c-0"]}),
+        "{terms}"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), NS);
+    wait_for("a NodeExcluded Event", Duration::from_secs(10), || async {
+        let list = events.list(&Default::default()).await.ok()?.items;
+        list.into_iter()
+            .any(|e| e.reason.as_deref() == Some("NodeExcluded"))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    // The failure window (20s, fixed boundaries) resets: the next pod is pinned to c-0 again.
+    let secs = excluded_at.as_second();
+    let reset = (secs / 20 + 1) * 20;
+    let wait = Duration::from_millis(((reset - secs) * 1000 + 1500) as u64);
+    tokio::time::sleep(wait).await;
+    pods.delete("crash-0", &DeleteParams::default())
+        .await
+        .unwrap();
+    let again = wait_for(
+        "crash-0 pinned after the reset",
+        Duration::from_secs(30),
+        || async {
+            let p = released(true).await?;
+            (p.metadata.uid != off.metadata.uid).then_some(p)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        annotation(&again, "ebb.dev/placed-on").as_deref(),
+        Some("c-0")
+    );
+}
+
 /// A gated pod no PlacementHistory selects is released unchanged after the grace period.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ungoverned_gated_pod_is_released() {

@@ -14,6 +14,7 @@ use kube::{Resource, ResourceExt};
 
 use super::keys::CurrentKey;
 use super::reconcile::PhState;
+use super::terminal::TerminalPods;
 use crate::controller::Leadership;
 use crate::controller::stores::Stores;
 use crate::metrics::Metrics;
@@ -92,6 +93,8 @@ pub struct Ctx {
     /// When this process first saw each gated pod (by UID): grace and gate wait are measured
     /// on this clock, not against creation timestamps written by another clock.
     first_seen: Mutex<HashMap<String, Instant>>,
+    /// Last states of pods seen in a terminal phase.
+    pub terminal: Arc<TerminalPods>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,6 +126,7 @@ impl Ctx {
             invalid: Mutex::default(),
             released: Mutex::default(),
             first_seen: Mutex::default(),
+            terminal: Arc::default(),
         }
     }
 

@@ -6,6 +6,7 @@ pub mod facts;
 pub mod keys;
 pub mod patch;
 pub mod reconcile;
+pub mod terminal;
 pub mod ungoverned;
 
 use std::sync::Arc;
@@ -61,7 +62,10 @@ pub fn start(
         keeper.current.clone(),
         settings,
     ));
-    let mut tasks = Vec::new();
+    let mut tasks = vec![tokio::spawn(terminal::watch(
+        ctx.client.clone(),
+        ctx.terminal.clone(),
+    ))];
 
     let rotation = ctx.settings.key_rotation;
     let key_stop = stop.clone();

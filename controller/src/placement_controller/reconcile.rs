@@ -141,6 +141,7 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
             continue; // an unknown role: released by the ungoverned sweep
         }
         if terminal(pod) {
+            ctx.terminal.take(&uid);
             if state.ended.insert(uid.clone()) {
                 let node_lost = node_of(pod).is_none_or(|n| lost.get(n).copied().unwrap_or(true));
                 let t = Termination::from_pod(pod, node_lost, false);
@@ -185,6 +186,8 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
         if state.ended.remove(&uid) {
             continue;
         }
+        // Its terminal state, when the pass did not see it before it went.
+        let last = ctx.terminal.take(&uid).unwrap_or(last);
         state.waiting.remove(&uid);
         ctx.ungated(&uid);
         if node_of(&last).is_none() {
