@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ebb_e2e::SimConfig;
-use ebb_e2e::harness::{TestEnv, workspace_binary};
+use ebb_e2e::harness::{TestEnv, wait_for, workspace_binary};
 use ebb_e2e::scenario::Scenario;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Container, Service, ServiceAccount};
@@ -348,6 +348,56 @@ where
     Api::<K>::all(client.clone()).get_opt(name).await.unwrap()
 }
 
+/// Starts `binary` with the container's args and exactly its environment, as the kubelet would:
+/// downward-API fields from `fields`, the container's directories mapped into `dir`, and only
+/// `KUBECONFIG` added. Its stderr goes to `<dir>/<binary>.log`.
+fn start_like(
+    c: &Container,
+    binary: &str,
+    kubeconfig: &Path,
+    fields: &BTreeMap<&str, &str>,
+    dir: &Path,
+) -> tokio::process::Child {
+    let mut cmd = tokio::process::Command::new(workspace_binary(binary).unwrap());
+    cmd.args(c.args.iter().flatten())
+        .env_clear()
+        .env("KUBECONFIG", kubeconfig)
+        .kill_on_drop(true)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("{binary}.log"))).unwrap());
+    for e in c.env.iter().flatten() {
+        let value = match (&e.value, &e.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, Some(from)) => {
+                let path = &from.field_ref.as_ref().expect("fieldRef").field_path;
+                fields
+                    .get(path.as_str())
+                    .unwrap_or_else(|| panic!("no value for the field {path}"))
+                    .to_string()
+            }
+            (None, None) => String::new(),
+        };
+        let mapped = if value.starts_with('/') {
+            dir.join(value.trim_start_matches('/'))
+                .to_string_lossy()
+                .into_owned()
+        } else {
+            value
+        };
+        if let Some(parent) = Path::new(&mapped).parent()
+            && mapped.starts_with(dir.to_str().unwrap())
+        {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        cmd.env(&e.name, mapped);
+    }
+    cmd.spawn().unwrap()
+}
+
+fn log_of(dir: &Path, binary: &str) -> String {
+    std::fs::read_to_string(dir.join(format!("{binary}.log"))).unwrap_or_default()
+}
+
 #[tokio::test]
 async fn values_schema_rejects_a_string_replica_count() {
     if !helm_available("values_schema_rejects_a_string_replica_count") {
@@ -667,6 +717,76 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
             .unwrap_or_else(|| panic!("CRD {name} installed"));
         assert_eq!(have.spec, want.spec, "CRD {name} equals {}", file.display());
     }
+
+    // The binaries start with exactly the chart's environment: the controller takes the Lease
+    // and creates the token Secret; the agent (reading that Secret as namespace/name) writes its
+    // node's NodeState.
+    let run_dir = tempfile::tempdir().unwrap();
+    let fields = BTreeMap::from([
+        ("metadata.name", "ebb-controller-chart-test"),
+        ("metadata.namespace", NS),
+        ("spec.nodeName", "node-0"),
+    ]);
+    let mut controller = start_like(
+        ctrl_c,
+        "ebb-controller",
+        &env.kubeconfig,
+        &fields,
+        run_dir.path(),
+    );
+    let mut agent = start_like(
+        agent_c,
+        "ebb-node-agent",
+        &env.kubeconfig,
+        &fields,
+        run_dir.path(),
+    );
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(c.clone(), NS);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(c.clone(), NS);
+    let started = wait_for(
+        "the controller leads and keeps the token Secret",
+        Duration::from_secs(60),
+        || async {
+            let lease = leases.get_opt("ebb-controller").await.ok()??;
+            let holder = lease.spec?.holder_identity?;
+            let secret = secrets.get_opt("ebb-token-keys").await.ok()??;
+            let has_key = secret.data.is_some_and(|d| d.contains_key("current.key"));
+            (holder == "ebb-controller-chart-test" && has_key).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        started.is_ok(),
+        "{started:?}; ebb-controller log:\n{}",
+        log_of(run_dir.path(), "ebb-controller")
+    );
+    let node_states: Api<ebb_api::NodeState> = Api::all(c.clone());
+    let reported = wait_for(
+        "the agent reports its NodeState",
+        Duration::from_secs(60),
+        || async {
+            let ns = node_states.get_opt("node-0").await.ok()??;
+            ns.status?.reported_at.map(|_| ())
+        },
+    )
+    .await;
+    assert!(
+        reported.is_ok(),
+        "{reported:?}; ebb-node-agent log:\n{}",
+        log_of(run_dir.path(), "ebb-node-agent")
+    );
+    assert!(
+        run_dir
+            .path()
+            .join("var/lib/ebb")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some(),
+        "the agent's store is in EBB_STATE_DIR"
+    );
+    controller.kill().await.unwrap();
+    agent.kill().await.unwrap();
 
     // Upgrade with node deletion allowed and traces on: delete appears, OTel env is set, the
     // agent's optional flags are ones it reads.
