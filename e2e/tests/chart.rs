@@ -349,8 +349,8 @@ where
 }
 
 /// Starts `binary` with the container's args and exactly its environment, as the kubelet would:
-/// downward-API fields from `fields`, the container's directories mapped into `dir`, and only
-/// `KUBECONFIG` added. Its stderr goes to `<dir>/<binary>.log`.
+/// downward-API fields from `fields`, the container's directories mapped into `dir`, its
+/// listen addresses to a free loopback port, and only `KUBECONFIG` added. Its stderr goes to `<dir>/<binary>.log`.
 fn start_like(
     c: &Container,
     binary: &str,
@@ -377,7 +377,11 @@ fn start_like(
             }
             (None, None) => String::new(),
         };
-        let mapped = if value.starts_with('/') {
+        // The pod's own network: any free port on the loopback, so tests running at the same
+        // time do not collide.
+        let mapped = if value.starts_with("0.0.0.0:") {
+            "127.0.0.1:0".to_string()
+        } else if value.starts_with('/') {
             dir.join(value.trim_start_matches('/'))
                 .to_string_lossy()
                 .into_owned()
