@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ebb_api::nodestate::NodeState;
 use ebb_api::placement::PlacementHistory;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::runtime::controller::Action as Requeue;
@@ -85,6 +86,8 @@ pub struct Ctx {
     pub leadership: Leadership,
     pub keys: CurrentKey,
     pub settings: PlacementSettings,
+    /// The node agents' NodeStates (empty when no agent runs).
+    pub node_states: Store<NodeState>,
     states: Mutex<HashMap<String, PhState>>,
     /// `namespace/name` of PlacementHistories that could not be used, with why.
     invalid: Mutex<HashMap<String, String>>,
@@ -112,6 +115,7 @@ impl Ctx {
         leadership: Leadership,
         keys: CurrentKey,
         settings: PlacementSettings,
+        node_states: Store<NodeState>,
     ) -> Self {
         Self {
             client,
@@ -122,6 +126,7 @@ impl Ctx {
             leadership,
             keys,
             settings,
+            node_states,
             states: Mutex::default(),
             invalid: Mutex::default(),
             released: Mutex::default(),

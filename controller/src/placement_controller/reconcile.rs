@@ -20,7 +20,9 @@ use super::patch;
 use crate::cluster::build::build_snapshot;
 use crate::cluster::predicates::PredicateChecker;
 use crate::metrics::{PlacementHistoryLabels, PlacementLabels, PlacementOutcome};
-use crate::placement::{Action, Decision, PlacementReason, PodRef, RoleHistory, Termination};
+use crate::placement::{
+    Action, Decision, PlacementReason, PodRef, RoleHistory, Termination, warm_roles,
+};
 
 /// What the controller keeps of one PlacementHistory between passes.
 pub struct PhState {
@@ -114,7 +116,15 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
 
     let pods = ctx.stores.pods.state();
     let nodes = ctx.stores.nodes.state();
-    let facts = node_facts(&nodes);
+    let mut facts = node_facts(&nodes);
+    let (ns, name) = (ph.namespace().unwrap_or_default(), ph.name_any());
+    for state in ctx.node_states.state() {
+        if let (Some(status), Some(view)) =
+            (state.status.as_ref(), facts.get_mut(&state.name_any()))
+        {
+            view.warm_roles = warm_roles(status, &ns, &name, &ph.spec);
+        }
+    }
     let lost = lost_nodes(&nodes);
     let mine = match selected(&ph, &pods) {
         Ok(m) => m,
