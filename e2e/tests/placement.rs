@@ -62,6 +62,8 @@ impl Controller {
             "1s",
             "--placement-status-interval",
             "300ms",
+            "--recheck-delay",
+            "200ms",
             "--log-filter",
             "info",
         ];
@@ -438,6 +440,78 @@ async fn drained_and_lost_nodes_are_not_pinned_to() {
         t0.elapsed() >= Duration::from_secs(3),
         "released only after the escalation timeout"
     );
+}
+
+/// A node a real ScaleDownPolicy drains: the pod it evicts is re-created and never pinned back
+/// onto it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_evicted_by_a_scaledown_policy_is_not_pinned_back() {
+    let env = start(5.0).await;
+    let Some(sim) = env.require_sim("pod_evicted_by_a_scaledown_policy_is_not_pinned_back") else {
+        return;
+    };
+    let _ctl = Controller::spawn(&env);
+    statefulset(&env, sim).await;
+    let pods = wait_db_running(&env.client, 3).await;
+    let db0 = pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some("db-0"))
+        .unwrap();
+    let drained = node_of(db0);
+    Api::<Node>::all(env.client.clone())
+        .patch(
+            &drained,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"pool": "drain"}}})),
+        )
+        .await
+        .unwrap();
+    let policy: ebb_api::ScaleDownPolicy = serde_json::from_value(json!({
+        "apiVersion": "ebb.dev/v1alpha1",
+        "kind": "ScaleDownPolicy",
+        "metadata": {"name": "drain"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"pool": "drain"}},
+            "mode": "Drain",
+            "scanInterval": "1s",
+            "unneededTime": "0s",
+            "utilizationThreshold": 0.6,
+            "maxScaleDownParallelism": 10,
+            "maxDrainParallelism": 10,
+            "evictionRetryInterval": "200ms",
+            "maxPodEvictionTime": "60s",
+            "maxBulkSoftTaintCount": 100,
+            "recentEvictionWindow": "5s",
+        },
+    }))
+    .unwrap();
+    Api::<ebb_api::ScaleDownPolicy>::all(env.client.clone())
+        .create(&Default::default(), &policy)
+        .await
+        .unwrap();
+    let api: Api<Pod> = Api::namespaced(env.client.clone(), NS);
+    let moved = wait_for(
+        "db-0 evicted and running again",
+        Duration::from_secs(60),
+        || async {
+            let p = api.get_opt("db-0").await.ok()??;
+            (p.metadata.uid != db0.metadata.uid && running(&p)).then_some(p)
+        },
+    )
+    .await
+    .unwrap();
+    assert_ne!(node_of(&moved), drained);
+    assert_ne!(
+        annotation(&moved, "ebb.dev/placed-on"),
+        Some(drained.clone())
+    );
+    // Released at once without a pin: the node is skipped as draining, not waited for as a
+    // node the pod does not fit on (that would end `Relaxed` after the escalation timeout).
+    assert_eq!(
+        annotation(&moved, "ebb.dev/placement").as_deref(),
+        Some("Anywhere")
+    );
+    assert!(annotation(&moved, "ebb.dev/token").is_some());
 }
 
 /// A pod that keeps failing on its node: pinned back after the first failure, the node excluded
