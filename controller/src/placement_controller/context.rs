@@ -148,6 +148,12 @@ impl Ctx {
         lock(&self.first_seen).remove(uid).map(|t| t.elapsed())
     }
 
+    /// Forget timings and releases of pods no longer gated (`gated`: UIDs gated now).
+    pub fn retain_gated(&self, gated: &HashSet<String>) {
+        lock(&self.first_seen).retain(|uid, _| gated.contains(uid));
+        lock(&self.released).retain(|uid| gated.contains(uid));
+    }
+
     pub fn take_state(&self, key: &str) -> Option<PhState> {
         lock(&self.states).remove(key)
     }

@@ -29,7 +29,14 @@ pub async fn sweep(ctx: &Ctx) -> usize {
         return 0;
     }
     let mut released = 0;
-    for pod in ctx.stores.pods.state() {
+    let pods = ctx.stores.pods.state();
+    let gated: std::collections::HashSet<String> = pods
+        .iter()
+        .filter(|p| patch::is_gated(p))
+        .filter_map(|p| p.uid())
+        .collect();
+    ctx.retain_gated(&gated);
+    for pod in pods {
         if !patch::is_gated(&pod)
             || pod
                 .spec
