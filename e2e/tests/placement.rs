@@ -50,7 +50,11 @@ struct Controller {
 
 impl Controller {
     fn spawn(env: &TestEnv) -> Self {
-        let args = [
+        Self::spawn_with(env, &[])
+    }
+
+    fn spawn_with(env: &TestEnv, extra: &[&str]) -> Self {
+        let mut args = vec![
             "run",
             "--metrics-addr",
             "127.0.0.1:0",
@@ -67,6 +71,7 @@ impl Controller {
             "--log-filter",
             "info",
         ];
+        args.extend_from_slice(extra);
         let mut child = env.spawn_binary_as(CONTROLLER, CONTROLLER, &args).unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
         for pipe in [
@@ -643,7 +648,7 @@ async fn ungoverned_gated_pod_is_released() {
     let Some(sim) = env.require_sim("ungoverned_gated_pod_is_released") else {
         return;
     };
-    let _ctl = Controller::spawn(&env);
+    let _ctl = Controller::spawn_with(&env, &["--token-rotation", "2s"]);
     load(
         sim,
         "nodes: {count: 1, namePrefix: n-, cpu: '2', memory: 8Gi}\n",
@@ -675,5 +680,34 @@ async fn ungoverned_gated_pod_is_released() {
         annotation(&p, "ebb.dev/placement").as_deref(),
         Some("Ungoverned")
     );
-    assert!(p.spec.unwrap().affinity.is_none(), "released unchanged");
+    assert!(
+        p.spec.as_ref().unwrap().affinity.is_none(),
+        "released unchanged"
+    );
+    assert!(
+        annotation(&p, "ebb.dev/token").is_none(),
+        "no token for an ungoverned pod"
+    );
+
+    // The token key Secret rotates (every 2s here): the old key becomes the previous one.
+    let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "ebb-system");
+    let id = |s: &Secret, k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|v| String::from_utf8(v.0.clone()).unwrap())
+    };
+    let first = secrets.get("ebb-token-keys").await.unwrap();
+    let first_id = id(&first, "current.id").unwrap();
+    let second = wait_for("the token key rotated", Duration::from_secs(20), || async {
+        let s = secrets.get("ebb-token-keys").await.ok()?;
+        (id(&s, "current.id")? != first_id).then_some(s)
+    })
+    .await
+    .unwrap();
+    assert_eq!(id(&second, "previous.id"), Some(first_id));
+    assert_eq!(
+        second.data.as_ref().unwrap()["previous.key"],
+        first.data.as_ref().unwrap()["current.key"]
+    );
 }
