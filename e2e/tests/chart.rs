@@ -232,7 +232,8 @@ fn expected(spec: &[(&str, &str, &str, &str)]) -> BTreeSet<(String, String, Stri
 
 /// What the controller calls (controller/src: reflectors in controller/stores.rs, actuation/
 /// nodes.rs and evict.rs, the finalizer and status writes of controller/reconcile.rs, the pod
-/// patches and deletes and status writes of placement_controller/, kube's event recorder).
+/// patches and deletes, status writes and NodeState watch of placement_controller/, kube's event
+/// recorder).
 fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, String, String)> {
     let nodes = if node_delete {
         "delete,get,list,patch,watch"
@@ -257,6 +258,7 @@ fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, Stri
         ("ebb.dev", "scaledownpolicies/status", "patch", ""),
         ("ebb.dev", "placementhistories", "list,watch", ""),
         ("ebb.dev", "placementhistories/status", "patch", ""),
+        ("ebb.dev", "nodestates", "list,watch", ""),
     ])
 }
 
