@@ -298,6 +298,20 @@ fn assert_env_known(c: &Container, binary: &str, extra: &[&str]) {
     }
 }
 
+/// Every variable of the binary's `run` flags is set in the container: a flag added to the binary
+/// needs a value in the chart (charts/ebb/values.yaml, values.schema.json, the template).
+fn assert_every_flag_set(c: &Container, binary: &str) {
+    let set = env_of(c);
+    let missing: Vec<String> = env_names_of(binary)
+        .into_iter()
+        .filter(|name| !set.contains_key(name))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{binary}: the chart cannot set {missing:?}; add a value for each"
+    );
+}
+
 fn assert_hardened(c: &Container, who: &str) {
     let sc = c
         .security_context
@@ -848,6 +862,9 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
         Some("true")
     );
     assert_env_known(&agent_c, "ebb-node-agent", &["RUST_LOG"]);
+    // With the optional ones on, every flag of `run` is set by the chart: all are values.
+    assert_every_flag_set(&ctrl_c, "ebb-controller");
+    assert_every_flag_set(&agent_c, "ebb-node-agent");
 
     // Uninstall removes every object and keeps the CRDs.
     helm(&["uninstall", &kubeconfig, NS, RELEASE])
