@@ -366,7 +366,12 @@ async fn deleted_pod_returns_home_also_after_a_controller_restart() {
         Duration::from_secs(20),
         || async {
             let s = history(&env.client).await.status?;
-            (s.node_count == 3 && s.roles.first().is_some_and(|r| r.live == 3)).then_some(())
+            (s.node_count == 3
+                && s.roles.first().is_some_and(|r| r.live == 3)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"))
+            .then_some(())
         },
     )
     .await
@@ -663,6 +668,20 @@ async fn ungoverned_gated_pod_is_released() {
   spec:
     schedulingGates: [{name: ebb.dev/placement}]
     containers: [{name: c, image: c}]
+- apiVersion: ebb.dev/v1alpha1
+  kind: PlacementHistory
+  metadata: {name: bad, namespace: default}
+  spec:
+    selector: {matchLabels: {app: bad}}
+    roleLabel: role
+    failureWindow: 0s
+    roles: [{name: r}]
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: governed-by-bad, namespace: default, labels: {app: bad, role: r}}
+  spec:
+    schedulingGates: [{name: ebb.dev/placement}]
+    containers: [{name: c, image: c}]
 "#,
     );
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), NS);
@@ -688,6 +707,38 @@ async fn ungoverned_gated_pod_is_released() {
         annotation(&p, "ebb.dev/token").is_none(),
         "no token for an ungoverned pod"
     );
+
+    // A pod of an invalid PlacementHistory is released too; the history says why.
+    let p = wait_for(
+        "governed-by-bad released",
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get("governed-by-bad").await.ok()?;
+            running(&p).then_some(p)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        annotation(&p, "ebb.dev/placement").as_deref(),
+        Some("Ungoverned")
+    );
+    let bad = Api::<PlacementHistory>::namespaced(env.client.clone(), NS)
+        .get("bad")
+        .await
+        .unwrap();
+    let ready = bad
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .unwrap();
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("False", "InvalidSpec")
+    );
+    assert!(ready.message.contains("failureWindow"), "{}", ready.message);
 
     // The token key Secret rotates (every 2s here): the old key becomes the previous one.
     let secrets: Api<Secret> = Api::namespaced(env.client.clone(), "ebb-system");

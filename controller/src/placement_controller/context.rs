@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use ebb_api::conditions::{READY, condition, set_condition};
 use ebb_api::nodestate::NodeState;
 use ebb_api::placement::PlacementHistory;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod};
@@ -182,6 +183,21 @@ impl Ctx {
         let fresh = lock(&self.invalid).insert(key.to_string(), why.clone()) != Some(why.clone());
         lock(&self.states).remove(key);
         if fresh {
+            let mut status = ph.status.clone().unwrap_or_default();
+            set_condition(
+                &mut status.conditions,
+                condition(
+                    READY,
+                    false,
+                    "InvalidSpec",
+                    why.clone(),
+                    ph.metadata.generation,
+                    jiff::Timestamp::now(),
+                ),
+            );
+            if let Err(e) = super::reconcile::write_status(&self.client, ph, &status).await {
+                tracing::warn!(ph = %key, error = %e, "could not write the status");
+            }
             tracing::warn!(ph = %key, %why, "PlacementHistory is invalid; its gated pods are released unchanged");
             self.notify(vec![Notice::ph(
                 ph,

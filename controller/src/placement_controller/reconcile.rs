@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ebb_api::conditions::{READY, condition, find, set_condition};
 use ebb_api::names::FIELD_MANAGER_CONTROLLER;
 use ebb_api::placement::{PlacementHistory, PlacementHistoryStatus};
 use jiff::Timestamp;
@@ -345,19 +346,30 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
         .is_none_or(|t| t.elapsed() >= ctx.settings.status_interval);
     let mut result = Ok(());
     if due {
-        let mut status = ph.status.clone().unwrap_or_default();
         let dirty = state.history.is_dirty();
-        let mut probe = status.clone();
-        let mut copy = state.history.clone();
-        copy.write_status(&mut probe, now);
+        let mut status = ph.status.clone().unwrap_or_default();
+        state.history.write_status(&mut status, now);
+        status.observed_generation = ph.metadata.generation;
+        set_condition(
+            &mut status.conditions,
+            condition(
+                READY,
+                true,
+                "Placing",
+                format!(
+                    "{} role(s), history on {} node(s), {} pod(s) gated",
+                    status.role_count, status.node_count, status.gated_pods
+                ),
+                ph.metadata.generation,
+                now,
+            ),
+        );
         let changed = dirty
             || state
                 .last_figures
                 .as_ref()
-                .is_none_or(|l| figures_differ(l, &probe));
+                .is_none_or(|l| figures_differ(l, &status));
         if changed {
-            state.history.write_status(&mut status, now);
-            status.observed_generation = ph.metadata.generation;
             match write_status(&ctx.client, &ph, &status).await {
                 Ok(()) => {
                     state.last_write = Some(Instant::now());
@@ -389,6 +401,8 @@ fn figures_differ(a: &PlacementHistoryStatus, b: &PlacementHistoryStatus) -> boo
         || a.hit_rate != b.hit_rate
         || a.node_count != b.node_count
         || a.role_count != b.role_count
+        || find(&a.conditions, READY).map(|c| (&c.status, &c.message))
+            != find(&b.conditions, READY).map(|c| (&c.status, &c.message))
 }
 
 fn report_end(
@@ -465,7 +479,7 @@ fn released(
 }
 
 /// Server-side apply of the status (field manager `ebb-controller`).
-async fn write_status(
+pub async fn write_status(
     client: &kube::Client,
     ph: &PlacementHistory,
     status: &PlacementHistoryStatus,
