@@ -107,6 +107,56 @@ impl Controller {
     async fn kill(&mut self) {
         self.child.kill().await.unwrap();
     }
+
+    /// The text of its `/metrics` (address from its log line).
+    async fn metrics(&self) -> String {
+        let addr = wait_for("the metrics address", Duration::from_secs(10), || async {
+            let log = self.log.lock().unwrap();
+            log.iter()
+                .filter(|l| l.contains("serving /metrics"))
+                .find_map(|l| {
+                    let l = strip_ansi(l);
+                    let rest = &l[l.find("addr=")? + 5..];
+                    Some(rest.split_whitespace().next()?.to_string())
+                })
+        })
+        .await
+        .unwrap();
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut body = String::new();
+        conn.read_to_string(&mut body).await.unwrap();
+        body
+    }
+}
+
+/// `text` without terminal colour sequences (`ESC [ ... m`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::new();
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The value of the first metric line starting with `prefix` (0 when absent).
+fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0.0)
 }
 
 impl Drop for Controller {
@@ -376,6 +426,28 @@ async fn deleted_pod_returns_home_also_after_a_controller_restart() {
     )
     .await
     .unwrap();
+    let text = ctl.metrics().await;
+    let pinned =
+        "ebb_placements_total{namespace=\"default\",placement_history=\"db\",outcome=\"pinned\"}";
+    let anywhere =
+        "ebb_placements_total{namespace=\"default\",placement_history=\"db\",outcome=\"anywhere\"}";
+    assert_eq!(metric(&text, pinned), 1.0, "{text}");
+    assert_eq!(metric(&text, anywhere), 3.0, "{text}");
+    // db-1 came back to a node the role had used: a hit.
+    assert!(
+        metric(
+            &text,
+            "ebb_placement_hits_total{namespace=\"default\",placement_history=\"db\"}"
+        ) >= 1.0,
+        "{text}"
+    );
+    assert!(
+        metric(
+            &text,
+            "ebb_placement_gate_wait_seconds_count{namespace=\"default\",placement_history=\"db\"}"
+        ) == 4.0,
+        "{text}"
+    );
     ctl.kill().await;
     let _ctl = Controller::spawn(&env);
     let back = replace(&env.client, "db-2", false).await;
