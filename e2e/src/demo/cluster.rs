@@ -73,6 +73,8 @@ pub fn workload_objects(nodes: usize) -> (Vec<Value>, Layout) {
     let mut o = vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SHOP}}),
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DAEMONS}}),
+        // ebb's own namespace, as an install has it (the controller keeps a Secret there).
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ebb-system"}}),
     ];
     let deployments = deployment_count(nodes);
     for i in 0..deployments {
