@@ -38,7 +38,8 @@ pub struct Display {
     bar_shown: bool,
 }
 
-const BAR: usize = 40;
+/// Bar width: the whole progress line fits in 80 columns (a wrapped line cannot be redrawn).
+const BAR: usize = 18;
 
 impl Display {
     pub fn new(nodes: usize) -> Self {
@@ -78,7 +79,7 @@ impl Display {
 
     fn progress_text(&self, c: Counts) -> String {
         format!(
-            "{} {} removed {:>3}  draining {:>3}  candidates {:>3}  nodes left {}",
+            "{} {} removed {:>3} draining {:>3} candidates {:>3} left {:>3}",
             self.stamp(),
             self.bar(c),
             c.removed,
@@ -235,23 +236,33 @@ mod tests {
         let d = Display {
             tty: false,
             start: Instant::now(),
-            nodes: 40,
+            nodes: 2 * BAR,
             bar_shown: false,
         };
-        let b = d.bar(Counts {
-            candidates: 5,
-            draining: 10,
-            removed: 20,
-        });
+        let c = Counts {
+            candidates: 4,
+            draining: 8,
+            removed: BAR as i64,
+        };
+        // Half the pool removed, then 8 and 4 nodes at two nodes per column (rounded up).
         assert_eq!(
-            b,
+            d.bar(c),
             format!(
                 "[{}{}{}{}]",
-                "#".repeat(20),
-                "=".repeat(10),
-                "-".repeat(5),
-                ".".repeat(5)
+                "#".repeat(BAR / 2),
+                "=".repeat(4),
+                "-".repeat(2),
+                ".".repeat(BAR / 2 - 6)
             )
+        );
+        assert!(
+            d.progress_text(Counts {
+                candidates: 100,
+                draining: 100,
+                removed: 999
+            })
+            .len()
+                < 80
         );
     }
 }
