@@ -196,6 +196,9 @@ async fn demo(cli: Cli) -> anyhow::Result<bool> {
         settings,
         stop.clone(),
     ));
+    // Let it sync its caches and finish start-up recovery first: a policy that arrives before
+    // the controller acts is only looked at again on its next requeue.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let mode = cli.mode.clone();
     Api::<ScaleDownPolicy>::all(client.clone())
         .create(&PostParams::default(), &policy(&mode)?)
