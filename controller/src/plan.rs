@@ -84,6 +84,14 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
         persistent_volumes: all::<PersistentVolume>(&client, "persistentvolumes").await?,
         persistent_volume_claims: all::<PersistentVolumeClaim>(&client, "persistentvolumeclaims")
             .await?,
+        // Optional: without node agents (or their CRD) nothing is warm.
+        node_states: match all::<ebb_api::nodestate::NodeState>(&client, "nodestates").await {
+            Ok(v) => v,
+            Err(e) => {
+                eprintln!("warning: {e:#}; planning without warm-data tie-breaks");
+                Vec::new()
+            }
+        },
     })
 }
 

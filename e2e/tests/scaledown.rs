@@ -1161,3 +1161,59 @@ async fn deleting_the_policy_mid_run_cleans_up() {
     wait_running(&env.client, 12).await;
     assert!(sim.pdb_violations().is_empty());
 }
+
+/// 9. Two nodes at the same utilisation, room for only one to go: the node agent of drain-0
+/// reports warm data for two roles, so the planner removes drain-1 (by name, drain-0 would go).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_with_warm_data_is_kept_at_equal_utilisation() {
+    use ebb_api::nodestate::NodeState;
+    use kube::api::{Patch, PatchParams};
+    let env = start(20.0).await;
+    let Some(sim) = env.require_sim("the_node_with_warm_data_is_kept_at_equal_utilisation") else {
+        return;
+    };
+    small_cluster(&env, sim, 2, 1, 2, "").await;
+    let homes: BTreeSet<String> = running_pods(&env.client)
+        .await
+        .iter()
+        .map(node_of)
+        .collect();
+    assert_eq!(homes, names("drain-", 2), "one pod per node to start with");
+
+    let states: Api<NodeState> = Api::all(env.client.clone());
+    let st: NodeState = serde_json::from_value(json!({
+        "apiVersion": "ebb.dev/v1alpha1", "kind": "NodeState",
+        "metadata": {"name": "drain-0"}, "spec": {"nodeName": "drain-0"},
+    }))
+    .unwrap();
+    states.create(&PostParams::default(), &st).await.unwrap();
+    let localized = |role: &str| {
+        json!({"namespace": "data", "placementHistory": "db", "role": role, "name": "blocks",
+               "sizeBytes": 1_073_741_824i64, "state": "Localized"})
+    };
+    states
+        .patch_status(
+            "drain-0",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {
+                "localized": [localized("primary"), localized("replica")], "localizedCount": 2}})),
+        )
+        .await
+        .unwrap();
+
+    let _ctl = Controller::spawn(&env, CONTROLLER, false, "200ms");
+    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
+    let gone: BTreeSet<String> = ["drain-1".to_string()].into();
+    wait_nodes_deleted(&env.client, "pool", &gone, Duration::from_secs(40)).await;
+    wait_removed(&env.client, "pool", 1).await;
+    let all = nodes(&env.client).await;
+    assert!(all.contains_key("drain-0"), "the warm node stays");
+    assert!(!has_taint(&all["drain-0"], TO_BE_DELETED));
+    wait_running(&env.client, 2).await;
+    let homes: BTreeSet<String> = running_pods(&env.client)
+        .await
+        .iter()
+        .map(node_of)
+        .collect();
+    assert_eq!(homes, ["drain-0".to_string()].into());
+}

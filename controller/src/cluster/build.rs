@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use ebb_api::nodestate::NodeState;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -40,6 +41,8 @@ pub struct ClusterObjects {
     /// Optional: with PVs and PVCs, pods on local volumes are known to be pinned to their node.
     pub persistent_volumes: Vec<PersistentVolume>,
     pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    /// Optional: the node agents' NodeStates, for the roles whose data each node holds warm.
+    pub node_states: Vec<NodeState>,
 }
 
 /// Input that cannot be turned into a snapshot.
@@ -238,8 +241,35 @@ pub fn parse_node(node: &Node) -> Result<NodeInfo, SnapshotError> {
         unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
         ready,
         deleting: node.metadata.deletion_timestamp.is_some(),
+        warm_roles: 0,
         name,
     })
+}
+
+/// Per node, how many workload roles (PlacementHistory namespace, name and role) have at least
+/// one resource in state `Localized` there, as the node agents report in their NodeStates.
+pub fn warm_roles_by_node(states: &[NodeState]) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    for st in states {
+        let Some(status) = &st.status else { continue };
+        let roles: std::collections::BTreeSet<(&str, &str, &str)> = status
+            .localized
+            .iter()
+            .filter(|l| l.state == "Localized")
+            .map(|l| {
+                (
+                    l.namespace.as_str(),
+                    l.placement_history.as_str(),
+                    l.role.as_str(),
+                )
+            })
+            .collect();
+        if !roles.is_empty() {
+            *out.entry(st.spec.node_name.clone()).or_insert(0) +=
+                u32::try_from(roles.len()).unwrap_or(u32::MAX);
+        }
+    }
+    out
 }
 
 /// Local volumes by claim: (namespace, claim) → node affinity of the bound PV.
@@ -556,6 +586,11 @@ pub fn build_snapshot(objects: &ClusterObjects) -> Result<ClusterSnapshot, Snaps
             });
         }
         nodes.push(info);
+    }
+    for (node, roles) in warm_roles_by_node(&objects.node_states) {
+        if let Some(&id) = node_ids.get(&node) {
+            nodes[id as usize].warm_roles = roles;
+        }
     }
     let volumes = volume_index(
         &objects.persistent_volumes,

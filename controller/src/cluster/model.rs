@@ -372,6 +372,9 @@ pub struct NodeInfo {
     pub ready: bool,
     /// `metadata.deletionTimestamp` set.
     pub deleting: bool,
+    /// Workload roles whose local data the node holds warm (from its NodeState); the planner
+    /// prefers to drain nodes with fewer.
+    pub warm_roles: u32,
 }
 
 impl NodeInfo {

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeSet;
 
+use ebb_api::nodestate::NodeState;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
@@ -28,6 +29,9 @@ pub struct Stores {
     pub daemon_sets: Store<DaemonSet>,
     pub jobs: Store<Job>,
     pub replication_controllers: Store<ReplicationController>,
+    /// The node agents' NodeStates (warm data per node): read when there, never waited for, so
+    /// a cluster without agents (or without the CRD) still plans.
+    pub node_states: Store<NodeState>,
 }
 
 /// The running watches and what they signal.
@@ -174,6 +178,7 @@ pub async fn start(client: kube::Client) -> Watches {
             );
             empty()
         },
+        node_states: plain!(NodeState, "NodeState"),
     };
     Watches {
         stores,
@@ -226,6 +231,7 @@ impl Stores {
             daemon_sets: all(&self.daemon_sets),
             jobs: all(&self.jobs),
             replication_controllers: all(&self.replication_controllers),
+            node_states: all(&self.node_states),
             ..ClusterObjects::default()
         }
     }

@@ -12,13 +12,12 @@ pub mod ungoverned;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ebb_api::nodestate::NodeState;
 use ebb_api::placement::PlacementHistory;
 use futures::StreamExt;
 use kube::Api;
 use kube::runtime::controller::Action as Requeue;
 use kube::runtime::events::Recorder;
-use kube::runtime::{Controller, WatchStreamExt, reflector, watcher};
+use kube::runtime::{Controller, watcher};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -53,19 +52,8 @@ pub fn start(
     let controller = Controller::new(api, watcher::Config::default().any_semantic()).with_config(
         kube::runtime::controller::Config::default().debounce(Duration::from_millis(300)),
     );
-    // NodeStates (the node agents' reports of cached data): read when there, never waited for.
-    let (node_states, writer) = reflector::store::<NodeState>();
-    let states_api: Api<NodeState> = Api::all(client.clone());
-    let node_states_task = tokio::spawn(
-        watcher(states_api, watcher::Config::default().any_semantic())
-            .default_backoff()
-            .reflect(writer)
-            .for_each(|r| async move {
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "NodeState watch");
-                }
-            }),
-    );
+    // NodeStates (the node agents' reports of cached data), shared with the planner.
+    let node_states = stores.node_states.clone();
     let ctx = Arc::new(Ctx::new(
         client,
         stores,
@@ -79,7 +67,6 @@ pub fn start(
     ));
     let mut tasks = vec![
         tokio::spawn(terminal::watch(ctx.client.clone(), ctx.terminal.clone())),
-        node_states_task,
     ];
 
     let rotation = ctx.settings.key_rotation;

@@ -140,6 +140,9 @@ pub fn objects_from_value(path: &str, doc: Value) -> Result<SnapshotFile, InputE
             "PersistentVolumeClaim" => o
                 .persistent_volume_claims
                 .push(take(item, args.0, args.1, args.2, args.3)?),
+            "NodeState" => o
+                .node_states
+                .push(take(item, args.0, args.1, args.2, args.3)?),
             "" => out.warnings.push(format!(
                 "{path}: items[{index}] ({name}) has no kind; skipped"
             )),

@@ -274,11 +274,14 @@ impl Sim<'_> {
     }
 }
 
-/// Node order key for determinism: f64 utilisation compared totally, then the name.
+/// Candidate order: f64 utilisation compared totally; at equal utilisation, nodes holding warm
+/// data for fewer workload roles first (they are cheaper to lose); then the name.
 fn by_util(snap: &ClusterSnapshot, util: &[f64], a: NodeId, b: NodeId) -> std::cmp::Ordering {
+    let (na, nb) = (snap.node(a), snap.node(b));
     util[a as usize]
         .total_cmp(&util[b as usize])
-        .then_with(|| snap.node(a).name.cmp(&snap.node(b).name))
+        .then_with(|| na.warm_roles.cmp(&nb.warm_roles))
+        .then_with(|| na.name.cmp(&nb.name))
 }
 
 /// One planner loop (`UpdateUnneededNodes`). The snapshot is forked and left exactly as it was;

@@ -7,7 +7,9 @@ use jiff::Timestamp;
 
 use super::config::PlannerConfig;
 use super::planner::{Plan, PlannerState, StepStopwatch, plan};
-use crate::cluster::testkit::{PodBuilder, node, objects, pdb_min_available, pod, snapshot};
+use crate::cluster::testkit::{
+    PodBuilder, node, node_state_warm, objects, pdb_min_available, pod, snapshot,
+};
 use crate::cluster::{ClusterSnapshot, PredicateChecker, build_snapshot};
 
 fn t(min: i64) -> Timestamp {
@@ -442,4 +444,93 @@ fn same_input_same_plan() {
     );
     assert_eq!(a, b);
     assert!(!a.candidates.is_empty());
+}
+
+#[test]
+fn at_equal_utilisation_nodes_with_less_warm_data_go_first() {
+    // big has 4 cpu free; a and b need 3 each: only one of them can go.
+    let build = |states: Vec<ebb_api::nodestate::NodeState>| {
+        let mut o = objects(
+            [
+                node("big").cpu("10"),
+                node("a").cpu("8"),
+                node("b").cpu("8"),
+            ],
+            [
+                web("w0", "big", "6"),
+                web("w1", "a", "3"),
+                web("w2", "b", "3"),
+            ],
+        );
+        o.node_states = states;
+        build_snapshot(&o).unwrap()
+    };
+    let cfg = PlannerConfig::default();
+    let cold = run(&mut build(vec![]), &cfg, t(0), &mut PlannerState::default());
+    assert_eq!(names(&cold), ["a"], "by name when no node holds warm data");
+
+    // a holds two roles warm (and b one fetch in progress, which is not warm): b goes instead.
+    let states = vec![
+        node_state_warm("a", &[("db", "primary"), ("db", "replica")]),
+        node_state_warm("b", &[]),
+    ];
+    let warm = run(&mut build(states), &cfg, t(0), &mut PlannerState::default());
+    assert_eq!(names(&warm), ["b"]);
+    assert_eq!(
+        reason_of(&warm, "a").unwrap().reason,
+        UnremovableReason::NoPlaceToMovePods
+    );
+
+    // Fewer warm roles beat more: a with one, b with two.
+    let states = vec![
+        node_state_warm("a", &[("db", "primary")]),
+        node_state_warm("b", &[("db", "primary"), ("cache", "shard")]),
+    ];
+    let p = run(&mut build(states), &cfg, t(0), &mut PlannerState::default());
+    assert_eq!(names(&p), ["a"]);
+
+    // Utilisation still comes first: warm data is only a tie-breaker.
+    let mut o = objects(
+        [
+            node("big").cpu("10"),
+            node("a").cpu("8"),
+            node("b").cpu("8"),
+        ],
+        [
+            web("w0", "big", "6"),
+            web("w1", "a", "2"),
+            web("w2", "b", "3"),
+        ],
+    );
+    o.node_states = vec![node_state_warm(
+        "a",
+        &[("db", "primary"), ("db", "replica")],
+    )];
+    let p = run(
+        &mut build_snapshot(&o).unwrap(),
+        &cfg,
+        t(0),
+        &mut PlannerState::default(),
+    );
+    assert_eq!(names(&p), ["a"]);
+}
+
+#[test]
+fn warm_roles_count_distinct_localized_roles() {
+    use crate::cluster::build::warm_roles_by_node;
+    let mut a = node_state_warm("a", &[("db", "primary"), ("db", "replica")]);
+    // A second resource of a role already counted does not count twice.
+    if let Some(st) = a.status.as_mut() {
+        let mut again = st.localized[0].clone();
+        again.name = "index".into();
+        st.localized.push(again);
+    }
+    let counts = warm_roles_by_node(&[a, node_state_warm("b", &[]), {
+        let mut none = node_state_warm("c", &[("x", "y")]);
+        none.status = None;
+        none
+    }]);
+    assert_eq!(counts.get("a"), Some(&2));
+    assert_eq!(counts.get("b"), None);
+    assert_eq!(counts.get("c"), None);
 }

@@ -145,6 +145,7 @@ impl FakeApi {
             daemon_sets: empty_store(),
             jobs: empty_store(),
             replication_controllers: empty_store(),
+            node_states: empty_store(),
         }
     }
 
