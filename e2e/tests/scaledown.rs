@@ -826,6 +826,34 @@ async fn unmovable_pod_keeps_its_node() {
         writes.is_empty(),
         "the controller never wrote drain-1: {writes:?}"
     );
+
+    // One NodeRemoved Event per removed node on the policy, each naming its node (repeats with
+    // the same related object would fold into one series that keeps the first note).
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
+    let removed: BTreeMap<String, String> = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("NodeRemoved"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("pool"))
+        .map(|e| {
+            let node = e
+                .related
+                .and_then(|r| r.name)
+                .unwrap_or_else(|| "<no related object>".into());
+            (node, e.note.unwrap_or_default())
+        })
+        .collect();
+    assert_eq!(
+        removed.keys().cloned().collect::<BTreeSet<_>>(),
+        gone,
+        "{removed:?}"
+    );
+    for (node, note) in &removed {
+        assert!(note.contains(&format!("node {node} removed")), "{note}");
+    }
 }
 
 /// 4. The controller is killed (SIGKILL) mid-drain and started again, and that one is killed

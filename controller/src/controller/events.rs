@@ -37,13 +37,17 @@ pub enum Regarding {
     Node(String),
 }
 
-/// An Event to publish.
+/// An Event to publish. Repeats of an Event with the same type, reason, regarding and related
+/// object become one Event with a growing `series.count` and the note of the first: notes that
+/// vary are only used where `related` tells the repeats apart.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Planned {
     pub regarding: Regarding,
     pub warning: bool,
     pub reason: &'static str,
     pub note: String,
+    /// For an Event regarding the policy, the node it concerns (its `related` object).
+    pub related: Option<String>,
 }
 
 fn ev(regarding: Regarding, warning: bool, reason: &'static str, note: String) -> Planned {
@@ -52,6 +56,15 @@ fn ev(regarding: Regarding, warning: bool, reason: &'static str, note: String) -
         warning,
         reason,
         note,
+        related: None,
+    }
+}
+
+/// An Event regarding the policy about one node.
+fn about(node: &str, warning: bool, reason: &'static str, note: String) -> Planned {
+    Planned {
+        related: Some(node.to_string()),
+        ..ev(Regarding::Policy, warning, reason, note)
     }
 }
 
@@ -87,11 +100,7 @@ pub fn transitions(
             Regarding::Policy,
             false,
             SCALE_DOWN_CANDIDATE,
-            format!(
-                "{} node(s) became candidates ({} in the candidate set)",
-                new_candidates.len(),
-                next.candidates.len()
-            ),
+            "nodes joined the candidate set (status.candidateNodes lists them)".into(),
         ));
     }
     for n in next.draining.difference(&prev.draining) {
@@ -108,10 +117,7 @@ pub fn transitions(
             Regarding::Policy,
             false,
             DRAIN_STARTED,
-            format!(
-                "{started} drain(s) started ({} in progress)",
-                next.draining.len()
-            ),
+            "drains started (status.drainingNodes lists them)".into(),
         ));
     }
     for n in next.blocked.difference(&prev.blocked) {
@@ -124,8 +130,8 @@ pub fn transitions(
     }
     for f in finished {
         match &f.outcome {
-            Outcome::Removed => out.push(ev(
-                Regarding::Policy,
+            Outcome::Removed => out.push(about(
+                &f.drain.node,
                 false,
                 NODE_REMOVED,
                 format!(
@@ -145,7 +151,7 @@ pub fn transitions(
                     DRAIN_FAILED,
                     note.clone(),
                 ));
-                out.push(ev(Regarding::Policy, true, DRAIN_FAILED, note));
+                out.push(about(&f.drain.node, true, DRAIN_FAILED, note));
             }
         }
     }
@@ -177,16 +183,17 @@ pub async fn publish(
     planned: &[Planned],
     node_uids: &BTreeMap<String, String>,
 ) {
+    let node_ref = |n: &String| ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Node".into()),
+        name: Some(n.clone()),
+        uid: node_uids.get(n).cloned(),
+        ..Default::default()
+    };
     for p in planned {
-        let reference = match &p.regarding {
-            Regarding::Policy => policy.clone(),
-            Regarding::Node(n) => ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Node".into()),
-                name: Some(n.clone()),
-                uid: node_uids.get(n).cloned(),
-                ..Default::default()
-            },
+        let (reference, secondary) = match &p.regarding {
+            Regarding::Policy => (policy.clone(), p.related.as_ref().map(node_ref)),
+            Regarding::Node(n) => (node_ref(n), Some(policy.clone())),
         };
         let event = Event {
             type_: if p.warning {
@@ -197,7 +204,7 @@ pub async fn publish(
             reason: p.reason.into(),
             note: Some(p.note.clone()),
             action: "ScaleDown".into(),
-            secondary: matches!(p.regarding, Regarding::Node(_)).then(|| policy.clone()),
+            secondary,
         };
         if let Err(e) = recorder.publish(&event, &reference).await {
             tracing::warn!(reason = p.reason, error = %e, "could not publish an Event");
@@ -277,6 +284,11 @@ mod tests {
         );
         assert!(events[6].warning && events[6].note.contains("default/x"));
         assert!(events[5].note.contains("node d removed (empty)"));
+        // Per-node Events on the policy name their node as the related object, so repeats for
+        // other nodes are not folded into the first one's series.
+        assert_eq!(events[5].related.as_deref(), Some("d"));
+        assert_eq!(events[7].related.as_deref(), Some("e"));
+        assert_eq!(events[1].related, None);
         // The next loop with the same facts is silent.
         assert!(transitions("p", &next, &next, &[]).is_empty());
     }
