@@ -685,12 +685,19 @@ async fn failing_node_is_excluded_until_the_window_resets() {
         "{terms}"
     );
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(env.client.clone(), NS);
-    wait_for("a NodeExcluded Event", Duration::from_secs(10), || async {
-        let list = events.list(&Default::default()).await.ok()?.items;
-        list.into_iter()
-            .any(|e| e.reason.as_deref() == Some("NodeExcluded"))
-            .then_some(())
-    })
+    wait_for(
+        "a NodeExcluded Event about node c-0",
+        Duration::from_secs(10),
+        || async {
+            let list = events.list(&Default::default()).await.ok()?.items;
+            list.into_iter()
+                .any(|e| {
+                    e.reason.as_deref() == Some("NodeExcluded")
+                        && e.related.and_then(|r| r.name).as_deref() == Some("c-0")
+                })
+                .then_some(())
+        },
+    )
     .await
     .unwrap();
 

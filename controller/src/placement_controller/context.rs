@@ -57,6 +57,9 @@ pub struct Notice {
     warning: bool,
     reason: &'static str,
     note: String,
+    /// The object the Event also concerns: repeats are folded into one series per related
+    /// object (keeping the first note), so notes naming a node or pod need it set.
+    related: Option<ObjectReference>,
 }
 
 impl Notice {
@@ -66,6 +69,7 @@ impl Notice {
             warning,
             reason,
             note,
+            related: None,
         }
     }
     pub fn ph(ph: &PlacementHistory, warning: bool, reason: &'static str, note: String) -> Self {
@@ -74,7 +78,29 @@ impl Notice {
             warning,
             reason,
             note,
+            related: None,
         }
+    }
+    /// The Event concerns this node too.
+    pub fn about_node(mut self, node: &str) -> Self {
+        self.related = Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Node".into()),
+            name: Some(node.into()),
+            ..Default::default()
+        });
+        self
+    }
+    /// The Event concerns this pod too.
+    pub fn about_pod(mut self, namespace: &str, pod: &str) -> Self {
+        self.related = Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            namespace: Some(namespace.into()),
+            name: Some(pod.into()),
+            ..Default::default()
+        });
+        self
     }
 }
 
@@ -221,7 +247,7 @@ impl Ctx {
                 reason: n.reason.into(),
                 note: Some(n.note),
                 action: "Placement".into(),
-                secondary: None,
+                secondary: n.related,
             };
             if let Err(e) = self.recorder.publish(&event, &n.reference).await {
                 tracing::warn!(reason = n.reason, error = %e, "could not publish an Event");

@@ -65,9 +65,10 @@ pub fn start(
         settings,
         node_states,
     ));
-    let mut tasks = vec![
-        tokio::spawn(terminal::watch(ctx.client.clone(), ctx.terminal.clone())),
-    ];
+    let mut tasks = vec![tokio::spawn(terminal::watch(
+        ctx.client.clone(),
+        ctx.terminal.clone(),
+    ))];
 
     let rotation = ctx.settings.key_rotation;
     let key_stop = stop.clone();

@@ -336,7 +336,8 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
                 "pod {} was pinned to {} but not scheduled before its deadline ({}); deleted, its replacement is placed relaxed",
                 o.pod_name, o.node, o.reason
             ),
-        ));
+        )
+        .about_pod(&ns, &o.pod_name));
     }
     state.history.purge(now);
 
@@ -427,7 +428,8 @@ fn report_end(
                 "node {} failed role {} too often; not pinned to until the failure window resets at {until}",
                 report.node, report.role
             ),
-        ));
+        )
+        .about_node(&report.node));
     }
 }
 
