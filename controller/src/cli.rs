@@ -25,15 +25,7 @@ pub enum Command {
     Crds(CrdsArgs),
 }
 
-/// Log output format.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    #[default]
-    Text,
-    /// One JSON object per line, for log pipelines.
-    Json,
-}
+pub use ebb_telemetry::LogFormat;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {

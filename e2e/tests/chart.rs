@@ -861,7 +861,22 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
         agent_env.get("EBB_NO_SOCKET").map(String::as_str),
         Some("true")
     );
-    assert_env_known(&agent_c, "ebb-node-agent", &["RUST_LOG"]);
+    assert_eq!(
+        agent_env
+            .get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .map(String::as_str),
+        Some("http://collector.observability:4317"),
+        "the node agent exports traces too"
+    );
+    assert_eq!(
+        agent_env.get("OTEL_RESOURCE_ATTRIBUTES"),
+        ctrl_env.get("OTEL_RESOURCE_ATTRIBUTES")
+    );
+    assert_env_known(
+        &agent_c,
+        "ebb-node-agent",
+        &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
+    );
     // With the optional ones on, every flag of `run` is set by the chart: all are values.
     assert_every_flag_set(&ctrl_c, "ebb-controller");
     assert_every_flag_set(&agent_c, "ebb-node-agent");

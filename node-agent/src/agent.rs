@@ -14,6 +14,7 @@ use futures::StreamExt;
 use kube::Client;
 use kube::runtime::watcher::Event;
 use tokio::sync::mpsc;
+use tracing::Instrument;
 
 use crate::api::{ApiState, ApiView};
 use crate::cli::RunArgs;
@@ -118,23 +119,30 @@ struct Runtime {
 impl Runtime {
     /// Commits the step's transitions, then starts its fetches and refreshes the API view.
     async fn apply(&mut self, step: Step) {
+        let commit_span = tracing::info_span!("commit", transitions = step.ops.len());
         if !step.ops.is_empty()
-            && let Err(e) = self.writer.commit(step.ops).await
+            && let Err(e) = self.writer.commit(step.ops).instrument(commit_span).await
         {
             tracing::error!(error = %e, "could not record transitions; the store is unhealthy");
         }
         for req in step.fetches {
             let fetcher = self.fetcher.clone();
             let tx = self.fetch_tx.clone();
-            tokio::spawn(async move {
-                tracing::info!(url = %req.url, path = %req.local_path, "fetch started");
-                let result = fetcher.fetch(&req, now_ms).await.map_err(|e| e.to_string());
-                match &result {
-                    Ok(r) => tracing::info!(url = %req.url, bytes = r.size_bytes, "fetch finished"),
-                    Err(e) => tracing::warn!(url = %req.url, error = %e, "fetch failed"),
+            let span = tracing::info_span!("fetch", url = %req.url, name = %req.name);
+            tokio::spawn(
+                async move {
+                    tracing::info!(url = %req.url, path = %req.local_path, "fetch started");
+                    let result = fetcher.fetch(&req, now_ms).await.map_err(|e| e.to_string());
+                    match &result {
+                        Ok(r) => {
+                            tracing::info!(url = %req.url, bytes = r.size_bytes, "fetch finished")
+                        }
+                        Err(e) => tracing::warn!(url = %req.url, error = %e, "fetch failed"),
+                    }
+                    let _ = tx.send((req, result));
                 }
-                let _ = tx.send((req, result));
-            });
+                .instrument(span),
+            );
         }
         let pods = self.core.api_pods();
         let keys = self.core.keys.clone();
@@ -270,8 +278,9 @@ pub async fn run_with(
     };
     let recovery_store = store.clone();
     let recovery_live = live.clone();
+    let span = tracing::info_span!("recover", node = %args.node_name, live_pods = live.len());
     let (mut core, recovered) = tokio::task::spawn_blocking(move || {
-        AgentCore::recover(cfg, recovery_store.as_ref(), recovery_live, now)
+        span.in_scope(|| AgentCore::recover(cfg, recovery_store.as_ref(), recovery_live, now))
     })
     .await
     .context("recovery task")?
@@ -448,7 +457,7 @@ pub async fn run_with(
                         kube_edge::ensure_node_state(&client, &args.node_name).await?;
                         kube_edge::write_status(&client, &args.node_name, &status).await
                     };
-                    match write.await {
+                    match write.instrument(tracing::info_span!("report", node = %args.node_name)).await {
                         Ok(()) => tracing::debug!(uptime_s = started.elapsed().as_secs(), "NodeState reported"),
                         Err(e) => {
                             reporter.forget();

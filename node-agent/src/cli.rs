@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+pub use ebb_telemetry::LogFormat;
 
 /// ebb node agent: keeps node-local state (containers, cached resources, tokens, deletion tasks)
 /// in an LMDB store that survives restarts, and reports it into the node's NodeState.
@@ -79,6 +80,12 @@ pub struct RunArgs {
     /// Do not serve the node-local API on the Unix socket (only on --listen-addr).
     #[arg(long, env = "EBB_NO_SOCKET", default_value_t = false)]
     pub no_socket: bool,
+    /// Log format. Traces are exported over OTLP/gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+    #[arg(long, env = "EBB_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Log filter in RUST_LOG syntax (for example `info,ebb_node_agent=debug`).
+    #[arg(long, env = "RUST_LOG", default_value = "info")]
+    pub log_filter: String,
 }
 
 #[derive(Debug, clap::Args)]

@@ -25,18 +25,15 @@ fn main() -> ExitCode {
 }
 
 fn run(args: ebb_node_agent::cli::RunArgs) -> anyhow::Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(ebb_node_agent::agent::run(args))
+    runtime.block_on(async {
+        // Inside the runtime: the OTLP exporter needs it. Logs go to stderr.
+        let _telemetry = ebb_telemetry::init("ebb-node-agent", args.log_format, &args.log_filter)?;
+        ebb_node_agent::agent::run(args).await
+    })
 }
 
 fn dump(dir: &std::path::Path) -> anyhow::Result<()> {

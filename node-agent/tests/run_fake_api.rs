@@ -152,6 +152,8 @@ fn args(state: &std::path::Path, cache: &std::path::Path) -> RunArgs {
         max_resource_bytes: 1 << 20,
         fetch_concurrency: 2,
         no_socket: true,
+        log_format: Default::default(),
+        log_filter: "info".into(),
     }
 }
 

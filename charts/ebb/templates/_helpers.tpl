@@ -41,7 +41,7 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* OpenTelemetry environment of the controller (the service name is set by the binary). */}}
+{{/* OpenTelemetry environment of the controller and the node agent (each binary sets its service name). */}}
 {{- define "ebb.otelEnv" -}}
 {{- if .Values.otel.endpoint }}
 - name: OTEL_EXPORTER_OTLP_ENDPOINT
