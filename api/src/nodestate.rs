@@ -81,6 +81,8 @@ pub enum RecoveryResult {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RecoveryStatus {
+    /// `New` (created empty at this start, also after `--reset-state`), `Recovered`, or
+    /// `NotPersistent` (no state directory).
     pub result: RecoveryResult,
     /// When recovery finished.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -109,9 +111,11 @@ pub struct RecoveryStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RoleOutcomes {
+    /// Namespace of the PlacementHistory.
     pub namespace: String,
     /// The PlacementHistory the role belongs to.
     pub placement_history: String,
+    /// Role name (from the PlacementHistory's `roles`).
     pub role: String,
     /// Containers that exited 0 or were stopped by their owner.
     #[serde(default)]
@@ -140,8 +144,11 @@ pub struct RoleOutcomes {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LocalizedResource {
+    /// Namespace of the PlacementHistory.
     pub namespace: String,
+    /// The PlacementHistory whose role declares the resource.
     pub placement_history: String,
+    /// Role name (from the PlacementHistory's `roles`).
     pub role: String,
     /// Resource name from the role's `localResources`.
     pub name: String,
@@ -159,8 +166,10 @@ pub struct LocalizedResource {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyIds {
+    /// Id of the key new tokens are checked with first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current: Option<String>,
+    /// Id of the key before the last rotation (tokens minted with it stay valid until expiry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub previous: Option<String>,
 }
@@ -169,6 +178,7 @@ pub struct KeyIds {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeStateStatus {
+    /// `metadata.generation` this status was written for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// `Ready`, `StoreHealthy`, `Recovered`.
