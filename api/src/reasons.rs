@@ -124,6 +124,9 @@ reason_enum! {
         /// An object in the cluster cannot be read (for example a malformed quantity on a pod);
         /// the message names it and the field. Nothing is done until it is fixed.
         InvalidClusterObject,
+        /// `mode: DrainAndDelete`, but the controller may not delete Nodes (RBAC): nothing is
+        /// drained rather than evicting pods from nodes it cannot remove.
+        NodeDeletionForbidden,
     }
 }
 

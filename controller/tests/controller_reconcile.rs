@@ -186,6 +186,48 @@ async fn a_loop_plans_taints_drains_and_reports_by_server_side_apply() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn drain_and_delete_without_permission_to_delete_nodes_drains_nothing() {
+    let api = FakeApi::new();
+    cluster(&api);
+    api.set_may_delete_nodes(false);
+    let p = policy("p", ScaleDownMode::DrainAndDelete, "a");
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx.clone()).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(node_writes(&api), 0, "nothing tainted: {:#?}", api.log());
+    assert!(api.requests("POST", "/eviction").is_empty());
+    let review = api.requests("POST", "/selfsubjectaccessreviews");
+    assert_eq!(review.len(), 1);
+    let attrs = &review[0].body["spec"]["resourceAttributes"];
+    assert_eq!(
+        (attrs["verb"].as_str(), attrs["resource"].as_str()),
+        (Some("delete"), Some("nodes"))
+    );
+    let s = current(&api, "p").status.unwrap();
+    let d = ebb_api::conditions::find(&s.conditions, "Degraded").unwrap();
+    assert_eq!(
+        (d.status.as_str(), d.reason.as_str()),
+        ("True", "NodeDeletionForbidden")
+    );
+    assert!(d.message.contains("allowNodeDeletion"), "{}", d.message);
+    assert!(
+        events(&api).contains(&("Degraded".into(), "ScaleDownPolicy".into(), "p".into())),
+        "{:?}",
+        events(&api)
+    );
+
+    // The same policy in mode Drain needs no deletion: it drains.
+    let api = FakeApi::new();
+    cluster(&api);
+    api.set_may_delete_nodes(false);
+    let p = policy("p", ScaleDownMode::Drain, "a");
+    let ctx = context(&api, &[&p]);
+    reconcile(Arc::new(p), ctx).await.unwrap();
+    assert!(taints::has(&api.node("n1").unwrap(), EbbTaint::ToBeDeleted));
+    assert!(api.requests("POST", "/selfsubjectaccessreviews").is_empty());
+}
+
+#[tokio::test(start_paused = true)]
 async fn dry_run_writes_nothing_to_nodes_or_pods() {
     let api = FakeApi::new();
     cluster(&api);

@@ -11,6 +11,7 @@ use kube::runtime::reflector::Store;
 use tokio_util::sync::CancellationToken;
 
 use super::events::Facts;
+use super::permissions::NodeDeletion;
 use super::stores::Stores;
 use crate::actuation::Actuator;
 use crate::metrics::Metrics;
@@ -61,6 +62,8 @@ pub struct Context {
     pub leadership: Leadership,
     /// Cancelled when the controller stops; every policy's token is a child of it.
     pub shutdown: CancellationToken,
+    /// Whether the service account may delete Nodes (for `DrainAndDelete`).
+    pub node_deletion: NodeDeletion,
     memory: Mutex<HashMap<String, PolicyMemory>>,
 }
 
@@ -85,6 +88,7 @@ impl Context {
             recorder,
             leadership,
             shutdown,
+            node_deletion: NodeDeletion::default(),
             memory: Mutex::default(),
         }
     }

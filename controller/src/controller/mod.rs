@@ -3,6 +3,7 @@
 
 pub mod context;
 pub mod events;
+pub mod permissions;
 pub mod reconcile;
 pub mod selection;
 pub mod startup;

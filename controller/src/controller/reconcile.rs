@@ -225,8 +225,11 @@ async fn run_loop(
         .filter(|n| mine.contains(&node_name(n)))
         .collect();
     let cfg = PlannerConfig::from_spec(spec);
+    let deletion_forbidden = spec.mode == ScaleDownMode::DrainAndDelete
+        && ctx.node_deletion.allowed(&ctx.client).await == Some(false);
     let degraded = selection::degraded(
         cfg.as_ref().err().map(|e| e.to_string()),
+        deletion_forbidden,
         cfg.as_ref().ok().map(|c| &c.budgets),
         spec.node_group_label.as_deref(),
         my_nodes.iter().copied(),

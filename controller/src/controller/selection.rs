@@ -124,6 +124,7 @@ fn list(names: impl IntoIterator<Item = String>) -> String {
 /// the spec; `nodes` are the Node objects the policy selects.
 pub fn degraded<'a>(
     spec_error: Option<String>,
+    deletion_forbidden: bool,
     budgets: Option<&Budgets>,
     group_label: Option<&str>,
     nodes: impl IntoIterator<Item = &'a Node>,
@@ -133,6 +134,13 @@ pub fn degraded<'a>(
         return Some(Degraded {
             reason: DegradedReason::InvalidSpec,
             message: format!("{e}; fix the ScaleDownPolicy spec. Nothing is done until then."),
+            stops_policy: true,
+        });
+    }
+    if deletion_forbidden {
+        return Some(Degraded {
+            reason: DegradedReason::NodeDeletionForbidden,
+            message: "mode DrainAndDelete needs permission to delete Nodes, which the controller's service account lacks; install the chart with controller.allowNodeDeletion=true, or use mode: Drain. Nothing is drained until then.".into(),
             stops_policy: true,
         });
     }
@@ -277,6 +285,7 @@ mod tests {
         let none = BTreeMap::new();
         let d = degraded(
             Some("spec.nodeSelector: bad operator".into()),
+            true,
             None,
             None,
             &good,
@@ -285,9 +294,12 @@ mod tests {
         .unwrap();
         assert_eq!(d.reason, DegradedReason::InvalidSpec);
         assert!(d.message.contains("bad operator") && d.stops_policy);
-        let d = degraded(None, None, None, &Vec::<Node>::new(), &none).unwrap();
+        let d = degraded(None, true, None, None, &good, &none).unwrap();
+        assert_eq!(d.reason, DegradedReason::NodeDeletionForbidden);
+        assert!(d.stops_policy && d.message.contains("controller.allowNodeDeletion=true"));
+        let d = degraded(None, false, None, None, &Vec::<Node>::new(), &none).unwrap();
         assert_eq!(d.reason, DegradedReason::SelectorMatchesNothing);
-        let d = degraded(None, None, Some("pool"), &unlabelled, &none).unwrap();
+        let d = degraded(None, false, None, Some("pool"), &unlabelled, &none).unwrap();
         assert_eq!(d.reason, DegradedReason::GroupLabelMissing);
         assert!(
             d.message.contains("n2") && !d.message.contains("n1,"),
@@ -295,13 +307,16 @@ mod tests {
             d.message
         );
         let invalid = Budgets::Invalid("budgets[0].schedule: bad cron".into());
-        let d = degraded(None, Some(&invalid), None, &good, &none).unwrap();
+        let d = degraded(None, false, Some(&invalid), None, &good, &none).unwrap();
         assert_eq!(d.reason, DegradedReason::InvalidBudget);
         let overlaps = [("n1".to_string(), vec!["other".to_string()])].into();
-        let d = degraded(None, None, Some("pool"), &good, &overlaps).unwrap();
+        let d = degraded(None, false, None, Some("pool"), &good, &overlaps).unwrap();
         assert_eq!(d.reason, DegradedReason::OverlappingPolicies);
         assert!(d.message.contains("other") && d.message.contains("n1"));
         assert!(!d.stops_policy);
-        assert_eq!(degraded(None, None, Some("pool"), &good, &none), None);
+        assert_eq!(
+            degraded(None, false, None, Some("pool"), &good, &none),
+            None
+        );
     }
 }

@@ -64,6 +64,8 @@ struct State {
     evictions: BTreeMap<String, VecDeque<u16>>,
     /// Conflicts (409) to answer to the next node patches.
     node_conflicts: usize,
+    /// Answer of SelfSubjectAccessReviews (delete nodes); `None`: the API is not served (404).
+    may_delete_nodes: Option<bool>,
     log: Vec<Logged>,
     rv: u64,
 }
@@ -128,6 +130,11 @@ impl FakeApi {
             async move { Ok::<_, Infallible>(this.serve(req).await) }
         });
         kube::Client::new(svc, "default")
+    }
+
+    /// Answer SelfSubjectAccessReviews for deleting nodes with `allowed`.
+    pub fn set_may_delete_nodes(&self, allowed: bool) {
+        self.state.lock().unwrap().may_delete_nodes = Some(allowed);
     }
 
     pub fn pod_store(&self) -> Store<Pod> {
@@ -295,6 +302,22 @@ impl FakeApi {
                     None => (404, status(404, "NotFound")),
                 }
             }
+            (
+                "POST",
+                [
+                    "apis",
+                    "authorization.k8s.io",
+                    "v1",
+                    "selfsubjectaccessreviews",
+                ],
+            ) => match self.state.lock().unwrap().may_delete_nodes {
+                Some(allowed) => {
+                    let mut review = body.clone();
+                    review["status"] = serde_json::json!({ "allowed": allowed });
+                    (201, review)
+                }
+                None => (404, status(404, "NotFound")),
+            },
             ("POST", ["api", "v1", "namespaces", ns, "pods", name, "eviction"]) => {
                 self.evict(ns, name)
             }
