@@ -388,38 +388,6 @@ fn failures_skip_a_node_until_the_fixed_window_resets() {
 }
 
 #[test]
-fn relaxed_requests_avoid_failing_nodes_only_while_another_node_is_left() {
-    let mut w = World::new(spec(vec![role("a").threshold(0)]), &["n1", "n2"]);
-    w.history("a", &["n1", "n2"]);
-    // One failure each on n1 and n2: both over a threshold of 0.
-    for node in ["n1", "n2"] {
-        let uid = w.run("a", node);
-        w.advance(120);
-        let now = w.now;
-        w.end(&uid, exit(1).ran(120, now));
-    }
-    let (uid, d) = w.place("a");
-    assert_eq!(d.reason, PlacementReason::NoAvailableHistoryNode);
-    assert!(
-        relaxed(&d).avoid_nodes.is_empty(),
-        "every node failed: avoiding them all would leave the pod Pending"
-    );
-    w.h.cancel(&uid);
-
-    // A third node appears: the failing ones are avoided again.
-    let mut w = World::new(spec(vec![role("a").threshold(0)]), &["n1", "n2", "n3"]);
-    w.history("a", &["n1", "n2"]);
-    for node in ["n1", "n2"] {
-        let uid = w.run("a", node);
-        w.advance(120);
-        let now = w.now;
-        w.end(&uid, exit(1).ran(120, now));
-    }
-    let (_, d) = w.place("a");
-    assert_eq!(relaxed(&d).avoid_nodes, ["n1", "n2"]);
-}
-
-#[test]
 fn threshold_boundaries_and_negative_means_unlimited() {
     let mut w = World::new(
         spec(vec![

@@ -47,11 +47,6 @@ impl NodeFacts {
         self.nodes.get(name)
     }
 
-    /// Every node, by name.
-    pub fn iter(&self) -> impl Iterator<Item = &NodeView> {
-        self.nodes.values()
-    }
-
     /// Insert or replace a node.
     pub fn upsert(&mut self, node: NodeView) {
         self.nodes.insert(node.name.clone(), node);

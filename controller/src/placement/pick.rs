@@ -312,28 +312,12 @@ impl RoleHistory {
     ) -> RelaxedConstraints {
         let anti = role.policy == PlacementPolicy::AntiAffinity;
         let mut avoid = BTreeSet::new();
-        let mut failing = BTreeSet::new();
         for (node, e) in self.nodes.role_entries(role.id) {
-            if anti && (e.active() > 0 || e.requested > 0) {
+            if (role.avoids_failing_nodes() && role.over_threshold(e.failed_recently))
+                || (anti && (e.active() > 0 || e.requested > 0))
+            {
                 avoid.insert(node.to_string());
-            } else if role.avoids_failing_nodes() && role.over_threshold(e.failed_recently) {
-                failing.insert(node.to_string());
             }
-        }
-        // Failing nodes are avoided only while another node can take the pod: a request that
-        // relaxes must not be left Pending because every node failed the role recently.
-        let other_node_left = facts.iter().any(|v| {
-            v.schedulable_ready
-                && !v.draining_or_candidate
-                && !avoid.contains(&v.name)
-                && !failing.contains(&v.name)
-                && role
-                    .node_selector
-                    .iter()
-                    .all(|(k, val)| v.labels.get(k) == Some(val))
-        });
-        if other_node_left {
-            avoid.extend(failing);
         }
         let mut prefer_nodes = Vec::new();
         if prefer {
