@@ -448,8 +448,8 @@ fn same_input_same_plan() {
 
 #[test]
 fn at_equal_utilisation_nodes_with_less_warm_data_go_first() {
-    // big has 4 cpu free; a and b need 3 each: only one of them can go.
-    let build = |states: Vec<ebb_api::nodestate::NodeState>| {
+    // big has 4 cpu free; a (needing `a_cpu`) and b (3) cannot both go.
+    let build = |a_cpu: &str, states: Vec<ebb_api::nodestate::NodeState>| {
         let mut o = objects(
             [
                 node("big").cpu("10"),
@@ -458,7 +458,7 @@ fn at_equal_utilisation_nodes_with_less_warm_data_go_first() {
             ],
             [
                 web("w0", "big", "6"),
-                web("w1", "a", "3"),
+                web("w1", "a", a_cpu),
                 web("w2", "b", "3"),
             ],
         );
@@ -466,15 +466,20 @@ fn at_equal_utilisation_nodes_with_less_warm_data_go_first() {
         build_snapshot(&o).unwrap()
     };
     let cfg = PlannerConfig::default();
-    let cold = run(&mut build(vec![]), &cfg, t(0), &mut PlannerState::default());
+    let plan_with = |a_cpu: &str, states| {
+        run(
+            &mut build(a_cpu, states),
+            &cfg,
+            t(0),
+            &mut PlannerState::default(),
+        )
+    };
+    let cold = plan_with("3", vec![]);
     assert_eq!(names(&cold), ["a"], "by name when no node holds warm data");
 
     // a holds two roles warm (and b one fetch in progress, which is not warm): b goes instead.
-    let states = vec![
-        node_state_warm("a", &[("db", "primary"), ("db", "replica")]),
-        node_state_warm("b", &[]),
-    ];
-    let warm = run(&mut build(states), &cfg, t(0), &mut PlannerState::default());
+    let two_warm = || node_state_warm("a", &[("db", "primary"), ("db", "replica")]);
+    let warm = plan_with("3", vec![two_warm(), node_state_warm("b", &[])]);
     assert_eq!(names(&warm), ["b"]);
     assert_eq!(
         reason_of(&warm, "a").unwrap().reason,
@@ -486,33 +491,10 @@ fn at_equal_utilisation_nodes_with_less_warm_data_go_first() {
         node_state_warm("a", &[("db", "primary")]),
         node_state_warm("b", &[("db", "primary"), ("cache", "shard")]),
     ];
-    let p = run(&mut build(states), &cfg, t(0), &mut PlannerState::default());
-    assert_eq!(names(&p), ["a"]);
+    assert_eq!(names(&plan_with("3", states)), ["a"]);
 
     // Utilisation still comes first: warm data is only a tie-breaker.
-    let mut o = objects(
-        [
-            node("big").cpu("10"),
-            node("a").cpu("8"),
-            node("b").cpu("8"),
-        ],
-        [
-            web("w0", "big", "6"),
-            web("w1", "a", "2"),
-            web("w2", "b", "3"),
-        ],
-    );
-    o.node_states = vec![node_state_warm(
-        "a",
-        &[("db", "primary"), ("db", "replica")],
-    )];
-    let p = run(
-        &mut build_snapshot(&o).unwrap(),
-        &cfg,
-        t(0),
-        &mut PlannerState::default(),
-    );
-    assert_eq!(names(&p), ["a"]);
+    assert_eq!(names(&plan_with("2", vec![two_warm()])), ["a"]);
 }
 
 #[test]
