@@ -1,4 +1,4 @@
 //! Logs and traces of the controller: the shared `ebb-telemetry` subscriber and OTLP exporter,
 //! and the current trace id for metric exemplars.
 
-pub use ebb_telemetry::{TelemetryError, TelemetryGuard, current_trace_id, init, otlp_endpoint};
+pub use ebb_telemetry::{current_trace_id, init};
