@@ -26,6 +26,13 @@ pub enum PlacementPolicy {
     AntiAffinity,
 }
 
+/// Longest `cacheRetention` accepted (30 days); the node agent never keeps an unused resource
+/// longer, whatever the object says.
+pub const MAX_CACHE_RETENTION_SECS: i64 = 30 * 86_400;
+
+/// Largest `maxBytes` of a localized resource (1 TiB).
+pub const MAX_RESOURCE_BYTES: i64 = 1 << 40;
+
 /// Scope of a localized resource in the node cache.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
@@ -50,7 +57,9 @@ pub struct LocalResource {
         regex(pattern = r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$")
     )]
     pub name: String,
-    /// Where to fetch it from: `http://`, `https://` or `file://`.
+    /// Where to fetch it from: `http://` or `https://` (the node agent refuses loopback,
+    /// link-local, private and cluster addresses unless its operator allows them), or
+    /// `file:///<path>` under a directory the operator lists (none by default).
     #[schemars(length(max = 2048), regex(pattern = r"^(https?|file)://.+$"))]
     pub url: String,
     /// Expected SHA-256 of the content (64 lowercase hex digits); a mismatch is never served.
@@ -59,9 +68,10 @@ pub struct LocalResource {
     /// Cache scope.
     #[serde(default)]
     pub scope: ResourceScope,
-    /// Largest size accepted, in bytes (0: the agent's limit).
+    /// Largest size accepted, in bytes (0: the agent's limit). The agent reserves this much of
+    /// the namespace's cache quota on the node while fetching.
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_RESOURCE_BYTES))]
     pub max_bytes: i64,
 }
 
@@ -144,8 +154,10 @@ pub struct PlacementHistorySpec {
     /// A pod that exits sooner than this after starting counts as a start failure.
     #[serde(default = "defaults::short_lived_threshold")]
     pub short_lived_threshold: KubeDuration,
-    /// How long the node agent keeps a localized resource after its last pod is gone.
+    /// How long the node agent keeps a localized resource after its last pod is gone (at most
+    /// 30d).
     #[serde(default = "defaults::cache_retention")]
+    #[x_kube(validation = Rule::new("self.contains('d') ? self.matches('^([0-9]|[12][0-9]|30)d$') : duration(self) <= duration('720h')").message("cacheRetention must be at most 30d (720h): write whole days alone (\"7d\") or hours and smaller units (\"36h\", \"90m\")"))]
     pub cache_retention: KubeDuration,
 }
 

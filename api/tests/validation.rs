@@ -342,3 +342,25 @@ fn crds_directories_are_up_to_date() {
          (or `cargo run -p ebb-controller -- crds --out-dir crds` and the same for charts/ebb/crds)"
     );
 }
+
+#[test]
+fn cache_retention_is_at_most_30_days() {
+    let with = |retention: &str| {
+        let mut spec = ph(vec![role("a")]);
+        spec["cacheRetention"] = json!(retention);
+        spec
+    };
+    for ok in ["0s", "1h", "90m", "1.5h", "720h", "7d", "30d"] {
+        assert_accepted("PlacementHistory", with(ok), None);
+    }
+    for too_long in ["721h", "31d", "99999h", "1d12h", "365d"] {
+        assert_rejected(
+            "PlacementHistory",
+            with(too_long),
+            None,
+            "cacheRetention must be at most 30d",
+        );
+    }
+    // the agent caps at the same maximum
+    assert_eq!(ebb_api::placement::MAX_CACHE_RETENTION_SECS, 30 * 86_400);
+}

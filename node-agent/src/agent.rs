@@ -17,8 +17,10 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use crate::api::{ApiState, ApiView};
+use crate::cache::CacheLimits;
 use crate::cli::RunArgs;
 use crate::core::{AgentCore, CoreConfig, Recovered, Step};
+use crate::fetch_policy::{FetchPolicy, PolicyConfig};
 use crate::kube_edge;
 use crate::livepod::LivePod;
 use crate::localizer::{FetchRequest, Fetcher, FetcherConfig};
@@ -77,28 +79,50 @@ pub fn open_store(dir: Option<&Path>, reset: bool) -> anyhow::Result<OpenedStore
     })
 }
 
+/// Binds the node-local API's socket with mode 0660 from the start: bound under a temporary
+/// name, given its mode, then renamed over `path` (replacing a stale socket, never following a
+/// link placed there).
+pub fn bind_socket(path: &Path) -> anyhow::Result<tokio::net::UnixListener> {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::create_dir_all(parent)
+        .with_context(|| format!("cannot create the socket directory {}", parent.display()))?;
+    let name = path
+        .file_name()
+        .with_context(|| format!("--socket {} names no file", path.display()))?;
+    let tmp = parent.join(format!(
+        ".{}.{}",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_file(&tmp);
+    let unix = tokio::net::UnixListener::bind(&tmp)
+        .with_context(|| format!("cannot bind the Unix socket --socket {}", path.display()))?;
+    let placed = std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o660))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = placed {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot place the socket at {}", path.display()));
+    }
+    Ok(unix)
+}
+
 async fn serve_api(args: &RunArgs, state: ApiState) -> anyhow::Result<()> {
     let tcp = tokio::net::TcpListener::bind(args.listen_addr)
         .await
         .with_context(|| format!("cannot listen on --listen-addr {}", args.listen_addr))?;
-    let router = crate::api::router(state.clone());
+    let router = crate::api::probe_router(state.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(tcp, router).await {
-            tracing::error!(error = %e, "node-local API (TCP) stopped");
+            tracing::error!(error = %e, "probes and metrics (TCP) stopped");
         }
     });
     if !args.no_socket {
-        let path = &args.socket;
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).with_context(|| {
-                format!("cannot create the socket directory {}", parent.display())
-            })?;
-        }
-        // a socket left by a previous run would make bind fail
-        let _ = std::fs::remove_file(path);
-        let unix = tokio::net::UnixListener::bind(path)
-            .with_context(|| format!("cannot bind the Unix socket --socket {}", path.display()))?;
-        let router = crate::api::router(state);
+        let unix = bind_socket(&args.socket)?;
+        let router = crate::api::api_router(state);
         tokio::spawn(async move {
             if let Err(e) = axum::serve(unix, router).await {
                 tracing::error!(error = %e, "node-local API (Unix socket) stopped");
@@ -128,16 +152,17 @@ impl Runtime {
         for req in step.fetches {
             let fetcher = self.fetcher.clone();
             let tx = self.fetch_tx.clone();
-            let span = tracing::info_span!("fetch", url = %req.url, name = %req.name);
+            let shown = req.shown_url();
+            let span = tracing::info_span!("fetch", url = %shown, name = %req.name);
             tokio::spawn(
                 async move {
-                    tracing::info!(url = %req.url, path = %req.local_path, "fetch started");
+                    tracing::info!(url = %shown, path = %req.local_path, "fetch started");
                     let result = fetcher.fetch(&req, now_ms).await.map_err(|e| e.to_string());
                     match &result {
                         Ok(r) => {
-                            tracing::info!(url = %req.url, bytes = r.size_bytes, "fetch finished")
+                            tracing::info!(url = %shown, bytes = r.size_bytes, "fetch finished")
                         }
-                        Err(e) => tracing::warn!(url = %req.url, error = %e, "fetch failed"),
+                        Err(e) => tracing::warn!(url = %shown, namespace = %req.namespace, error = %e, "fetch failed"),
                     }
                     let _ = tx.send((req, result));
                 }
@@ -246,6 +271,23 @@ pub async fn run_with(
 ) -> anyhow::Result<()> {
     let secret = parse_secret_ref(&args.token_secret)?;
     let store = opened.store.clone();
+    let mut own_dirs = vec![args.cache_dir.clone()];
+    own_dirs.extend(args.state_dir.clone());
+    own_dirs.extend(args.socket.parent().map(Path::to_path_buf));
+    let policy = Arc::new(FetchPolicy::new(PolicyConfig {
+        file_roots: args.file_roots.clone(),
+        allow_hosts: args.fetch_allow_hosts.clone(),
+        allow_cidrs: args.fetch_allow_cidrs.clone(),
+        cluster_cidrs: args.cluster_cidrs.clone(),
+        own_dirs,
+    })?);
+    // A cache directory with files ebb did not put there is refused before anything is deleted.
+    let adopt = store.can_recover()
+        && !store
+            .load_localization()
+            .context("reading the state store's localized resources")?
+            .is_empty();
+    crate::cache_fs::prepare_root(&args.cache_dir, adopt)?;
 
     let metrics = Arc::new(crate::metrics::AgentMetrics::default());
     let api = ApiState::new(ApiView {
@@ -275,6 +317,11 @@ pub async fn run_with(
     let cfg = CoreConfig {
         cache_root: args.cache_dir.clone(),
         max_resource_bytes: args.max_resource_bytes,
+        limits: CacheLimits {
+            namespace_quota: args.namespace_quota_bytes,
+            node_capacity: args.cache_max_bytes,
+            ..CacheLimits::default()
+        },
     };
     let recovery_store = store.clone();
     let recovery_live = live.clone();
@@ -309,10 +356,19 @@ pub async fn run_with(
         .set(recovered.duration_ms as f64 / 1000.0);
     metrics.recovery_lost.set(recovered.summary.lost as i64);
 
-    let fetcher = Fetcher::new(FetcherConfig {
-        concurrency: args.fetch_concurrency,
-        ..FetcherConfig::new(args.cache_dir.clone())
-    })?;
+    match kube_edge::get_node(&client, &args.node_name).await {
+        Ok(node) => policy.set_node_addresses(kube_edge::node_addresses(&node)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read this node's addresses yet; private ranges stay refused, retrying with the next report")
+        }
+    }
+    let fetcher = Fetcher::new(
+        FetcherConfig {
+            concurrency: args.fetch_concurrency,
+            ..FetcherConfig::new(args.cache_dir.clone())
+        },
+        policy.clone(),
+    )?;
     let (fetch_tx, mut fetch_rx) = mpsc::unbounded_channel();
     let mut first = core.set_histories(
         histories.state().iter().map(|p| (**p).clone()).collect(),
@@ -339,8 +395,11 @@ pub async fn run_with(
     .await;
     refresh_keys(&client, &secret, &mut rt).await;
     api.update(|v| v.ready = true);
-    if let Err(e) = kube_edge::ensure_node_state(&client, &args.node_name).await {
-        tracing::warn!(error = %e, "cannot create the NodeState yet; will retry with the next report");
+    match kube_edge::ensure_node_state(&client, &args.node_name).await {
+        Ok(node) => policy.set_node_addresses(kube_edge::node_addresses(&node)),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot create the NodeState yet; will retry with the next report")
+        }
     }
 
     let health = rt.writer.health();
@@ -394,7 +453,7 @@ pub async fn run_with(
                 }
             }
             Some((req, result)) = fetch_rx.recv() => {
-                let step = rt.core.fetch_done(&req, result);
+                let step = rt.core.fetch_done(&req, result, now_ms());
                 rt.apply(step).await;
             }
             _ = housekeeping.tick() => {
@@ -405,6 +464,10 @@ pub async fn run_with(
                     let mut step = rt.core.set_histories(histories.state().iter().map(|p| (**p).clone()).collect(), now);
                     step.extend(rt.core.reobserve_all(now));
                     rt.apply(step).await;
+                }
+                let retries = rt.core.retry_due(now);
+                if !retries.ops.is_empty() || !retries.fetches.is_empty() {
+                    rt.apply(retries).await;
                 }
                 let (ops, problems) = rt.core.run_due_deletions(now);
                 for p in problems {
@@ -454,7 +517,8 @@ pub async fn run_with(
                 }, reporter.conditions());
                 if let Some(status) = reporter.next(status, now) {
                     let write = async {
-                        kube_edge::ensure_node_state(&client, &args.node_name).await?;
+                        let node = kube_edge::ensure_node_state(&client, &args.node_name).await?;
+                        policy.set_node_addresses(kube_edge::node_addresses(&node));
                         kube_edge::write_status(&client, &args.node_name, &status).await
                     };
                     match write.instrument(tracing::info_span!("report", node = %args.node_name)).await {
@@ -519,6 +583,23 @@ mod tests {
         let opened = open_store(Some(dir.path()), false).unwrap();
         assert_eq!(opened.result, RecoveryResult::Recovered);
         assert_eq!(opened.schema, Some(SchemaVersion::CURRENT));
+    }
+
+    #[tokio::test]
+    async fn the_socket_is_created_with_mode_0660_over_a_stale_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run/agent.sock");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, b"stale").unwrap();
+        let listener = bind_socket(&path).unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o660, "{mode:o}");
+        let (client, accepted) =
+            tokio::join!(tokio::net::UnixStream::connect(&path), listener.accept());
+        assert!(client.is_ok() && accepted.is_ok(), "reachable at its path");
+        let left: Vec<_> = std::fs::read_dir(path.parent().unwrap()).unwrap().collect();
+        assert_eq!(left.len(), 1, "no temporary socket left");
     }
 
     #[test]

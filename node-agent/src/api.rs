@@ -1,6 +1,6 @@
-//! The node-local API pods use (Unix socket and/or 127.0.0.1): `GET /v1/resources` returns the
-//! status and local paths of the caller's role resources, after validating its token offline.
-//! `/healthz` and `/readyz` serve probes; everything but `/healthz` waits for recovery.
+//! The node-local API pods use, on the Unix socket only: `GET /v1/resources` returns the status
+//! and local paths of the caller's role resources, after validating its token offline. The probes
+//! port serves only `/healthz`, `/readyz` and `/metrics`; everything but `/healthz` waits for recovery.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -163,9 +163,16 @@ async fn metrics(State(state): State<ApiState>) -> Response {
     }
 }
 
-pub fn router(state: ApiState) -> Router {
+/// The node-local API (served on the Unix socket).
+pub fn api_router(state: ApiState) -> Router {
     Router::new()
         .route("/v1/resources", get(resources))
+        .with_state(state)
+}
+
+/// Probes and metrics (served on `--listen-addr`): nothing about pods or resources.
+pub fn probe_router(state: ApiState) -> Router {
+    Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -185,10 +192,11 @@ mod tests {
         }
     }
 
-    async fn serve(state: ApiState) -> String {
+    /// Serves a router on a loopback port (the tests' stand-in for the socket).
+    async fn serve_router(router: Router) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, router(state)).await });
+        tokio::spawn(async move { axum::serve(listener, router).await });
         format!("http://{addr}")
     }
 
@@ -234,15 +242,24 @@ mod tests {
             cache_root: "/var/cache/ebb".into(),
         })
         .with_clock(|| 1_000);
-        let base = serve(state.clone()).await;
+        let base = serve_router(api_router(state.clone())).await;
+        let probes = serve_router(probe_router(state.clone())).await;
         let url = format!("{base}/v1/resources");
         let good = issue(&key("k1", 1), "uid-1", "region", 2_000);
 
         let (status, body) = get_with(&url, Some(&good)).await;
         assert_eq!(status, 503, "not before recovery: {body}");
-        assert_eq!(get_with(&format!("{base}/readyz"), None).await.0, 503);
+        assert_eq!(get_with(&format!("{probes}/readyz"), None).await.0, 503);
         state.update(|v| v.ready = true);
-        assert_eq!(get_with(&format!("{base}/readyz"), None).await.0, 200);
+        assert_eq!(get_with(&format!("{probes}/readyz"), None).await.0, 200);
+        // the probes port knows nothing of resources, the socket nothing of metrics
+        assert_eq!(
+            get_with(&format!("{probes}/v1/resources"), Some(&good))
+                .await
+                .0,
+            404
+        );
+        assert_eq!(get_with(&format!("{base}/metrics"), None).await.0, 404);
 
         let (status, body) = get_with(&url, Some(&good)).await;
         assert_eq!(status, 200, "{body}");

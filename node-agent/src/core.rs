@@ -10,7 +10,7 @@ use ebb_api::PlacementHistory;
 use ebb_api::placement::ResourceScope;
 
 use crate::api::{PodView, ResourceView};
-use crate::cache::{Acquire, Cache, EntryState, RoleKey};
+use crate::cache::{Acquire, Cache, CacheLimits, EntryState, RoleKey};
 use crate::deletion::{DeletionGraph, delete_confined};
 use crate::livepod::LivePod;
 use crate::localizer::{FetchRequest, local_path};
@@ -27,6 +27,8 @@ use crate::transitions::{container_ops, gone_ops};
 
 /// Default time an unused resource stays cached when no PlacementHistory says otherwise.
 pub const DEFAULT_CACHE_RETENTION_MS: i64 = 3_600_000;
+/// Longest retention honoured, whatever a PlacementHistory says (the CRD's maximum too).
+pub const MAX_CACHE_RETENTION_MS: i64 = ebb_api::placement::MAX_CACHE_RETENTION_SECS * 1_000;
 /// Reason on deletion tasks for resources whose last user went away.
 pub const REASON_UNUSED: &str = "unused past cache retention";
 
@@ -35,6 +37,8 @@ pub struct CoreConfig {
     pub cache_root: PathBuf,
     /// Upper bound on any resource's size.
     pub max_resource_bytes: u64,
+    /// Quota, capacity and retry backoff of the cache.
+    pub limits: CacheLimits,
 }
 
 /// What a reaction asks for: transitions to commit (first), then fetches to start.
@@ -89,6 +93,9 @@ pub fn list_cache_files(root: &Path) -> std::io::Result<BTreeSet<String>> {
             if ty.is_dir() {
                 stack.push(path);
             } else if let Ok(rel) = path.strip_prefix(root) {
+                if rel == Path::new(crate::cache_fs::MARKER) {
+                    continue;
+                }
                 out.insert(rel.to_string_lossy().into_owned());
             }
         }
@@ -96,8 +103,9 @@ pub fn list_cache_files(root: &Path) -> std::io::Result<BTreeSet<String>> {
     Ok(out)
 }
 
+/// A duration in milliseconds, saturating (a huge duration cannot wrap negative).
 fn millis(d: &ebb_api::KubeDuration) -> i64 {
-    d.as_duration().as_millis() as i64
+    i64::try_from(d.as_duration().as_millis()).unwrap_or(i64::MAX)
 }
 
 impl AgentCore {
@@ -211,6 +219,7 @@ impl AgentCore {
         app.and_then(|a| self.history(&a))
             .map(|ph| millis(&ph.spec.cache_retention))
             .unwrap_or(DEFAULT_CACHE_RETENTION_MS)
+            .clamp(0, MAX_CACHE_RETENTION_MS)
     }
 
     /// New set of PlacementHistories: applications whose history is gone are finished and
@@ -251,7 +260,7 @@ impl AgentCore {
             for p in paths {
                 let (task, op) = self.deletions.create(
                     vec![p.clone()],
-                    now + retention,
+                    now.saturating_add(retention),
                     vec![],
                     crate::recovery::REASON_APP_FINISHED,
                 );
@@ -330,11 +339,12 @@ impl AgentCore {
                             placement_history: m.placement_history.clone(),
                         },
                     };
-                    let limit = if res.max_bytes > 0 {
-                        (res.max_bytes as u64).min(self.cfg.max_resource_bytes)
-                    } else {
-                        self.cfg.max_resource_bytes
-                    };
+                    let limit = u64::try_from(res.max_bytes)
+                        .ok()
+                        .filter(|b| *b > 0)
+                        .map_or(self.cfg.max_resource_bytes, |b| {
+                            b.min(self.cfg.max_resource_bytes)
+                        });
                     let req = FetchRequest {
                         local_path: local_path(&scope, &res.sha256, &res.name),
                         scope,
@@ -342,15 +352,19 @@ impl AgentCore {
                         url: res.url.clone(),
                         sha256: res.sha256.clone(),
                         max_bytes: limit,
+                        namespace: pod.namespace.clone(),
                     };
-                    match self.cache.acquire(&pod.uid, &key, &req) {
+                    match self
+                        .cache
+                        .acquire(&pod.uid, &key, &req, now, &self.cfg.limits)
+                    {
                         Acquire::Fetch => {
                             step.ops.push(Op::LocalizationStarted {
                                 scope: req.scope.clone(),
                                 local_path: req.local_path.clone(),
                                 request: crate::store::ResourceRequest {
                                     name: req.name.clone(),
-                                    url: req.url.clone(),
+                                    url: req.shown_url(),
                                     sha256: req.sha256.clone(),
                                     started_at: now,
                                 },
@@ -361,6 +375,10 @@ impl AgentCore {
                             if let Some(op) = cancel_task.and_then(|t| self.deletions.cancel(t)) {
                                 step.ops.push(op);
                             }
+                        }
+                        Acquire::Refused(reason) => {
+                            tracing::warn!(namespace = %pod.namespace, placement_history = %key.placement_history,
+                                resource = %req.name, url = %req.shown_url(), "{reason}");
                         }
                     }
                 }
@@ -381,7 +399,7 @@ impl AgentCore {
             let Some(scope) = self.cache.get(&path).map(|e| e.scope.clone()) else {
                 continue;
             };
-            let at = now + self.retention_ms(&scope, Some(uid));
+            let at = now.saturating_add(self.retention_ms(&scope, Some(uid)));
             let (task, op) = self
                 .deletions
                 .create(vec![path.clone()], at, vec![], REASON_UNUSED);
@@ -441,7 +459,7 @@ impl AgentCore {
             if self.deletions.holds_path(&path) {
                 continue;
             }
-            let at = now + self.retention_ms(&scope, None);
+            let at = now.saturating_add(self.retention_ms(&scope, None));
             let (task, op) = self
                 .deletions
                 .create(vec![path.clone()], at, vec![], REASON_UNUSED);
@@ -451,11 +469,23 @@ impl AgentCore {
         step
     }
 
-    /// A fetch ended.
+    /// Pods holding a failed resource whose backoff has passed observe again (so they retry).
+    pub fn retry_due(&mut self, now: UnixMillis) -> Step {
+        let mut step = Step::default();
+        for uid in self.cache.due_retries(now) {
+            if let Some(pod) = self.live.get(&uid).cloned() {
+                step.extend(self.observe_pod(pod, now));
+            }
+        }
+        step
+    }
+
+    /// A fetch ended at `now`.
     pub fn fetch_done(
         &mut self,
         req: &FetchRequest,
         result: Result<LocalizedRecord, String>,
+        now: UnixMillis,
     ) -> Step {
         let op = match &result {
             Ok(record) => Op::LocalizationCompleted {
@@ -468,7 +498,8 @@ impl AgentCore {
                 local_path: req.local_path.clone(),
             },
         };
-        self.cache.fetched(&req.local_path, result);
+        self.cache
+            .fetched(&req.local_path, result, now, &self.cfg.limits);
         Step {
             ops: vec![op],
             fetches: vec![],
@@ -562,7 +593,9 @@ impl AgentCore {
                                 None,
                             ),
                             EntryState::Fetching => ("Fetching", 0, None, None),
-                            EntryState::Failed(m) => ("Failed", 0, None, Some(m.clone())),
+                            EntryState::Failed { message, .. } => {
+                                ("Failed", 0, None, Some(message.clone()))
+                            }
                         };
                         ResourceView {
                             name: e.name.clone(),

@@ -71,15 +71,32 @@ pub async fn read_secret(
     }))
 }
 
-/// Creates (or keeps) the node's NodeState, owned by its Node so it goes away with it.
-pub async fn ensure_node_state(client: &Client, node: &str) -> kube::Result<()> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let n = nodes.get(node).await?;
+/// The node's own addresses (`InternalIP`, `ExternalIP`): the localizer never fetches from them.
+pub fn node_addresses(node: &Node) -> Vec<std::net::IpAddr> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.addresses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect()
+}
+
+/// This agent's Node.
+pub async fn get_node(client: &Client, node: &str) -> kube::Result<Node> {
+    Api::<Node>::all(client.clone()).get(node).await
+}
+
+/// Creates (or keeps) the node's NodeState, owned by its Node so it goes away with it; returns
+/// the Node as read.
+pub async fn ensure_node_state(client: &Client, node: &str) -> kube::Result<Node> {
+    let n = get_node(client, node).await?;
     let owner = json!({
         "apiVersion": "v1",
         "kind": "Node",
         "name": node,
-        "uid": n.metadata.uid.unwrap_or_default(),
+        "uid": n.metadata.uid.clone().unwrap_or_default(),
     });
     let api: Api<NodeState> = Api::all(client.clone());
     let body = json!({
@@ -94,7 +111,7 @@ pub async fn ensure_node_state(client: &Client, node: &str) -> kube::Result<()> 
         &Patch::Apply(&body),
     )
     .await?;
-    Ok(())
+    Ok(n)
 }
 
 /// Writes the status by server-side apply on `/status`.

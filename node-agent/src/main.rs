@@ -9,7 +9,7 @@ use ebb_node_agent::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run(args),
+        Command::Run(args) => run(*args),
         Command::Dump(args) => dump(&args.state_dir),
         Command::CrashWriter(args) => {
             ebb_node_agent::crash_writer::run(&args).context("crash-writer")

@@ -23,7 +23,23 @@ fn cfg(root: &Path) -> CoreConfig {
     CoreConfig {
         cache_root: root.to_path_buf(),
         max_resource_bytes: 1 << 20,
+        limits: crate::cache::CacheLimits::default(),
     }
+}
+
+/// A fetcher allowed to reach the tests' loopback servers, over a prepared cache root.
+fn fetcher(cache: &Path) -> Fetcher {
+    crate::cache_fs::prepare_root(cache, false).unwrap();
+    let policy = crate::fetch_policy::FetchPolicy::new(crate::fetch_policy::PolicyConfig {
+        allow_cidrs: vec![crate::fetch_policy::parse_cidr("127.0.0.1").unwrap()],
+        ..Default::default()
+    })
+    .unwrap();
+    Fetcher::new(
+        FetcherConfig::new(cache.to_path_buf()),
+        std::sync::Arc::new(policy),
+    )
+    .unwrap()
 }
 
 fn hbase() -> PlacementHistory {
@@ -170,7 +186,7 @@ async fn run_fetches(core: &mut AgentCore, store: &LmdbStore, fetcher: &Fetcher,
     commit(store, &step);
     for req in step.fetches {
         let result = fetcher.fetch(&req, || 7).await.map_err(|e| e.to_string());
-        let done = core.fetch_done(&req, result);
+        let done = core.fetch_done(&req, result, 7);
         commit(store, &done);
     }
 }
@@ -182,7 +198,7 @@ async fn resources_are_shared_by_reference_and_deleted_after_retention() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let store = open(&dir.path().join("state"));
-    let fetcher = Fetcher::new(FetcherConfig::new(cache.clone())).unwrap();
+    let fetcher = fetcher(&cache);
     let t0 = 1_000_000;
     let (mut core, _) = AgentCore::recover(cfg(&cache), &store, BTreeMap::new(), t0).unwrap();
     commit(
@@ -246,7 +262,7 @@ async fn reuse_within_retention_cancels_the_deletion() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let store = open(&dir.path().join("state"));
-    let fetcher = Fetcher::new(FetcherConfig::new(cache.clone())).unwrap();
+    let fetcher = fetcher(&cache);
     let (mut core, _) = AgentCore::recover(cfg(&cache), &store, BTreeMap::new(), 0).unwrap();
     commit(
         &store,
@@ -310,7 +326,7 @@ async fn a_digest_mismatch_is_reported_and_never_served() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     let store = open(&dir.path().join("state"));
-    let fetcher = Fetcher::new(FetcherConfig::new(cache.clone())).unwrap();
+    let fetcher = fetcher(&cache);
     let (mut core, _) = AgentCore::recover(cfg(&cache), &store, BTreeMap::new(), 0).unwrap();
     commit(
         &store,
@@ -322,7 +338,17 @@ async fn a_digest_mismatch_is_reported_and_never_served() {
     let res = &view["uid-p1"].resources[0];
     assert_eq!(res.state, "Failed");
     assert_eq!(res.path, None);
-    assert!(res.message.as_ref().unwrap().contains("SHA-256"), "{res:?}");
+    assert!(
+        res.message.as_ref().unwrap().contains("digest mismatch"),
+        "{res:?}"
+    );
+    assert!(
+        !res.message
+            .as_ref()
+            .unwrap()
+            .contains(&sha256_hex(b"tampered")),
+        "the content's digest is revealed: {res:?}"
+    );
     let report = core.cache.report();
     assert_eq!(report[0].state, "Failed");
     assert!(list_cache_files(&cache).unwrap().is_empty());
@@ -366,4 +392,68 @@ fn pending_deletions_survive_a_restart_and_run_when_due() {
     assert!(!cache.join("public/ab/f").exists());
     assert!(store.load_deletion_tasks().unwrap().is_empty());
     assert!(store.load_localization().unwrap().is_empty());
+}
+
+#[test]
+fn cache_retention_is_capped_and_never_overflows() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let store = open(&dir.path().join("state"));
+    let t0 = i64::MAX - 1_000;
+    let (mut core, _) = AgentCore::recover(cfg(&cache), &store, BTreeMap::new(), 0).unwrap();
+    let mut ph = hbase().resource(
+        "region",
+        "model.bin",
+        "https://artifacts.example.com/m",
+        &"ab".repeat(32),
+    );
+    ph.spec.cache_retention = "100000d".parse().unwrap();
+    core.set_histories(vec![ph.clone()], 0);
+    core.observe_pod(region("p1").running("main", 0), 0);
+    let step = core.pod_gone("uid-p1", 0);
+    let scheduled: Vec<i64> = step
+        .ops
+        .iter()
+        .filter_map(|o| match o {
+            Op::DeletionTaskStored(t) => Some(t.scheduled_at),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        scheduled,
+        vec![MAX_CACHE_RETENTION_MS],
+        "capped at the maximum"
+    );
+    // near the end of time the deadline saturates instead of wrapping into the past
+    core.observe_pod(region("p2").running("main", t0), t0);
+    let step = core.pod_gone("uid-p2", t0);
+    assert!(
+        step.ops.iter().any(|o| matches!(o,
+        Op::DeletionTaskStored(t) if t.scheduled_at == i64::MAX)),
+        "{:?}",
+        step.ops
+    );
+}
+
+#[test]
+fn urls_are_stored_redacted() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let store = open(&dir.path().join("state"));
+    let (mut core, _) = AgentCore::recover(cfg(&cache), &store, BTreeMap::new(), 0).unwrap();
+    let ph = hbase().resource(
+        "region",
+        "model.bin",
+        "https://user:hunter2@artifacts.example.com/m?X-Amz-Signature=SIGNED",
+        &"ab".repeat(32),
+    );
+    core.set_histories(vec![ph], 0);
+    let step = core.observe_pod(region("p1").running("main", 0), 0);
+    assert_eq!(step.fetches.len(), 1);
+    let stored = format!("{:?}", step.ops);
+    assert!(stored.contains("artifacts.example.com/m"), "{stored}");
+    assert!(
+        !stored.contains("hunter2") && !stored.contains("SIGNED"),
+        "{stored}"
+    );
 }

@@ -1,0 +1,1002 @@
+//! What a tenant with only namespaced rights (a PlacementHistory and a pod in its namespace) can
+//! make a real `ebb-node-agent` do through `localResources`: every attack here must fail unseen.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use ebb_api::NodeState;
+use ebb_api::nodestate::LocalizedResource;
+use ebb_e2e::SimConfig;
+use ebb_e2e::harness::{TestEnv, wait_for, workspace_binary};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+const WAIT: Duration = Duration::from_secs(40);
+const ROLE: &str = "r";
+
+/// A name part unique to this test run (tests may share a real cluster).
+fn unique() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!("{:x}{:x}", std::process::id(), nanos % 0xff_ffff)
+}
+
+/// Hex SHA-256 of a file, computed outside ebb (coreutils).
+fn sha256_of(path: &Path) -> String {
+    let out = std::process::Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .expect("sha256sum runs");
+    assert!(out.status.success(), "sha256sum {}", path.display());
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .expect("sha256sum prints a digest")
+        .to_string()
+}
+
+fn sha256_of_bytes(bytes: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("b");
+    std::fs::write(&f, bytes).unwrap();
+    sha256_of(&f)
+}
+
+/// A test's cluster with the CRDs, a fresh namespace and a fresh Node for the agent.
+struct World {
+    env: TestEnv,
+    client: kube::Client,
+    ns: String,
+    node: String,
+}
+
+async fn world() -> World {
+    let env = TestEnv::start(SimConfig::api_only()).await.unwrap();
+    let client = env.client.clone();
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in ebb_api::crdgen::crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        crds.patch(
+            &name,
+            &PatchParams::apply("ebb-e2e-security").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .unwrap();
+    }
+    let id = unique();
+    let ns = format!("tenant-{id}");
+    let node = format!("sec-{id}");
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": node}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let histories: Api<ebb_api::PlacementHistory> = Api::namespaced(client.clone(), &ns);
+    wait_for("the PlacementHistory API", WAIT, || async {
+        histories.list(&Default::default()).await.ok().map(|_| ())
+    })
+    .await
+    .unwrap();
+    World {
+        env,
+        client,
+        ns,
+        node,
+    }
+}
+
+impl World {
+    /// A PlacementHistory `name` whose only role declares `resources`, and one pod of it on the
+    /// agent's node.
+    async fn workload(&self, name: &str, resources: Value) {
+        let ph = json!({
+            "apiVersion": "ebb.dev/v1alpha1", "kind": "PlacementHistory",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "roleLabel": "role",
+                     "roles": [{"name": ROLE, "localResources": resources}]},
+        });
+        Api::<ebb_api::PlacementHistory>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &serde_json::from_value(ph).unwrap())
+            .await
+            .unwrap();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.ns,
+                         "labels": {"app": name, "role": ROLE}},
+            "spec": {"nodeName": self.node,
+                     "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}]},
+        });
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn node_state(&self) -> Option<NodeState> {
+        Api::<NodeState>::all(self.client.clone())
+            .get_opt(&self.node)
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// The NodeState lines of resource `name` of this test's namespace.
+    async fn localized(&self, name: &str) -> Vec<LocalizedResource> {
+        self.node_state()
+            .await
+            .and_then(|s| s.status)
+            .map(|s| s.localized)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|l| l.namespace == self.ns && l.name == name)
+            .collect()
+    }
+
+    /// Waits until resource `name` is `Localized` or `Failed` and returns its line.
+    async fn settled(&self, agent: &Agent, name: &str) -> LocalizedResource {
+        let r = wait_for(
+            &format!("resource {name} Localized or Failed"),
+            WAIT,
+            || async {
+                self.localized(name)
+                    .await
+                    .into_iter()
+                    .find(|l| l.state == "Localized" || l.state == "Failed")
+            },
+        )
+        .await;
+        match r {
+            Ok(l) => l,
+            Err(e) => panic!(
+                "{e}; NodeState: {}\nagent log:\n{}",
+                serde_json::to_string_pretty(&self.node_state().await).unwrap_or_default(),
+                agent.log()
+            ),
+        }
+    }
+
+    async fn cleanup(&self) {
+        let _ = Api::<Namespace>::all(self.client.clone())
+            .delete(&self.ns, &DeleteParams::default())
+            .await;
+        let _ = Api::<Node>::all(self.client.clone())
+            .delete(&self.node, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// A running `ebb-node-agent run` for the world's node, its output collected.
+struct Agent {
+    child: tokio::process::Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    dir: PathBuf,
+}
+
+/// Options of one agent: extra arguments and environment (settings a tenant cannot change).
+#[derive(Default)]
+struct AgentOpts<'a> {
+    args: Vec<String>,
+    env: Vec<(&'a str, String)>,
+    /// Serve the node-local API on `<dir>/agent.sock` (otherwise `--no-socket`).
+    socket: bool,
+    /// `--listen-addr` (default: a free loopback port).
+    listen: Option<SocketAddr>,
+}
+
+impl Agent {
+    fn spawn(w: &World, dir: &Path, opts: AgentOpts<'_>) -> Agent {
+        let mut args: Vec<String> = [
+            "run",
+            "--node-name",
+            &w.node,
+            "--state-dir",
+            dir.join("state").to_str().unwrap(),
+            "--cache-dir",
+            dir.join("cache").to_str().unwrap(),
+            "--report-interval-secs",
+            "1",
+            "--token-secret",
+            "ebb-system/ebb-node-agent-tokens",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        match opts.listen {
+            Some(a) => args.extend(["--listen-addr".into(), a.to_string()]),
+            None => args.extend(["--listen-addr".into(), "127.0.0.1:0".into()]),
+        }
+        if opts.socket {
+            args.extend([
+                "--socket".into(),
+                dir.join("agent.sock").to_str().unwrap().to_string(),
+            ]);
+        } else {
+            args.push("--no-socket".into());
+        }
+        args.extend(opts.args);
+        let mut cmd = tokio::process::Command::new(workspace_binary("ebb-node-agent").unwrap());
+        cmd.args(&args)
+            .env("KUBECONFIG", &w.env.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in opts.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let lines: Arc<Mutex<Vec<String>>> = Arc::default();
+        let pipes: Vec<Box<dyn tokio::io::AsyncRead + Unpin + Send>> = vec![
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for pipe in pipes {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                let mut r = tokio::io::BufReader::new(pipe).lines();
+                while let Ok(Some(l)) = r.next_line().await {
+                    lines.lock().unwrap().push(l);
+                }
+            });
+        }
+        Agent {
+            child,
+            lines,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// `ebb-node-agent dump` of this agent's store, as text.
+    async fn dump(&self) -> String {
+        let out = tokio::process::Command::new(workspace_binary("ebb-node-agent").unwrap())
+            .args(["dump", "--state-dir"])
+            .arg(self.dir.join("state"))
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "dump: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Every regular file under `dir` with its content.
+fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            let Ok(ty) = e.file_type() else { continue };
+            if ty.is_dir() {
+                stack.push(p);
+            } else if ty.is_file() {
+                out.insert(p.clone(), std::fs::read(&p).unwrap_or_default());
+            }
+        }
+    }
+    out
+}
+
+/// A local HTTP server that records every request path; `respond` answers each.
+struct Server {
+    addr: SocketAddr,
+    hits: Arc<Mutex<Vec<String>>>,
+}
+
+impl Server {
+    async fn start(
+        bind: &str,
+        respond: impl Fn(&str) -> Response + Clone + Send + Sync + 'static,
+    ) -> Server {
+        let hits: Arc<Mutex<Vec<String>>> = Arc::default();
+        let h = hits.clone();
+        let app = Router::new().fallback(move |uri: Uri| {
+            let h = h.clone();
+            let respond = respond.clone();
+            async move {
+                h.lock().unwrap().push(uri.path().to_string());
+                respond(uri.path())
+            }
+        });
+        let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Server { addr, hits }
+    }
+
+    fn count(&self) -> usize {
+        self.hits.lock().unwrap().len()
+    }
+
+    fn count_of(&self, path: &str) -> usize {
+        self.hits
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| p.as_str() == path)
+            .count()
+    }
+}
+
+fn body(bytes: &'static [u8]) -> Response {
+    (StatusCode::OK, bytes).into_response()
+}
+
+/// Lets the agent reach the test's loopback servers: an operator's setting, not a tenant's.
+fn allow_loopback() -> Vec<(&'static str, String)> {
+    vec![("EBB_FETCH_ALLOW_CIDRS", "127.0.0.1/32".to_string())]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_url_outside_the_roots_reveals_no_digest() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    // What the agent can read and a tenant must not learn anything about (its token, say).
+    let secret = dir.path().join("outside/token");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    std::fs::write(&secret, format!("eyJhbGciOi.secret.{}", unique())).unwrap();
+    let real = sha256_of(&secret);
+    let agent = Agent::spawn(&w, dir.path(), AgentOpts::default());
+    w.workload(
+        "probe",
+        json!([{"name": "tok", "url": format!("file://{}", secret.display()), "sha256": "0".repeat(64)}]),
+    )
+    .await;
+    let line = w.settled(&agent, "tok").await;
+    assert_eq!(line.state, "Failed", "{line:?}");
+    let message = line.message.unwrap_or_default();
+    assert!(
+        !message.contains(&real),
+        "NodeState reveals the file's digest: {message}"
+    );
+    let dump = agent.dump().await;
+    assert!(!dump.contains(&real), "dump reveals the digest: {dump}");
+    assert!(
+        !agent.log().contains(&real),
+        "the log reveals the digest:\n{}",
+        agent.log()
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_url_with_the_right_digest_copies_nothing() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret = dir.path().join("outside/token");
+    std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
+    let content = format!("eyJhbGciOi.secret.{}", unique());
+    std::fs::write(&secret, &content).unwrap();
+    // The attacker knows the digest (learnt elsewhere, or guessed for a well-known file).
+    let real = sha256_of(&secret);
+    let agent = Agent::spawn(&w, dir.path(), AgentOpts::default());
+    w.workload(
+        "copy",
+        json!([{"name": "tok", "url": format!("file://{}", secret.display()), "sha256": real}]),
+    )
+    .await;
+    let line = w.settled(&agent, "tok").await;
+    let copies: Vec<PathBuf> = files_under(&dir.path().join("cache"))
+        .into_iter()
+        .filter(|(_, c)| c == content.as_bytes())
+        .map(|(p, _)| p)
+        .collect();
+    assert!(copies.is_empty(), "the file was copied to {copies:?}");
+    assert_eq!(line.state, "Failed", "{line:?}");
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_url_under_an_operator_root_is_localized_but_symlinks_out_are_not() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("artifacts");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("model.bin"), b"weights v1").unwrap();
+    let secret = dir.path().join("token");
+    std::fs::write(&secret, b"secret").unwrap();
+    std::os::unix::fs::symlink(&secret, root.join("link")).unwrap();
+    let agent = Agent::spawn(
+        &w,
+        dir.path(),
+        AgentOpts {
+            env: vec![("EBB_FILE_ROOTS", root.to_str().unwrap().to_string())],
+            ..AgentOpts::default()
+        },
+    );
+    w.workload(
+        "rooted",
+        json!([
+            {"name": "model", "url": format!("file://{}/model.bin", root.display()),
+             "sha256": sha256_of(&root.join("model.bin"))},
+            {"name": "link", "url": format!("file://{}/link", root.display()),
+             "sha256": sha256_of(&secret)},
+        ]),
+    )
+    .await;
+    assert_eq!(w.settled(&agent, "model").await.state, "Localized");
+    assert_eq!(w.settled(&agent, "link").await.state, "Failed");
+    let copied = files_under(&dir.path().join("cache"));
+    assert!(
+        !copied.values().any(|c| c == b"secret"),
+        "a symlink inside the root was followed: {:?}",
+        copied.keys()
+    );
+    assert!(copied.values().any(|c| c == b"weights v1"));
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loopback_urls_are_never_requested() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start("127.0.0.1:0", |_| body(b"internal")).await;
+    let port = server.addr.port();
+    let agent = Agent::spawn(&w, dir.path(), AgentOpts::default());
+    let sha = "0".repeat(64);
+    w.workload(
+        "ssrf",
+        json!([
+            {"name": "literal", "url": format!("http://127.0.0.1:{port}/literal"), "sha256": sha},
+            {"name": "name", "url": format!("http://localhost:{port}/name"), "sha256": sha},
+            {"name": "mapped", "url": format!("http://[::ffff:127.0.0.1]:{port}/mapped"), "sha256": sha},
+            {"name": "decimal", "url": format!("http://2130706433:{port}/decimal"), "sha256": sha},
+        ]),
+    )
+    .await;
+    for name in ["literal", "name", "mapped", "decimal"] {
+        let line = w.settled(&agent, name).await;
+        assert_eq!(line.state, "Failed", "{line:?}");
+    }
+    assert_eq!(
+        server.count(),
+        0,
+        "the agent requested {:?}",
+        server.hits.lock().unwrap()
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirects_to_forbidden_addresses_are_not_followed() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    // 127.0.0.2 is not allowed (only 127.0.0.1/32 is).
+    let inner = Server::start("127.0.0.2:0", |_| body(b"internal")).await;
+    let target = format!("http://127.0.0.2:{}/secret", inner.addr.port());
+    let outer = Server::start("127.0.0.1:0", move |_| {
+        (StatusCode::FOUND, [(header::LOCATION, target.clone())]).into_response()
+    })
+    .await;
+    let agent = Agent::spawn(
+        &w,
+        dir.path(),
+        AgentOpts {
+            env: allow_loopback(),
+            ..AgentOpts::default()
+        },
+    );
+    w.workload(
+        "redirect",
+        json!([{"name": "r", "url": format!("http://127.0.0.1:{}/start", outer.addr.port()),
+                "sha256": sha256_of_bytes(b"internal")}]),
+    )
+    .await;
+    let line = w.settled(&agent, "r").await;
+    assert_eq!(line.state, "Failed", "{line:?}");
+    assert!(outer.count() >= 1, "the allowed server was asked");
+    assert_eq!(inner.count(), 0, "the redirect target was requested");
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_beyond_the_namespace_quota_is_refused_unfetched() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    // 700 bytes kept by "one"; "two" may take 600 more: past the namespace's 1000.
+    static FIRST: [u8; 700] = [b'1'; 700];
+    let server = Server::start("127.0.0.1:0", |p| match p {
+        "/one" => body(&FIRST),
+        _ => body(b"second artifact"),
+    })
+    .await;
+    let mut env = allow_loopback();
+    env.push(("EBB_NAMESPACE_QUOTA_BYTES", "1000".into()));
+    let agent = Agent::spawn(
+        &w,
+        dir.path(),
+        AgentOpts {
+            env,
+            ..AgentOpts::default()
+        },
+    );
+    let base = format!("http://127.0.0.1:{}", server.addr.port());
+    w.workload(
+        "quota",
+        json!([
+            {"name": "one", "url": format!("{base}/one"), "sha256": sha256_of_bytes(&FIRST), "maxBytes": 800},
+            {"name": "two", "url": format!("{base}/two"), "sha256": sha256_of_bytes(b"second artifact"), "maxBytes": 600},
+        ]),
+    )
+    .await;
+    assert_eq!(w.settled(&agent, "one").await.state, "Localized");
+    let two = w.settled(&agent, "two").await;
+    assert_eq!(two.state, "Failed", "{two:?}");
+    assert!(
+        two.message.as_deref().unwrap_or_default().contains("quota"),
+        "{two:?}"
+    );
+    assert_eq!(
+        server.count_of("/two"),
+        0,
+        "the refused resource was fetched"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_fetch_backs_off_across_pod_events() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start("127.0.0.1:0", |_| body(b"not what was promised")).await;
+    let agent = Agent::spawn(
+        &w,
+        dir.path(),
+        AgentOpts {
+            env: allow_loopback(),
+            ..AgentOpts::default()
+        },
+    );
+    w.workload(
+        "storm",
+        json!([{"name": "bad", "url": format!("http://127.0.0.1:{}/bad", server.addr.port()),
+                "sha256": "0".repeat(64)}]),
+    )
+    .await;
+    assert_eq!(w.settled(&agent, "bad").await.state, "Failed");
+    let before = server.count();
+    assert!(before >= 1);
+    let pods: Api<Pod> = Api::namespaced(w.client.clone(), &w.ns);
+    for i in 0..100 {
+        pods.patch(
+            "storm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"poke": i.to_string()}}})),
+        )
+        .await
+        .unwrap();
+    }
+    // Let the agent see every event.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let fetches = server.count();
+    assert!(
+        fetches <= 3,
+        "100 pod events started {} fetches of a failed resource (1 before the events)",
+        fetches
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_symlink_planted_in_the_cache_leaves_its_target_untouched() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::create_dir_all(&victim).unwrap();
+    let content: &'static [u8] = b"artifact content";
+    let sha = sha256_of_bytes(content);
+    let server = Server::start("127.0.0.1:0", move |_| body(content)).await;
+    let agent = Agent::spawn(
+        &w,
+        dir.path(),
+        AgentOpts {
+            env: allow_loopback(),
+            ..AgentOpts::default()
+        },
+    );
+    wait_for("the agent's first NodeState", WAIT, || async {
+        w.node_state().await.and_then(|s| s.status).map(|_| ())
+    })
+    .await
+    .unwrap();
+    // Someone with write access to the cache plants a link where the resource's directory goes.
+    let public = dir.path().join("cache/public");
+    std::fs::create_dir_all(&public).unwrap();
+    std::os::unix::fs::symlink(&victim, public.join(&sha)).unwrap();
+    w.workload(
+        "planted",
+        json!([{"name": "blob", "url": format!("http://127.0.0.1:{}/blob", server.addr.port()),
+                "sha256": sha, "scope": "Public"}]),
+    )
+    .await;
+    let line = w.settled(&agent, "blob").await;
+    assert_eq!(
+        files_under(&victim),
+        BTreeMap::new(),
+        "the agent wrote through the symlink ({line:?})"
+    );
+    assert_eq!(line.state, "Failed", "{line:?}");
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_dir_holding_unknown_files_is_refused_and_kept() {
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    std::fs::create_dir_all(cache.join("etc")).unwrap();
+    std::fs::write(cache.join("etc/precious.conf"), b"keep me").unwrap();
+    let mut agent = Agent::spawn(&w, dir.path(), AgentOpts::default());
+    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await;
+    let log = agent.log();
+    let status = match status {
+        Ok(s) => s.unwrap(),
+        Err(_) => panic!("the agent kept running on a foreign --cache-dir:\n{log}"),
+    };
+    assert!(!status.success(), "{log}");
+    assert!(log.contains("--cache-dir"), "{log}");
+    assert_eq!(
+        std::fs::read(cache.join("etc/precious.conf"))
+            .ok()
+            .as_deref(),
+        Some(&b"keep me"[..]),
+        "a file of the directory was deleted"
+    );
+    w.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_local_api_is_served_only_on_its_socket() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = world().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let agent = Agent::spawn(
+        &w,
+        dir.path(),
+        AgentOpts {
+            socket: true,
+            listen: Some(port),
+            ..AgentOpts::default()
+        },
+    );
+    let http = HttpClient;
+    let base = format!("http://{port}");
+    let ready = wait_for("the agent's /readyz", WAIT, || async {
+        let r = http.get(format!("{base}/readyz")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    assert!(ready.is_ok(), "{ready:?}\n{}", agent.log());
+    let resources = http
+        .get(format!("{base}/v1/resources"))
+        .header("Authorization", "Bearer ebb1.k.1.u.00.r")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        resources.status(),
+        404,
+        "the node-local API answers on the TCP port"
+    );
+    let metrics = http.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(metrics.status(), 200, "metrics stay on the port");
+    let mode = std::fs::metadata(dir.path().join("agent.sock"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o660, "socket mode {mode:o}");
+    w.cleanup().await;
+}
+
+/// Minimal HTTP/1.1 GET over TCP, enough for the agent's probes port.
+struct HttpClient;
+
+struct Req {
+    url: String,
+    headers: Vec<(String, String)>,
+}
+
+struct Resp {
+    status: u16,
+}
+
+impl Resp {
+    fn status(&self) -> u16 {
+        self.status
+    }
+}
+
+impl HttpClient {
+    fn get(&self, url: String) -> Req {
+        Req {
+            url,
+            headers: vec![],
+        }
+    }
+}
+
+impl Req {
+    fn header(mut self, k: &str, v: &str) -> Self {
+        self.headers.push((k.into(), v.into()));
+        self
+    }
+
+    async fn send(self) -> std::io::Result<Resp> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rest = self.url.trim_start_matches("http://");
+        let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut s = tokio::net::TcpStream::connect(host).await?;
+        let mut req = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+        for (k, v) in &self.headers {
+            req.push_str(&format!("{k}: {v}\r\n"));
+        }
+        req.push_str("\r\n");
+        s.write_all(req.as_bytes()).await?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).await?;
+        let text = String::from_utf8_lossy(&buf);
+        let status = text
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Ok(Resp { status })
+    }
+}
+
+/// The chart's ValidatingAdmissionPolicy: an agent's identity may write only the NodeState of the
+/// node its credentials name. Needs a real API server (ebb-sim does not run admission policies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs the real control plane (EBB_E2E_CLUSTER=real)"]
+async fn node_state_of_another_node_is_denied() {
+    let env = TestEnv::start(SimConfig::api_only()).await.unwrap();
+    assert!(
+        env.sim().is_none(),
+        "node_state_of_another_node_is_denied needs a real API server: ebb-sim does not run \
+         ValidatingAdmissionPolicies, so this test cannot pass or fail meaningfully on it"
+    );
+    real_backend::node_state_of_another_node_is_denied(&env).await;
+}
+
+mod real_backend {
+    //! The admission-policy test, against a real API server.
+
+    use super::*;
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+
+    /// `charts/ebb/templates/node-agent-admission.yaml` rendered for release `ebb` in
+    /// `namespace`: Helm's control lines dropped, the names substituted.
+    pub fn rendered_policy(namespace: &str) -> Vec<Value> {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../charts/ebb/templates/node-agent-admission.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let plain: String = text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("{{"))
+            .map(|l| {
+                l.replace("{{ .Release.Namespace }}", namespace)
+                    .replace("{{ include \"ebb.fullname\" . }}", "ebb")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        plain
+            .split("\n---")
+            .filter(|d| d.contains("kind:"))
+            .map(|d| serde_saphyr::from_str::<Value>(d).unwrap())
+            .collect()
+    }
+
+    async fn apply(client: &kube::Client, doc: &Value) {
+        let (group, version) = doc["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+        let kind = doc["kind"].as_str().unwrap();
+        let ar = ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: doc["apiVersion"].as_str().unwrap().into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+        let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+        api.patch(
+            doc["metadata"]["name"].as_str().unwrap(),
+            &PatchParams::apply("ebb-e2e-security").force(),
+            &Patch::Apply(&obj),
+        )
+        .await
+        .unwrap();
+    }
+
+    pub async fn node_state_of_another_node_is_denied(env: &TestEnv) {
+        let c = env.client.clone();
+        let id = unique();
+        let ns = format!("ebb-vap-{id}");
+        let (own, other) = (format!("vap-own-{id}"), format!("vap-other-{id}"));
+        Api::<Namespace>::all(c.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        for n in [&own, &other] {
+            Api::<Node>::all(c.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": n}})).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        for crd in ebb_api::crdgen::crds() {
+            let name = crd.metadata.name.clone().unwrap();
+            Api::<CustomResourceDefinition>::all(c.clone())
+                .patch(
+                    &name,
+                    &PatchParams::apply("ebb-e2e-security").force(),
+                    &Patch::Apply(&crd),
+                )
+                .await
+                .unwrap();
+        }
+        // The agent's identity as the chart makes it: ServiceAccount ebb-node-agent, allowed to
+        // create and patch NodeStates (RBAC cannot name the node; the policy does).
+        Api::<ServiceAccount>::namespaced(c.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "ebb-node-agent"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let role = format!("ebb-vap-{id}");
+        Api::<ClusterRole>::all(c.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "metadata": {"name": role},
+                "rules": [
+                    {"apiGroups": ["ebb.dev"], "resources": ["nodestates"], "verbs": ["create", "patch", "get"]},
+                    {"apiGroups": ["ebb.dev"], "resources": ["nodestates/status"], "verbs": ["patch"]},
+                ]})).unwrap())
+            .await
+            .unwrap();
+        Api::<ClusterRoleBinding>::all(c.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "ebb-node-agent", "namespace": ns}],
+                })).unwrap())
+            .await
+            .unwrap();
+        for doc in rendered_policy(&ns) {
+            apply(&c, &doc).await;
+        }
+        // A pod of the agent on `own`; its bound token carries the node's name.
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "agent", "namespace": ns},
+            "spec": {"nodeName": own, "serviceAccountName": "ebb-node-agent",
+                     "containers": [{"name": "a", "image": "registry.k8s.io/pause:3.10"}]},
+        }))
+        .unwrap();
+        let pod = Api::<Pod>::namespaced(c.clone(), &ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .unwrap();
+        let request: TokenRequest = serde_json::from_value(json!({
+            "spec": {"audiences": [], "expirationSeconds": 600,
+                     "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": "agent",
+                                        "uid": pod.metadata.uid}},
+        }))
+        .unwrap();
+        let token = Api::<ServiceAccount>::namespaced(c.clone(), &ns)
+            .create_token_request("ebb-node-agent", &PostParams::default(), &request)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .token;
+        let mut cfg = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        cfg.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+        let agent = kube::Client::try_from(cfg).unwrap();
+        let states: Api<NodeState> = Api::all(agent);
+        let body = |node: &str| {
+            json!({"apiVersion": "ebb.dev/v1alpha1", "kind": "NodeState",
+                   "metadata": {"name": node}, "spec": {"nodeName": node}})
+        };
+        // The policy may take a moment to be enforced after it is created.
+        let own_ok = wait_for("the agent writes its own NodeState", WAIT, || async {
+            states
+                .patch(
+                    &own,
+                    &PatchParams::apply("ebb-node-agent").force(),
+                    &Patch::Apply(body(&own)),
+                )
+                .await
+                .ok()
+                .map(|_| ())
+        })
+        .await;
+        assert!(own_ok.is_ok(), "{own_ok:?}");
+        let denied = wait_for("the policy to deny another node", WAIT, || async {
+            match states
+                .patch(
+                    &other,
+                    &PatchParams::apply("ebb-node-agent").force(),
+                    &Patch::Apply(body(&other)),
+                )
+                .await
+            {
+                Err(kube::Error::Api(s)) if s.code == 422 || s.code == 403 => Some(s.message),
+                _ => None,
+            }
+        })
+        .await
+        .unwrap();
+        assert!(denied.contains("NodeState"), "{denied}");
+        assert!(
+            Api::<NodeState>::all(c.clone())
+                .get_opt(&other)
+                .await
+                .unwrap()
+                .is_none(),
+            "the other node's NodeState was created"
+        );
+        let _ = Api::<Namespace>::all(c.clone())
+            .delete(&ns, &DeleteParams::default())
+            .await;
+        for n in [&own, &other] {
+            let _ = Api::<Node>::all(c.clone())
+                .delete(n, &DeleteParams::default())
+                .await;
+        }
+    }
+}
