@@ -251,7 +251,7 @@ main() {
     for n in $(names_or_all "$@"); do "regen_$n"; done
     ;;
   build | kubernetes | etcd | kwok)
-    [[ $cmd == build ]] && shift
+    if [[ $cmd == build ]] && (($#)); then shift; fi
     check_go
     mkdir -p "$BIN_DIR"
     local n start=$SECONDS

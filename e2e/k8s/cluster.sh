@@ -1,0 +1,532 @@
+#!/usr/bin/env bash
+# Runs a real Kubernetes control plane on loopback for the end-to-end tests:
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok (fake
+# nodes and pods), from the binaries built by build.sh.
+#
+# Usage:
+#   cluster.sh up DIR [--nodes N]        start everything, state and logs in DIR
+#   cluster.sh add-node DIR NAME...      create more kwok nodes, wait until Ready
+#   cluster.sh restart-apiserver DIR [--down-secs S] [--graceful]
+#                                        kill kube-apiserver (SIGKILL; SIGTERM
+#                                        with --graceful, which takes ~10 s),
+#                                        wait S seconds (default 0), start it
+#                                        again with the same flags
+#   cluster.sh down DIR                  stop what `up` started (logs stay in DIR)
+#
+# `up` returns when /readyz is ok, the N nodes (kwok-node-0..N-1) are Ready
+# and the `default` ServiceAccount exists. It writes:
+#   DIR/kubeconfig   cluster-admin kubeconfig (certificates embedded)
+#   DIR/env          shell-sourceable: KUBECONFIG, EBB_K8S_* (ports, URL, bin dir)
+#   DIR/audit.log    API audit log (JSON lines): pod evictions and deletions,
+#                    node create/update/patch/delete
+#   DIR/<component>.log, DIR/pids/<component>.{pid,cmd}
+#
+# Environment:
+#   EBB_K8S_BIN_DIR          binaries (default: `build.sh --print-bin-dir`)
+#   EBB_K8S_APISERVER_ARGS   extra kube-apiserver flags (word-split)
+#   EBB_K8S_CONTROLLER_MANAGER_ARGS, EBB_K8S_SCHEDULER_ARGS, EBB_K8S_KWOK_ARGS
+#   EBB_K8S_POD_DELAY_MS, EBB_K8S_POD_JITTER_MS
+#                            KWOK pod stage (create, ready, complete) delay and
+#                            maximum delay, default 100 and 500 ms (KWOK's own:
+#                            1000 and 5000); a terminating pod is removed at its
+#                            deletionTimestamp (i.e. after its grace period)
+#   EBB_K8S_TIMEOUT          seconds to wait for readiness (default 60)
+set -euo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+BIN_DIR=${EBB_K8S_BIN_DIR:-$("$HERE/build.sh" --print-bin-dir)}
+STAGE_DIR=$(dirname "$BIN_DIR")/kwok-stages
+TIMEOUT=${EBB_K8S_TIMEOUT:-60}
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+# delay and jitter (max delay) of each KWOK pod stage, except deletion
+POD_DELAY_MS=${EBB_K8S_POD_DELAY_MS:-100}
+POD_JITTER_MS=${EBB_K8S_POD_JITTER_MS:-500}
+SERVICE_CIDR=10.96.0.0/16
+SERVICE_IP=10.96.0.1
+
+die() { echo "cluster.sh: error: $*" >&2; exit 1; }
+log() { echo "cluster.sh: $*" >&2; }
+now_ms() { date +%s%3N; }
+
+kubectl_() { "$BIN_DIR/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
+
+# ---------------------------------------------------------------- processes
+
+pid_alive() { # NAME: true if the recorded process is still ours
+  local f=$DIR/pids/$1.pid pid
+  [[ -f $f ]] || return 1
+  pid=$(<"$f")
+  [[ -r /proc/$pid/cmdline ]] || return 1
+  # same process: argv[0] is our binary and the command mentions DIR
+  local cmdline
+  cmdline=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline") || return 1
+  [[ $(head -n1 <<<"$cmdline") == "$BIN_DIR/$1" ]] && grep -qF -- "$DIR" <<<"$cmdline"
+}
+
+start() { # NAME ARGS...: start BIN_DIR/NAME in the background, record pid and command
+  local name=$1
+  shift
+  local cmd=("$BIN_DIR/$name" "$@")
+  printf '%q ' "${cmd[@]}" >"$DIR/pids/$name.cmd"
+  echo "=== $(date -u +%FT%TZ) starting: ${cmd[*]}" >>"$DIR/$name.log"
+  "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 &
+  echo $! >"$DIR/pids/$name.pid"
+}
+
+restart_recorded() { # NAME: start again from DIR/pids/NAME.cmd
+  local name=$1
+  local -a cmd
+  eval "cmd=($(<"$DIR/pids/$name.cmd"))"
+  echo "=== $(date -u +%FT%TZ) restarting: ${cmd[*]}" >>"$DIR/$name.log"
+  "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 &
+  echo $! >"$DIR/pids/$name.pid"
+}
+
+stop() { # NAME [SIGNAL]: SIGTERM (or SIGNAL), then SIGKILL after 10 s
+  local name=$1 sig=${2:-TERM} pid i
+  pid_alive "$name" || { rm -f "$DIR/pids/$name.pid"; return 0; }
+  pid=$(<"$DIR/pids/$name.pid")
+  kill "-$sig" "$pid" 2>/dev/null || true
+  for ((i = 0; i < 100; i++)); do
+    pid_alive "$name" || break
+    sleep 0.1
+  done
+  if pid_alive "$name"; then
+    kill -KILL "$pid" 2>/dev/null || true
+    for ((i = 0; i < 50; i++)); do
+      pid_alive "$name" || break
+      sleep 0.1
+    done
+  fi
+  # a child of this shell: reap it quietly
+  wait "$pid" 2>/dev/null || true
+  rm -f "$DIR/pids/$name.pid"
+}
+
+stop_all() {
+  local i
+  for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[$i]}"; done
+}
+
+fail() { # NAME MESSAGE: show the component's log, stop everything (during up), exit 1
+  echo "cluster.sh: error: $2" >&2
+  if [[ -n $1 && -f $DIR/$1.log ]]; then
+    echo "---- last 30 lines of $DIR/$1.log ----" >&2
+    tail -n 30 "$DIR/$1.log" >&2
+    echo "----" >&2
+  fi
+  [[ ${STOP_ON_FAIL:-0} == 1 ]] && stop_all
+  exit 1
+}
+
+check_started() { # fail if a started component died
+  local name
+  for name in "${COMPONENTS[@]}"; do
+    if [[ -f $DIR/pids/$name.pid ]] && ! pid_alive "$name"; then
+      fail "$name" "$name exited during startup"
+    fi
+  done
+}
+
+wait_for() { # WHAT COMMAND...: poll until COMMAND succeeds, failing on dead components
+  local what=$1 deadline=$((SECONDS + TIMEOUT))
+  shift
+  until "$@" >/dev/null 2>&1; do
+    check_started
+    ((SECONDS < deadline)) || fail "" "timed out after ${TIMEOUT}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+free_ports() { # N: print N distinct free loopback TCP ports
+  if command -v python3 >/dev/null 2>&1; then
+    python3 - "$1" <<'EOF'
+import socket, sys
+socks = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    socks.append(s)
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+EOF
+  else
+    local ports=() p
+    while ((${#ports[@]} < $1)); do
+      p=$((20000 + RANDOM % 30000))
+      [[ " ${ports[*]} " == *" $p "* ]] && continue
+      (echo >"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue
+      ports+=("$p")
+    done
+    echo "${ports[*]}"
+  fi
+}
+
+# ------------------------------------------------------------ certificates
+
+gen_certs() {
+  local d=$DIR/pki
+  mkdir -p "$d"
+  (
+    cd "$d"
+    exec 2>openssl.log
+    openssl ecparam -name prime256v1 -genkey -noout -out ca.key
+    openssl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=ebb-e2e-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" \
+      -out ca.crt
+    leaf() { # NAME SUBJECT EXTFILE-CONTENT
+      openssl ecparam -name prime256v1 -genkey -noout -out "$1.key"
+      openssl req -new -key "$1.key" -subj "$2" -out "$1.csr"
+      printf '%s\n' "$3" >"$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 3650 \
+        -extfile "$1.ext" -out "$1.crt"
+      rm -f "$1.csr" "$1.ext"
+    }
+    leaf apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    local client="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+    leaf admin "/O=system:masters/CN=kubernetes-admin" "$client"
+    leaf kube-controller-manager "/CN=system:kube-controller-manager" "$client"
+    leaf kube-scheduler "/CN=system:kube-scheduler" "$client"
+    leaf kwok "/O=system:masters/CN=kwok-controller" "$client"
+    leaf front-proxy-client "/CN=front-proxy-client" "$client"
+    # service-account token signing key
+    openssl genrsa -out sa.key 2048
+    openssl rsa -in sa.key -pubout -out sa.pub
+  ) || { cat "$d/openssl.log" >&2; die "certificate generation with openssl failed (is openssl installed?)"; }
+}
+
+b64() { base64 <"$1" | tr -d '\n'; }
+
+write_kubeconfig() { # FILE CERT-NAME USER
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: ebb-e2e
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(b64 "$DIR/pki/ca.crt")
+users:
+- name: $3
+  user:
+    client-certificate-data: $(b64 "$DIR/pki/$2.crt")
+    client-key-data: $(b64 "$DIR/pki/$2.key")
+contexts:
+- name: ebb-e2e
+  context:
+    cluster: ebb-e2e
+    user: $3
+current-context: ebb-e2e
+EOF
+  chmod 600 "$1"
+}
+
+write_audit_policy() {
+  cat >"$DIR/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Request
+  verbs: ["create"]
+  resources: [{group: "", resources: ["pods/eviction"]}]
+- level: Metadata
+  verbs: ["delete", "deletecollection"]
+  resources: [{group: "", resources: ["pods"]}]
+- level: Request
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
+  resources: [{group: "", resources: ["nodes"]}]
+- level: None
+EOF
+}
+
+# ---------------------------------------------------------------- kwok
+
+write_kwok_config() {
+  local f d
+  [[ -f $STAGE_DIR/.stamp ]] || die "KWOK stages missing in $STAGE_DIR; run $HERE/build.sh"
+  {
+    # KWOK's node stages (initialize, heartbeat) and general pod stages,
+    # except pod-delete which is replaced below.
+    for d in node/fast node/heartbeat-with-lease pod/general; do
+      for f in "$STAGE_DIR/$d"/*.yaml; do
+        [[ $d == pod/general && ${f##*/} == pod-delete.yaml ]] && continue
+        echo "---"
+        echo "# from sigs.k8s.io/kwok kustomize/stage/$d/${f##*/}"
+        if [[ $d == pod/* ]]; then
+          # pod phase changes: 1 s + up to 5 s jitter upstream; quicker here
+          sed -e "s/durationMilliseconds: 1000\$/durationMilliseconds: $POD_DELAY_MS/" \
+            -e "s/jitterDurationMilliseconds: 5000\$/jitterDurationMilliseconds: $POD_JITTER_MS/" "$f"
+        else
+          cat "$f"
+        fi
+      done
+    done
+    # KWOK's general pod-delete waits a random time between 1 s and the
+    # deletionTimestamp; this one removes a terminating pod 1 s after its
+    # deletionTimestamp (deletion time + termination grace period, rounded
+    # down to the second), like a kubelet whose containers use their whole
+    # grace period: never before the grace period is over.
+    cat <<'EOF'
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.finalizers'
+      operator: 'DoesNotExist'
+  weight: 1
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.deletionTimestamp | fromdateiso8601 + 1 | todateiso8601'
+  next:
+    delete: true
+EOF
+  } >"$DIR/kwok.yaml"
+}
+
+node_yaml() { # NAME
+  cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: $1
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/hostname: $1
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+spec:
+  providerID: kwok://$1
+status:
+  capacity: {cpu: "4", memory: 16Gi, pods: "110"}
+  allocatable: {cpu: "4", memory: 16Gi, pods: "110"}
+  nodeInfo:
+    architecture: amd64
+    operatingSystem: linux
+EOF
+}
+
+nodes_ready() { # NAME...: all Ready
+  local out n
+  out=$(kubectl_ get nodes -o 'jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}') || return 1
+  for n in "$@"; do
+    grep -qxF "$n=True" <<<"$out" || return 1
+  done
+}
+
+add_nodes() { # NAME...
+  (($#)) || return 0
+  local n
+  for n in "$@"; do node_yaml "$n"; done | kubectl_ apply -f - >/dev/null ||
+    fail "" "creating nodes failed"
+  wait_for "nodes $* to be Ready" nodes_ready "$@"
+}
+
+# ---------------------------------------------------------------- commands
+
+need_bins() {
+  local b
+  for b in "${COMPONENTS[@]}" kubectl; do
+    [[ -x $BIN_DIR/$b ]] || die "$BIN_DIR/$b not found; build the control plane first: $HERE/build.sh"
+  done
+  command -v openssl >/dev/null 2>&1 || die "openssl is required (to generate certificates)"
+}
+
+set_dir() {
+  [[ -n ${1:-} ]] || die "missing DIR argument"
+  mkdir -p "$1"
+  DIR=$(cd "$1" && pwd)
+}
+
+cmd_up() {
+  set_dir "${1:-}"
+  shift
+  local nodes=0
+  while (($#)); do
+    case $1 in
+    --nodes) nodes=${2:?--nodes needs a number}; shift 2 ;;
+    --nodes=*) nodes=${1#*=}; shift ;;
+    *) die "unknown option '$1'" ;;
+    esac
+  done
+  [[ $nodes =~ ^[0-9]+$ ]] || die "--nodes must be a number"
+  need_bins
+  local name
+  for name in "${COMPONENTS[@]}"; do
+    pid_alive "$name" && die "$name is already running for $DIR (run: $0 down $DIR)"
+  done
+  local t0
+  t0=$(now_ms)
+  rm -rf "$DIR/etcd-data" "$DIR/pids" "$DIR/pki"
+  mkdir -p "$DIR/pids"
+  for name in "${COMPONENTS[@]}"; do : >"$DIR/$name.log"; done
+  STOP_ON_FAIL=1
+  trap 'fail "" "interrupted"' INT TERM
+
+  read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT <<<"$(free_ports 5)"
+  gen_certs
+  write_kubeconfig "$DIR/kubeconfig" admin kubernetes-admin
+  write_kubeconfig "$DIR/kube-controller-manager.kubeconfig" kube-controller-manager system:kube-controller-manager
+  write_kubeconfig "$DIR/kube-scheduler.kubeconfig" kube-scheduler system:kube-scheduler
+  write_kubeconfig "$DIR/kwok.kubeconfig" kwok kwok-controller
+  write_audit_policy
+  write_kwok_config
+  : >"$DIR/audit.log"
+
+  local etcd_url=http://127.0.0.1:$ETCD_PORT peer_url=http://127.0.0.1:$ETCD_PEER_PORT
+  start etcd --name=ebb-e2e --data-dir="$DIR/etcd-data" \
+    --listen-client-urls="$etcd_url" --advertise-client-urls="$etcd_url" \
+    --listen-peer-urls="$peer_url" --initial-advertise-peer-urls="$peer_url" \
+    --initial-cluster="ebb-e2e=$peer_url" --initial-cluster-state=new \
+    --unsafe-no-fsync=true --snapshot-count=100000 --log-level=warn
+
+  local pki=$DIR/pki
+  # shellcheck disable=SC2086
+  start kube-apiserver --etcd-servers="$etcd_url" \
+    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    --cert-dir="$DIR/apiserver-certs" \
+    --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
+    --client-ca-file="$pki/ca.crt" \
+    --requestheader-client-ca-file="$pki/ca.crt" --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --proxy-client-cert-file="$pki/front-proxy-client.crt" --proxy-client-key-file="$pki/front-proxy-client.key" \
+    --endpoint-reconciler-type=none \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --allow-privileged=true \
+    --audit-policy-file="$DIR/audit-policy.yaml" --audit-log-path="$DIR/audit.log" \
+    --audit-log-format=json --audit-log-mode=blocking --audit-log-maxbackup=0 --audit-log-maxsize=0 \
+    --profiling=false \
+    ${EBB_K8S_APISERVER_ARGS:-}
+
+  wait_for "kube-apiserver /readyz" kubectl_ get --raw /readyz
+  local t_api
+  t_api=$(now_ms)
+
+  # shellcheck disable=SC2086
+  start kube-controller-manager --kubeconfig="$DIR/kube-controller-manager.kubeconfig" \
+    --authentication-kubeconfig="$DIR/kube-controller-manager.kubeconfig" \
+    --authorization-kubeconfig="$DIR/kube-controller-manager.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port="$KCM_PORT" \
+    --leader-elect=false \
+    --root-ca-file="$pki/ca.crt" --service-account-private-key-file="$pki/sa.key" \
+    --use-service-account-credentials=true \
+    --cluster-signing-cert-file="$pki/ca.crt" --cluster-signing-key-file="$pki/ca.key" \
+    --node-monitor-period=5s --node-monitor-grace-period=40s \
+    --kube-api-qps=100 --kube-api-burst=200 \
+    --profiling=false \
+    ${EBB_K8S_CONTROLLER_MANAGER_ARGS:-}
+
+  # shellcheck disable=SC2086
+  start kube-scheduler --kubeconfig="$DIR/kube-scheduler.kubeconfig" \
+    --authentication-kubeconfig="$DIR/kube-scheduler.kubeconfig" \
+    --authorization-kubeconfig="$DIR/kube-scheduler.kubeconfig" \
+    --bind-address=127.0.0.1 --secure-port="$SCHEDULER_PORT" \
+    --leader-elect=false --profiling=false \
+    ${EBB_K8S_SCHEDULER_ARGS:-}
+
+  # shellcheck disable=SC2086
+  start kwok --kubeconfig="$DIR/kwok.kubeconfig" --config="$DIR/kwok.yaml" \
+    --manage-all-nodes=true --node-lease-duration-seconds=40 \
+    ${EBB_K8S_KWOK_ARGS:-}
+
+  local names=() i
+  for ((i = 0; i < nodes; i++)); do names+=("kwok-node-$i"); done
+  add_nodes "${names[@]}"
+  wait_for "the default ServiceAccount (kube-controller-manager)" kubectl_ get serviceaccount default -n default
+  check_started
+
+  cat >"$DIR/env" <<EOF
+export KUBECONFIG=$(printf %q "$DIR/kubeconfig")
+export EBB_K8S_DIR=$(printf %q "$DIR")
+export EBB_K8S_BIN_DIR=$(printf %q "$BIN_DIR")
+export EBB_K8S_KUBECTL=$(printf %q "$BIN_DIR/kubectl")
+export EBB_K8S_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+export EBB_K8S_APISERVER_PORT=$APISERVER_PORT
+export EBB_K8S_ETCD_PORT=$ETCD_PORT
+export EBB_K8S_CONTROLLER_MANAGER_PORT=$KCM_PORT
+export EBB_K8S_SCHEDULER_PORT=$SCHEDULER_PORT
+export EBB_K8S_AUDIT_LOG=$(printf %q "$DIR/audit.log")
+EOF
+  trap - INT TERM
+  local t1
+  t1=$(now_ms)
+  log "up in $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s (apiserver ready after $(((t_api - t0) / 1000)).$(printf %03d $(((t_api - t0) % 1000)))s), $nodes node(s), https://127.0.0.1:$APISERVER_PORT"
+  log "export KUBECONFIG=$DIR/kubeconfig   (or: source $DIR/env)"
+}
+
+cmd_add_node() {
+  set_dir "${1:-}"
+  shift
+  need_bins
+  pid_alive kube-apiserver || die "kube-apiserver is not running for $DIR"
+  add_nodes "$@"
+}
+
+cmd_restart_apiserver() {
+  set_dir "${1:-}"
+  shift
+  local down=0 sig=KILL
+  while (($#)); do
+    case $1 in
+    --down-secs) down=${2:?--down-secs needs a number}; shift 2 ;;
+    --down-secs=*) down=${1#*=}; shift ;;
+    --graceful) sig=TERM; shift ;;
+    *) die "unknown option '$1'" ;;
+    esac
+  done
+  [[ -f $DIR/pids/kube-apiserver.cmd ]] || die "no kube-apiserver recorded in $DIR (run: $0 up $DIR)"
+  local t0
+  t0=$(now_ms)
+  stop kube-apiserver "$sig"
+  log "kube-apiserver stopped (SIG$sig); starting it again in ${down}s"
+  sleep "$down"
+  restart_recorded kube-apiserver
+  wait_for "kube-apiserver /readyz" kubectl_ get --raw /readyz
+  local t1
+  t1=$(now_ms)
+  log "kube-apiserver restarted, ready again $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s after the stop"
+}
+
+cmd_down() {
+  set_dir "${1:-}"
+  [[ -d $DIR/pids ]] || { log "nothing recorded in $DIR"; return 0; }
+  stop_all
+  log "stopped; logs kept in $DIR"
+}
+
+main() {
+  local cmd=${1:-}
+  (($#)) && shift
+  case $cmd in
+  up) cmd_up "$@" ;;
+  add-node) cmd_add_node "$@" ;;
+  restart-apiserver) cmd_restart_apiserver "$@" ;;
+  down) cmd_down "$@" ;;
+  -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
+  *) die "usage: $0 up|add-node|restart-apiserver|down DIR ... (try --help)" ;;
+  esac
+}
+
+main "$@"
