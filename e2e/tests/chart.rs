@@ -639,6 +639,11 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
         Some("ebb-system/ebb-token-keys"),
         "the agent takes namespace/name"
     );
+    assert!(
+        !agent_env.contains_key("EBB_FILE_ROOTS")
+            && !agent_env.contains_key("EBB_FETCH_ALLOW_CIDRS"),
+        "file:// and internal addresses are off unless an operator lists them"
+    );
     let node_name = agent_c
         .env
         .iter()
@@ -814,7 +819,11 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
         "controller": {"allowNodeDeletion": true},
         "otel": {"endpoint": "http://collector.observability:4317",
                  "resourceAttributes": {"deployment.environment": "test"}},
-        "nodeAgent": {"resetState": true, "serveSocket": false},
+        "nodeAgent": {"resetState": true, "serveSocket": false,
+                      "fileRoots": ["/srv/artifacts"],
+                      "fetch": {"allowHosts": ["artifacts.internal"],
+                                "allowCIDRs": ["10.20.30.0/24"],
+                                "clusterCIDRs": ["10.96.0.0/12", "10.244.0.0/16"]}},
     })
     .to_string();
     helm(&["upgrade", &kubeconfig, NS, RELEASE, &chart, &values])
@@ -861,6 +870,17 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
         agent_env.get("EBB_NO_SOCKET").map(String::as_str),
         Some("true")
     );
+    assert_eq!(
+        agent_env.get("EBB_CLUSTER_CIDRS").map(String::as_str),
+        Some("10.96.0.0/12,10.244.0.0/16")
+    );
+    let root_mount = agent_c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/srv/artifacts")
+        .expect("the file root is mounted");
+    assert_eq!(root_mount.read_only, Some(true), "file roots are read-only");
     assert_eq!(
         agent_env
             .get("OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -921,4 +941,197 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds() {
             "CRD {name} kept"
         );
     }
+}
+
+/// `templates/node-agent-admission.yaml` as Helm renders it for release `ebb` in `ebb-system`:
+/// its control lines and label includes dropped, its two names substituted (it has no other
+/// templating).
+fn rendered_admission_policy() -> Vec<Value> {
+    let text =
+        std::fs::read_to_string(chart_dir().join("templates/node-agent-admission.yaml")).unwrap();
+    let plain: Vec<String> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("{{"))
+        .map(|l| {
+            l.replace("{{ .Release.Namespace }}", NS)
+                .replace("{{ include \"ebb.fullname\" . }}", RELEASE)
+        })
+        .collect();
+    let plain = plain.join("\n");
+    assert!(!plain.contains("{{"), "templating left:\n{plain}");
+    plain
+        .split("\n---")
+        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap_or_else(|e| panic!("{e}:\n{d}")))
+        .collect()
+}
+
+/// Evaluates a CEL expression of the policy with kube's CEL engine.
+fn cel_eval(expr: &str, vars: &serde_json::Map<String, Value>) -> Value {
+    use kube::core::cel::cel;
+    let program =
+        cel::Program::compile(expr).unwrap_or_else(|e| panic!("{expr} does not compile: {e}"));
+    let mut ctx = cel::Context::default();
+    for (k, v) in vars {
+        ctx.add_variable(k.as_str(), v.clone()).unwrap();
+    }
+    match program.execute(&ctx) {
+        Ok(cel::Value::Bool(b)) => json!(b),
+        Ok(cel::Value::String(s)) => json!(s.as_str()),
+        other => panic!("{expr}: {other:?}"),
+    }
+}
+
+/// What the policy decides for one request: `None` admitted, `Some(message)` denied. Mirrors the
+/// API server: unmatched requests are admitted; variables are evaluated in order.
+fn admit(
+    policy: &Value,
+    user: &str,
+    node_extra: Option<&str>,
+    operation: &str,
+    name: &str,
+    object: Value,
+    old_object: Value,
+) -> Option<String> {
+    let mut user_info = json!({"username": user, "groups": ["system:serviceaccounts"]});
+    if let Some(n) = node_extra {
+        user_info["extra"] = json!({"authentication.kubernetes.io/node-name": [n]});
+    }
+    let mut vars = serde_json::Map::new();
+    vars.insert(
+        "request".into(),
+        json!({"operation": operation, "name": name, "userInfo": user_info}),
+    );
+    vars.insert("object".into(), object);
+    vars.insert("oldObject".into(), old_object);
+    let spec = &policy["spec"];
+    for c in spec["matchConditions"].as_array().unwrap() {
+        if cel_eval(c["expression"].as_str().unwrap(), &vars) != json!(true) {
+            return None;
+        }
+    }
+    let mut variables = serde_json::Map::new();
+    for v in spec["variables"].as_array().unwrap() {
+        vars.insert("variables".into(), Value::Object(variables.clone()));
+        let value = cel_eval(v["expression"].as_str().unwrap(), &vars);
+        variables.insert(v["name"].as_str().unwrap().to_string(), value);
+    }
+    vars.insert("variables".into(), Value::Object(variables));
+    for v in spec["validations"].as_array().unwrap() {
+        if cel_eval(v["expression"].as_str().unwrap(), &vars) != json!(true) {
+            return Some(match v["messageExpression"].as_str() {
+                Some(m) => cel_eval(m, &vars).as_str().unwrap().to_string(),
+                None => v["message"].as_str().unwrap().to_string(),
+            });
+        }
+    }
+    None
+}
+
+#[test]
+fn node_state_policy_lets_the_agent_write_only_its_own_nodes_state() {
+    let docs = rendered_admission_policy();
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicy")
+        .expect("a ValidatingAdmissionPolicy");
+    let binding = docs
+        .iter()
+        .find(|d| d["kind"] == "ValidatingAdmissionPolicyBinding")
+        .expect("its binding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    let rules = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rules["apiGroups"], json!(["ebb.dev"]));
+    assert_eq!(
+        rules["resources"],
+        json!(["nodestates", "nodestates/status"])
+    );
+    assert_eq!(rules["operations"], json!(["CREATE", "UPDATE", "DELETE"]));
+
+    let agent = format!("system:serviceaccount:{NS}:ebb-node-agent");
+    let state = |name: &str, node: &str| {
+        json!({"apiVersion": "ebb.dev/v1alpha1", "kind": "NodeState",
+               "metadata": {"name": name}, "spec": {"nodeName": node}})
+    };
+    let null = Value::Null;
+    // its own node: create, status update, delete
+    for (op, obj, old) in [
+        ("CREATE", state("n1", "n1"), null.clone()),
+        ("UPDATE", state("n1", "n1"), state("n1", "n1")),
+        ("DELETE", null.clone(), state("n1", "n1")),
+    ] {
+        assert_eq!(
+            admit(policy, &agent, Some("n1"), op, "n1", obj, old),
+            None,
+            "{op} of its own NodeState"
+        );
+    }
+    // another node's, in every way
+    for (op, obj, old) in [
+        ("CREATE", state("n2", "n2"), null.clone()),
+        ("UPDATE", state("n2", "n2"), state("n2", "n2")),
+        ("DELETE", null.clone(), state("n2", "n2")),
+    ] {
+        let denied = admit(policy, &agent, Some("n1"), op, "n2", obj, old);
+        assert!(
+            denied.as_deref().is_some_and(|m| m.contains("not n2")),
+            "{op} of another node's NodeState: {denied:?}"
+        );
+    }
+    // its own name, describing another node
+    assert!(
+        admit(
+            policy,
+            &agent,
+            Some("n1"),
+            "CREATE",
+            "n1",
+            state("n1", "n2"),
+            null.clone()
+        )
+        .is_some()
+    );
+    // credentials without a node (a token not bound to the agent's pod)
+    let denied = admit(
+        policy,
+        &agent,
+        None,
+        "CREATE",
+        "n1",
+        state("n1", "n1"),
+        null.clone(),
+    );
+    assert!(
+        denied
+            .as_deref()
+            .is_some_and(|m| m.contains("name no node")),
+        "{denied:?}"
+    );
+    // other identities are not this policy's business (RBAC decides)
+    assert_eq!(
+        admit(
+            policy,
+            "kubernetes-admin",
+            None,
+            "UPDATE",
+            "n2",
+            state("n2", "n2"),
+            state("n2", "n2")
+        ),
+        None
+    );
+    assert_eq!(
+        admit(
+            policy,
+            &format!("system:serviceaccount:other:ebb-node-agent"),
+            Some("n1"),
+            "UPDATE",
+            "n2",
+            state("n2", "n2"),
+            null
+        ),
+        None,
+        "a same-named account of another namespace is not the agent"
+    );
 }

@@ -808,8 +808,9 @@ mod real_backend {
     use kube::discovery::ApiResource;
 
     /// `charts/ebb/templates/node-agent-admission.yaml` rendered for release `ebb` in
-    /// `namespace`: Helm's control lines dropped, the names substituted.
-    pub fn rendered_policy(namespace: &str) -> Vec<Value> {
+    /// `namespace`: Helm's control lines dropped, the names substituted; the policy and its
+    /// binding renamed `name` so the test never touches an installed chart's.
+    pub fn rendered_policy(namespace: &str, name: &str) -> Vec<Value> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../charts/ebb/templates/node-agent-admission.yaml");
         let text = std::fs::read_to_string(&path).unwrap();
@@ -825,21 +826,37 @@ mod real_backend {
         plain
             .split("\n---")
             .filter(|d| d.contains("kind:"))
-            .map(|d| serde_saphyr::from_str::<Value>(d).unwrap())
+            .map(|d| {
+                let mut doc = serde_saphyr::from_str::<Value>(d).unwrap();
+                doc["metadata"]["name"] = json!(name);
+                if doc["kind"] == "ValidatingAdmissionPolicyBinding" {
+                    doc["spec"]["policyName"] = json!(name);
+                }
+                doc
+            })
             .collect()
     }
 
-    async fn apply(client: &kube::Client, doc: &Value) {
-        let (group, version) = doc["apiVersion"].as_str().unwrap().split_once('/').unwrap();
+    fn resource_of(doc: &Value) -> ApiResource {
+        let api_version = doc["apiVersion"].as_str().unwrap();
+        let (group, version) = api_version.split_once('/').unwrap();
         let kind = doc["kind"].as_str().unwrap();
-        let ar = ApiResource {
+        let plural = match kind {
+            "ValidatingAdmissionPolicy" => "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicyBinding" => "validatingadmissionpolicybindings",
+            other => panic!("unexpected kind {other} in the policy template"),
+        };
+        ApiResource {
             group: group.into(),
             version: version.into(),
-            api_version: doc["apiVersion"].as_str().unwrap().into(),
+            api_version: api_version.into(),
             kind: kind.into(),
-            plural: format!("{}s", kind.to_lowercase()),
-        };
-        let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+            plural: plural.into(),
+        }
+    }
+
+    async fn apply(client: &kube::Client, doc: &Value) {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource_of(doc));
         let obj: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
         api.patch(
             doc["metadata"]["name"].as_str().unwrap(),
@@ -909,8 +926,9 @@ mod real_backend {
                 })).unwrap())
             .await
             .unwrap();
-        for doc in rendered_policy(&ns) {
-            apply(&c, &doc).await;
+        let policy = rendered_policy(&ns, &format!("ebb-vap-{id}"));
+        for doc in &policy {
+            apply(&c, doc).await;
         }
         // A pod of the agent on `own`; its bound token carries the node's name.
         let pod: Pod = serde_json::from_value(json!({
@@ -981,7 +999,7 @@ mod real_backend {
         })
         .await
         .unwrap();
-        assert!(denied.contains("NodeState"), "{denied}");
+        assert!(denied.contains(&format!("not {other}")), "{denied}");
         assert!(
             Api::<NodeState>::all(c.clone())
                 .get_opt(&other)
@@ -990,6 +1008,20 @@ mod real_backend {
                 .is_none(),
             "the other node's NodeState was created"
         );
+        for doc in &policy {
+            let _ = Api::<DynamicObject>::all_with(c.clone(), &resource_of(doc))
+                .delete(
+                    doc["metadata"]["name"].as_str().unwrap(),
+                    &DeleteParams::default(),
+                )
+                .await;
+        }
+        let _ = Api::<ClusterRoleBinding>::all(c.clone())
+            .delete(&role, &DeleteParams::default())
+            .await;
+        let _ = Api::<ClusterRole>::all(c.clone())
+            .delete(&role, &DeleteParams::default())
+            .await;
         let _ = Api::<Namespace>::all(c.clone())
             .delete(&ns, &DeleteParams::default())
             .await;
