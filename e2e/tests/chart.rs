@@ -1124,7 +1124,7 @@ fn node_state_policy_lets_the_agent_write_only_its_own_nodes_state() {
     assert_eq!(
         admit(
             policy,
-            &format!("system:serviceaccount:other:ebb-node-agent"),
+            "system:serviceaccount:other:ebb-node-agent",
             Some("n1"),
             "UPDATE",
             "n2",
