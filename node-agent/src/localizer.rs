@@ -20,7 +20,7 @@ use crate::store::{CacheScope, LocalizedRecord, UnixMillis};
 use crate::tokens::hex;
 
 /// One resource to fetch.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct FetchRequest {
     pub scope: CacheScope,
     /// Path relative to the cache root (see `local_path`).
@@ -33,6 +33,21 @@ pub struct FetchRequest {
     pub max_bytes: u64,
     /// Namespace of the pod that asked for it (charged for it in the cache quota).
     pub namespace: String,
+}
+
+/// Shows the URL redacted, so a request in a debug log leaks no credentials.
+impl std::fmt::Debug for FetchRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FetchRequest")
+            .field("scope", &self.scope)
+            .field("local_path", &self.local_path)
+            .field("name", &self.name)
+            .field("url", &self.shown_url())
+            .field("sha256", &self.sha256)
+            .field("max_bytes", &self.max_bytes)
+            .field("namespace", &self.namespace)
+            .finish()
+    }
 }
 
 impl FetchRequest {
@@ -716,6 +731,11 @@ mod tests {
         let ok = request(
             format!("http://u:hunter2@{addr}/model.bin?sig=SIGNED"),
             &sha256_hex(CONTENT),
+        );
+        let debug = format!("{ok:?}");
+        assert!(
+            !debug.contains("hunter2") && !debug.contains("SIGNED"),
+            "{debug}"
         );
         let rec = fetcher(dir.path()).fetch(&ok, || 0).await.unwrap();
         assert!(
