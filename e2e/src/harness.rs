@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::sim::{Sim, SimConfig, client_from_yaml};
+use ebb_sim::sim::{Sim, SimConfig, client_from_yaml};
 
 /// The environment variable naming a real cluster's kubeconfig.
 pub const REAL_CLUSTER_ENV: &str = "EBB_E2E_KUBECONFIG";

@@ -1,22 +1,6 @@
-//! ebb end-to-end: the in-memory Kubernetes API server `ebb-sim`, the simulated cluster around
-//! it, the harness that runs the real binaries against it, and the demo.
+//! ebb end-to-end: the harness that runs ebb's binaries against a cluster (ebb-sim or a real
+//! control plane), the demo, and the end-to-end tests and benches.
 
-pub mod api;
-pub mod apply;
-pub mod clock;
-pub mod cluster;
-pub mod defaults;
-pub mod error;
 pub mod harness;
-pub mod patch;
-pub mod protobuf;
-pub mod registry;
-pub mod scenario;
-pub mod schema;
-pub mod selector;
-pub mod server;
-pub mod sim;
-pub mod store;
 
-pub use api::{Api, AuditRecord, Ctx, PdbViolation};
-pub use sim::{Sim, SimConfig};
+pub use ebb_sim::{Api, AuditRecord, Ctx, PdbViolation, Sim, SimConfig, api, scenario, sim};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use ebb_e2e::{Sim, SimConfig};
+use ebb_sim::{Sim, SimConfig};
 
 #[derive(Parser)]
 #[command(
@@ -76,7 +76,7 @@ async fn main() -> anyhow::Result<()> {
                 for file in manifest_files(path)? {
                     let text = std::fs::read_to_string(&file)
                         .with_context(|| format!("cannot read manifests {}", file.display()))?;
-                    let sc = ebb_e2e::scenario::Scenario::from_manifests(&text)
+                    let sc = ebb_sim::scenario::Scenario::from_manifests(&text)
                         .with_context(|| format!("invalid manifests {}", file.display()))?;
                     let n = sc.load(&sim.api).with_context(|| {
                         format!("cannot create the objects of {}", file.display())
@@ -87,7 +87,7 @@ async fn main() -> anyhow::Result<()> {
             if let Some(path) = scenario {
                 let text = std::fs::read_to_string(&path)
                     .with_context(|| format!("cannot read scenario {}", path.display()))?;
-                let sc = ebb_e2e::scenario::Scenario::from_yaml(&text)
+                let sc = ebb_sim::scenario::Scenario::from_yaml(&text)
                     .with_context(|| format!("invalid scenario {}", path.display()))?;
                 let n = sc
                     .load(&sim.api)

@@ -6,9 +6,9 @@
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use ebb_e2e::api::{Api, Ctx};
-use ebb_e2e::scenario::{NodeGen, node_object};
-use ebb_e2e::{Sim, SimConfig};
+use ebb_sim::api::{Api, Ctx};
+use ebb_sim::scenario::{NodeGen, node_object};
+use ebb_sim::{Sim, SimConfig};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, PostParams, WatchEvent, WatchParams};
