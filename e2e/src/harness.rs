@@ -17,6 +17,7 @@ pub const REAL_CLUSTER_ENV: &str = "EBB_E2E_KUBECONFIG";
 /// A test's cluster: a simulator or a real cluster.
 pub struct TestEnv {
     sim: Option<Sim>,
+    real: Option<RealCluster>,
     pub client: kube::Client,
     /// A kubeconfig file for child processes and kubectl.
     pub kubeconfig: PathBuf,
@@ -33,10 +34,14 @@ impl TestEnv {
             let client = client_from_yaml(&text).await?;
             return Ok(Self {
                 sim: None,
+                real: None,
                 client,
                 kubeconfig: PathBuf::from(path),
                 _dir: dir,
             });
+        }
+        if std::env::var(CLUSTER_ENV).is_ok_and(|v| v == "real") {
+            return Self::start_real(0).await;
         }
         let sim = Sim::start(cfg).await?;
         let kubeconfig = dir.path().join("kubeconfig");
@@ -44,10 +49,35 @@ impl TestEnv {
         let client = sim.client().await?;
         Ok(Self {
             sim: Some(sim),
+            real: None,
             client,
             kubeconfig,
             _dir: dir,
         })
+    }
+
+    /// A real control plane of its own (built and started by `e2e/k8s/`) with `nodes` kwok
+    /// nodes, whatever `EBB_E2E_CLUSTER` says: for tests of what only a real API server does
+    /// (admission policies, RBAC, CEL). Fails, naming what is missing, when it cannot be built.
+    pub async fn start_real(nodes: usize) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+        let real = RealCluster::up(nodes).await?;
+        let kubeconfig = real.kubeconfig();
+        let text = std::fs::read_to_string(&kubeconfig)
+            .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
+        let client = client_from_yaml(&text).await?;
+        Ok(Self {
+            sim: None,
+            real: Some(real),
+            client,
+            kubeconfig,
+            _dir: dir,
+        })
+    }
+
+    /// The real control plane, if this test started one.
+    pub fn real(&self) -> Option<&RealCluster> {
+        self.real.as_ref()
     }
 
     /// The simulator, if this is one.
@@ -185,5 +215,121 @@ where
             bail!("timed out after {timeout:?} waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The environment variable that picks the backend of [`TestEnv::start`]: `sim` (default) or
+/// `real` (a control plane started by `e2e/k8s/cluster.sh`).
+pub const CLUSTER_ENV: &str = "EBB_E2E_CLUSTER";
+
+/// A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) built by
+/// `e2e/k8s/build.sh` and started by `e2e/k8s/cluster.sh`; stopped when dropped.
+pub struct RealCluster {
+    dir: tempfile::TempDir,
+}
+
+/// One build at a time in this process (tests run on parallel threads).
+static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn k8s_script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s").join(name)
+}
+
+/// Runs a script, passing its output through; fails with its last lines when it fails.
+async fn run_script(script: &Path, args: &[&str]) -> anyhow::Result<String> {
+    let out = tokio::process::Command::new("bash")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .with_context(|| format!("cannot run {}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let tail: Vec<&str> = stderr.lines().rev().take(40).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        bail!(
+            "{} {} failed ({}):\n{}",
+            script.display(),
+            args.join(" "),
+            out.status,
+            tail.join("\n")
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl RealCluster {
+    /// Builds the control plane when it is not cached (tens of minutes cold, under a second
+    /// warm), then starts one with `nodes` kwok nodes (`kwok-node-0..`).
+    pub async fn up(nodes: usize) -> anyhow::Result<Self> {
+        {
+            let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+            let build = k8s_script("build.sh");
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(run_script(&build, &[]))
+            })
+            .context(
+                "the real control plane could not be built (it needs Go 1.26+ and the Go module \
+                 proxy; see e2e/k8s/README.md)",
+            )?;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("ebb-k8s-")
+            .tempdir()
+            .context("cannot create a directory for the control plane")?;
+        let path = dir.path().to_string_lossy().into_owned();
+        let n = nodes.to_string();
+        run_script(&k8s_script("cluster.sh"), &["up", &path, "--nodes", &n]).await?;
+        Ok(Self { dir })
+    }
+
+    /// The directory holding `kubeconfig`, `audit.log` and the components' logs.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.path().join("kubeconfig")
+    }
+
+    /// The kubectl built with this control plane.
+    pub fn kubectl(&self) -> anyhow::Result<PathBuf> {
+        let env = std::fs::read_to_string(self.dir.path().join("env"))
+            .context("cannot read the control plane's env file")?;
+        env.lines()
+            .find_map(|l| {
+                l.trim_start_matches("export ")
+                    .strip_prefix("EBB_K8S_KUBECTL=")
+            })
+            .map(|v| PathBuf::from(v.trim_matches(|c| c == '"' || c == '\'')))
+            .context("the control plane's env file names no kubectl")
+    }
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            for log in [
+                "kube-apiserver.log",
+                "kube-controller-manager.log",
+                "kwok.log",
+            ] {
+                let text = std::fs::read_to_string(self.dir.path().join(log)).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let start = lines.len().saturating_sub(20);
+                eprintln!("---- {log} (last {} lines) ----", lines.len() - start);
+                for l in &lines[start..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        let _ = std::process::Command::new("bash")
+            .arg(k8s_script("cluster.sh"))
+            .arg("down")
+            .arg(self.dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
     }
 }
