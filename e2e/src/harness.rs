@@ -175,6 +175,31 @@ impl ChildProcess {
     pub fn id(&self) -> Option<u32> {
         self.child.id()
     }
+
+    /// Reads the child's stdout and stderr into a shared list of lines (so its pipes never
+    /// fill), for a test to search or print when it fails.
+    pub fn capture_output(&mut self) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+        use tokio::io::AsyncBufReadExt;
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = self.child.stdout.take();
+        let err = self.child.stderr.take();
+        for pipe in [
+            out.map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            err.map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut lines = tokio::io::BufReader::new(pipe).lines();
+                while let Ok(Some(l)) = lines.next_line().await {
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push(l);
+                }
+            });
+        }
+        log
+    }
 }
 
 /// Finds a binary of this workspace next to the running test executable

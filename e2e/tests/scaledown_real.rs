@@ -184,30 +184,8 @@ async fn a_pool_of_three_kwok_nodes_is_drained_and_deleted() {
             ],
         )
         .unwrap();
-    // The controller's log, kept to show when the test fails (and read so its pipes never fill).
-    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    for pipe in [
-        ctl.child
-            .stdout
-            .take()
-            .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ctl.child
-            .stderr
-            .take()
-            .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        let log = log.clone();
-        tokio::spawn(async move {
-            use tokio::io::AsyncBufReadExt;
-            let mut lines = tokio::io::BufReader::new(pipe).lines();
-            while let Ok(Some(l)) = lines.next_line().await {
-                log.lock().unwrap().push(l);
-            }
-        });
-    }
+    // The controller's log, kept to show when the test fails.
+    let log = ctl.capture_output();
     let policy: ebb_api::ScaleDownPolicy = create(json!({
         "apiVersion": "ebb.dev/v1alpha1", "kind": "ScaleDownPolicy",
         "metadata": {"name": "pool"},
