@@ -35,6 +35,10 @@ fn helm_available(test: &str) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "{test}: python3 with helm-sdkpy is not installed; .ci/run installs it (pip install --ignore-requires-python helm-sdkpy)"
+        );
         eprintln!(
             "SKIPPED {test}: python3 with helm-sdkpy is not installed (pip install --ignore-requires-python helm-sdkpy)"
         );

@@ -31,6 +31,10 @@ fn kubectl_path() -> Option<String> {
 
 async fn env() -> Option<(TestEnv, String)> {
     let Some(k) = kubectl_path() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "kubectl is not installed (looked in /usr/bin, /usr/local/bin and PATH); CI needs it"
+        );
         eprintln!(
             "SKIPPED: kubectl is not installed (looked in /usr/bin, /usr/local/bin and PATH)"
         );
