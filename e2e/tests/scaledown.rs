@@ -15,7 +15,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 const TO_BE_DELETED: &str = "ebb.dev/to-be-deleted";
 const CANDIDATE: &str = "ebb.dev/deletion-candidate";
@@ -148,29 +147,7 @@ impl Controller {
             "info",
         ];
         let mut child = env.spawn_binary_as(user, "ebb-controller", &args).unwrap();
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let out = child.child.stdout.take();
-        let err = child.child.stderr.take();
-        for pipe in [
-            out.map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-            err.map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = log.clone();
-            let who = user.to_string();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(pipe).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    let mut log = log.lock().unwrap();
-                    log.push(format!("[{who}] {l}"));
-                    if log.len() > 2000 {
-                        log.drain(..1000);
-                    }
-                }
-            });
-        }
+        let log = child.capture_output();
         Self { child, log }
     }
 
