@@ -17,8 +17,9 @@
 # and the `default` ServiceAccount exists. It writes:
 #   DIR/kubeconfig   cluster-admin kubeconfig (certificates embedded)
 #   DIR/env          shell-sourceable: KUBECONFIG, EBB_K8S_* (ports, URL, bin dir)
-#   DIR/audit.log    API audit log (JSON lines): pod evictions and deletions,
-#                    node create/update/patch/delete
+#   DIR/audit.log    API audit log (JSON lines): every write (create, update,
+#                    patch, delete) but node Lease renewals; evictions and node
+#                    writes with their request bodies
 #   DIR/<component>.log, DIR/pids/<component>.{pid,cmd}
 #
 # Environment:
@@ -226,20 +227,23 @@ EOF
 }
 
 write_audit_policy() {
+  # Every write, at Metadata level (evictions and node writes with their bodies), except the
+  # node heartbeats' Lease renewals; reads are not logged.
   cat >"$DIR/audit-policy.yaml" <<'EOF'
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+- level: None
+  namespaces: ["kube-node-lease"]
 - level: Request
   verbs: ["create"]
   resources: [{group: "", resources: ["pods/eviction"]}]
-- level: Metadata
-  verbs: ["delete", "deletecollection"]
-  resources: [{group: "", resources: ["pods"]}]
 - level: Request
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
   resources: [{group: "", resources: ["nodes"]}]
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 EOF
 }

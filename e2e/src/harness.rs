@@ -1,6 +1,6 @@
-//! The e2e harness: a test environment backed by a fresh simulator or, when
-//! `EBB_E2E_KUBECONFIG` is set, a real cluster; helpers to run the workspace binaries as child
-//! processes, wait for conditions, and dump the sim's audit log when a test fails.
+//! The e2e harness: a test environment on either backend (a fresh ebb-sim, or a real control
+//! plane started from `e2e/k8s/`, or the cluster of `EBB_E2E_KUBECONFIG`); helpers to run the
+//! workspace binaries as child processes, wait for conditions, and read either audit log.
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -14,6 +14,44 @@ use ebb_sim::sim::{Sim, SimConfig, client_from_yaml};
 /// The environment variable naming a real cluster's kubeconfig.
 pub const REAL_CLUSTER_ENV: &str = "EBB_E2E_KUBECONFIG";
 
+/// The two clusters an e2e test runs on. Tests declared with [`crate::on_both_backends!`] run
+/// once on each, as `<test>::sim` and `<test>::real`; pick one backend with a name filter
+/// (`cargo test -p ebb-e2e -- ::real`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// ebb-sim, in process: fast, with time control and fault injection.
+    Sim,
+    /// A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) of the
+    /// test's own, or the cluster of `EBB_E2E_KUBECONFIG` when that is set.
+    Real,
+}
+
+/// Declares async e2e tests that run on both backends. Each
+/// `async fn name(backend) { ... }` becomes a module `name` with two tests, `sim` and `real`,
+/// whose body sees `backend: Backend`. Attributes (doc comments, `#[ignore]`) apply to both.
+#[macro_export]
+macro_rules! on_both_backends {
+    () => {};
+    ($(#[$attr:meta])* async fn $name:ident($backend:ident) $body:block $($rest:tt)*) => {
+        $(#[$attr])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sim() {
+                let $backend = $crate::harness::Backend::Sim;
+                $body
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn real() {
+                let $backend = $crate::harness::Backend::Real;
+                $body
+            }
+        }
+        $crate::on_both_backends! { $($rest)* }
+    };
+}
+
 /// A test's cluster: a simulator or a real cluster.
 pub struct TestEnv {
     sim: Option<Sim>,
@@ -25,24 +63,49 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    /// Starts a simulator with `cfg`, or connects to the cluster in `EBB_E2E_KUBECONFIG`.
+    /// Starts a simulator with `cfg`, or connects to the cluster in `EBB_E2E_KUBECONFIG`, or
+    /// (with `EBB_E2E_CLUSTER=real`) starts a real control plane without nodes.
     pub async fn start(cfg: SimConfig) -> anyhow::Result<Self> {
-        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         if let Ok(path) = std::env::var(REAL_CLUSTER_ENV) {
-            let text = std::fs::read_to_string(&path)
-                .with_context(|| format!("cannot read {REAL_CLUSTER_ENV}={path}"))?;
-            let client = client_from_yaml(&text).await?;
-            return Ok(Self {
-                sim: None,
-                real: None,
-                client,
-                kubeconfig: PathBuf::from(path),
-                _dir: dir,
-            });
+            return Self::connect(&path).await;
         }
         if std::env::var(CLUSTER_ENV).is_ok_and(|v| v == "real") {
             return Self::start_real(0).await;
         }
+        Self::start_sim(cfg).await
+    }
+
+    /// Starts `backend`: a simulator with `cfg`, or a real control plane with `real_nodes` kwok
+    /// nodes (`kwok-node-0..`). With `EBB_E2E_KUBECONFIG` set, `Real` connects to that cluster
+    /// instead of starting one.
+    pub async fn start_on(backend: Backend, cfg: SimConfig, real_nodes: usize) -> anyhow::Result<Self> {
+        match backend {
+            Backend::Real => {
+                if let Ok(path) = std::env::var(REAL_CLUSTER_ENV) {
+                    return Self::connect(&path).await;
+                }
+                Self::start_real(real_nodes).await
+            }
+            Backend::Sim => Self::start_sim(cfg).await,
+        }
+    }
+
+    async fn connect(path: &str) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {REAL_CLUSTER_ENV}={path}"))?;
+        let client = client_from_yaml(&text).await?;
+        Ok(Self {
+            sim: None,
+            real: None,
+            client,
+            kubeconfig: PathBuf::from(path),
+            _dir: dir,
+        })
+    }
+
+    async fn start_sim(cfg: SimConfig) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
         let sim = Sim::start(cfg).await?;
         let kubeconfig = dir.path().join("kubeconfig");
         sim.write_kubeconfig(&kubeconfig, &["admin", "ebb-controller", "ebb-node-agent"])?;
@@ -54,6 +117,31 @@ impl TestEnv {
             kubeconfig,
             _dir: dir,
         })
+    }
+
+    /// Which backend this is.
+    pub fn backend(&self) -> Backend {
+        if self.sim.is_some() {
+            Backend::Sim
+        } else {
+            Backend::Real
+        }
+    }
+
+    /// Every write the API server recorded so far, oldest first: ebb-sim's audit records, or
+    /// the real kube-apiserver's audit log (`DIR/audit.log`, see `e2e/k8s/cluster.sh` for what
+    /// its policy records). Fails on a cluster of `EBB_E2E_KUBECONFIG`, whose log it cannot read.
+    pub fn audit(&self) -> anyhow::Result<Vec<ebb_sim::AuditRecord>> {
+        if let Some(sim) = &self.sim {
+            return Ok(sim.audit());
+        }
+        match &self.real {
+            Some(real) => crate::audit::read(&real.dir().join("audit.log")),
+            None => bail!(
+                "the audit log of the cluster in {REAL_CLUSTER_ENV} cannot be read; run this test \
+                 on a control plane the suite starts (unset {REAL_CLUSTER_ENV})"
+            ),
+        }
     }
 
     /// A real control plane of its own (built and started by `e2e/k8s/`) with `nodes` kwok

@@ -1,6 +1,7 @@
 //! ebb end-to-end: the harness that runs ebb's binaries against a cluster (ebb-sim or a real
 //! control plane), the demo, and the end-to-end tests and benches.
 
+pub mod audit;
 pub mod harness;
 
 pub use ebb_sim::{Api, AuditRecord, Ctx, PdbViolation, Sim, SimConfig, api, scenario, sim};

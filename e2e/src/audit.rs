@@ -1,0 +1,125 @@
+//! The real kube-apiserver's audit log (`DIR/audit.log`, JSON lines) read as the same
+//! [`AuditRecord`]s ebb-sim keeps, so tests judge both backends with one set of checks.
+
+use std::path::Path;
+
+use anyhow::Context;
+use serde::Deserialize;
+
+use ebb_sim::AuditRecord;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Event {
+    #[serde(default)]
+    stage: String,
+    #[serde(default)]
+    stage_timestamp: String,
+    #[serde(default)]
+    verb: String,
+    #[serde(default)]
+    user: User,
+    #[serde(default)]
+    object_ref: Option<ObjectRef>,
+    #[serde(default)]
+    response_status: Option<Status>,
+}
+
+#[derive(Deserialize, Default)]
+struct User {
+    #[serde(default)]
+    username: String,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct ObjectRef {
+    #[serde(default)]
+    resource: String,
+    #[serde(default)]
+    subresource: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    api_group: String,
+}
+
+#[derive(Deserialize)]
+struct Status {
+    #[serde(default)]
+    code: u16,
+}
+
+/// Parses audit-log text: one record per completed request (`ResponseComplete`, or `Panic`),
+/// in the order the API server wrote them. `resource` is `plural` for the core group and
+/// `plural.group` otherwise, as ebb-sim writes it. Lines that are not JSON audit events fail.
+pub fn parse(text: &str) -> anyhow::Result<Vec<AuditRecord>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: Event = serde_json::from_str(line)
+            .with_context(|| format!("audit log line {} is not an audit event", i + 1))?;
+        if e.stage != "ResponseComplete" && e.stage != "Panic" {
+            continue;
+        }
+        let o = e.object_ref.unwrap_or_default();
+        let resource = if o.api_group.is_empty() {
+            o.resource
+        } else {
+            format!("{}.{}", o.resource, o.api_group)
+        };
+        out.push(AuditRecord {
+            time: e.stage_timestamp,
+            user: e.user.username,
+            verb: e.verb,
+            resource,
+            subresource: o.subresource,
+            namespace: o.namespace,
+            name: o.name,
+            code: e.response_status.map_or(0, |s| s.code),
+        });
+    }
+    Ok(out)
+}
+
+/// Reads and parses the audit log at `path`.
+pub fn read(path: &Path) -> anyhow::Result<Vec<AuditRecord>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the audit log {}", path.display()))?;
+    parse(&text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_eviction_and_a_node_delete_are_read_in_order() {
+        let text = r#"{"kind":"Event","stage":"ResponseStarted","verb":"create","user":{"username":"x"}}
+{"kind":"Event","stage":"ResponseComplete","stageTimestamp":"2026-11-23T10:00:00.000001Z","verb":"create","user":{"username":"system:serviceaccount:ebb-system:ebb-controller"},"objectRef":{"resource":"pods","subresource":"eviction","namespace":"default","name":"web-1","apiVersion":"v1"},"responseStatus":{"code":429}}
+{"kind":"Event","stage":"ResponseComplete","stageTimestamp":"2026-11-23T10:00:01Z","verb":"delete","user":{"username":"admin"},"objectRef":{"resource":"nodes","name":"n1","apiVersion":"v1"},"responseStatus":{"code":200}}
+{"kind":"Event","stage":"ResponseComplete","verb":"patch","user":{"username":"a"},"objectRef":{"resource":"scaledownpolicies","subresource":"status","name":"p","apiGroup":"ebb.dev"},"responseStatus":{"code":201}}
+"#;
+        let r = parse(text).unwrap();
+        assert_eq!(r.len(), 3, "the ResponseStarted stage is not a record");
+        assert_eq!(
+            (r[0].verb.as_str(), r[0].resource.as_str(), r[0].subresource.as_str()),
+            ("create", "pods", "eviction")
+        );
+        assert_eq!((r[0].namespace.as_str(), r[0].name.as_str(), r[0].code), ("default", "web-1", 429));
+        assert_eq!(r[0].user, "system:serviceaccount:ebb-system:ebb-controller");
+        assert_eq!((r[1].resource.as_str(), r[1].name.as_str(), r[1].code), ("nodes", "n1", 200));
+        assert_eq!(r[2].resource, "scaledownpolicies.ebb.dev");
+        assert_eq!(r[2].subresource, "status");
+    }
+
+    #[test]
+    fn a_line_that_is_not_an_audit_event_is_an_error() {
+        let err = parse("{\"stage\":\"ResponseComplete\"}\nnot json\n").unwrap_err();
+        assert!(format!("{err:#}").contains("line 2"), "{err:#}");
+    }
+}
