@@ -16,6 +16,9 @@
 #   build.sh [build] [NAME...]   build missing/stale binaries (all by default;
 #                                NAME: kubernetes, etcd, kwok)
 #   build.sh regen [NAME...]     regenerate the wrapper go.mod/go.sum files
+#   build.sh peers [NAME...]     build the peers ebb is compared with (not part
+#                                of the default build; NAME: cluster-autoscaler,
+#                                karpenter); regen takes the same names
 #   build.sh --print-bin-dir     print the bin dir, build nothing
 #
 # Output: ${EBB_K8S_CACHE:-$HOME/.cache/ebb-k8s}/<k8s version>/bin, plus the
@@ -221,11 +224,126 @@ build_kwok() {
   fi
 }
 
+# --- peers: the scale-down tools ebb is compared with (built only on request) ---
+# Cluster Autoscaler: releases are tagged cluster-autoscaler-1.x.y (not module
+# semver), so it is pinned by pseudo-version. The Go module proxy reachable
+# here serves this commit (2025-06-13, the 1.33 line: k8s.io/kubernetes
+# v1.33.1) and answers 403 for every other CA version, list and tag query;
+# the checksum database does not know it (404), so regen trusts the proxy for
+# k8s.io/autoscaler (GONOSUMDB) and the go.sum it writes pins what it got.
+# It does not build here: upstream replaces k8s.io/autoscaler/cluster-autoscaler/apis
+# with ./apis, the apis module at this commit is not on the proxy (404), and
+# the published apis version CA's go.mod requires (2024-06-27) has no
+# provisioningrequest/autoscaling.x-k8s.io/v1, which CA's core imports. regen
+# writes the wrapper go.mod (CA's replace list) and stops there with that reason.
+CA_VERSION=v0.0.0-20250613073258-1959f5f61f6c
+# Karpenter: the newest release whose `go` line the local Go (>= GO_MIN) accepts.
+KARPENTER_VERSION=v1.14.1
+
+regen_cluster_autoscaler() {
+  local dir=$HERE/cluster-autoscaler gomod apis_version
+  export GONOSUMDB=k8s.io/autoscaler
+  gomod=$(cd "$HERE" && GOFLAGS= mod_field "k8s.io/autoscaler/cluster-autoscaler@$CA_VERSION" GoMod)
+  [[ -f $gomod ]] || die "could not download k8s.io/autoscaler/cluster-autoscaler@$CA_VERSION"
+  # CA replaces its apis module with ./apis (not part of its module zip); a
+  # dependent uses the published apis version CA's own go.mod requires.
+  apis_version=$(awk '$1 == "k8s.io/autoscaler/cluster-autoscaler/apis" && $2 ~ /^v/ { print $2; exit }' "$gomod")
+  [[ -n $apis_version ]] || die "no k8s.io/autoscaler/cluster-autoscaler/apis requirement in $gomod"
+  mkdir -p "$dir"
+  {
+    gen_header "Builds cluster-autoscaler (-tags kwok) from k8s.io/autoscaler/cluster-autoscaler@$CA_VERSION with CA's own replace list."
+    echo "module ebb.local/e2e/k8s/cluster-autoscaler"
+    echo
+    awk '$1 == "go" && NF == 2 { print; exit }' "$gomod"
+    echo
+    awk '/^godebug \(/ { inblock = 1; print; next }
+         inblock { print; if ($0 ~ /^\)/) inblock = 0; next }
+         /^godebug / { print }' "$gomod"
+    echo
+    echo "require k8s.io/autoscaler/cluster-autoscaler $CA_VERSION"
+    echo
+    echo "tool k8s.io/autoscaler/cluster-autoscaler"
+    echo
+    echo "replace ("
+    # every replace of CA's go.mod, single-line or in a block; a local path
+    # (./apis) becomes the published version CA requires
+    awk -v apis="$apis_version" '
+      /^replace \(/ { inblock = 1; next }
+      inblock && /^\)/ { inblock = 0; next }
+      inblock || /^replace / {
+        line = $0; sub(/^replace[ \t]+/, "", line); sub(/^[ \t]+/, "", line)
+        n = split(line, f, /[ \t]+/)
+        if (f[2] != "=>") next
+        if (f[3] ~ /^\.\.?\//) printf "\t%s => %s %s\n", f[1], f[1], apis
+        else printf "\t%s => %s %s\n", f[1], f[3], f[4]
+      }' "$gomod"
+    echo ")"
+  } >"$dir/go.mod"
+  grep -q 'k8s.io/autoscaler/cluster-autoscaler/apis => ' "$dir/go.mod" || die "CA's replace list not found in $gomod"
+  rm -f "$dir/go.sum"
+  # Not `go mod tidy`: it resolves every build tag (all cloud providers), and
+  # some of the Azure SDK versions CA pins are unknown to the checksum
+  # database. Only what the kwok-tagged build imports is resolved and summed.
+  (cd "$dir" && GOFLAGS=-mod=mod go list -tags kwok -deps k8s.io/autoscaler/cluster-autoscaler >/dev/null) ||
+    die "cluster-autoscaler@$CA_VERSION cannot be resolved: CA imports packages of its apis module at its own commit (./apis upstream), which the proxy does not serve; the apis version its go.mod requires ($apis_version) lacks them (see the go error above)"
+  log "regenerated $dir/go.mod ($(grep -c ' => ' "$dir/go.mod") replaces from CA's go.mod)"
+}
+
+regen_karpenter() {
+  local dir=$HERE/karpenter gomod
+  gomod=$(cd "$HERE" && GOFLAGS= mod_field "sigs.k8s.io/karpenter@$KARPENTER_VERSION" GoMod)
+  [[ -f $gomod ]] || die "could not download sigs.k8s.io/karpenter@$KARPENTER_VERSION"
+  ! grep -q '=>' "$gomod" || die "sigs.k8s.io/karpenter@$KARPENTER_VERSION now has replaces; copy them as for cluster-autoscaler"
+  mkdir -p "$dir"
+  {
+    gen_header "Builds Karpenter's KWOK provider from sigs.k8s.io/karpenter@$KARPENTER_VERSION (package kwok)."
+    echo "module ebb.local/e2e/k8s/karpenter"
+    echo
+    awk '$1 == "go" && NF == 2 { print; exit }' "$gomod"
+    echo
+    echo "require sigs.k8s.io/karpenter $KARPENTER_VERSION"
+    echo
+    echo "tool sigs.k8s.io/karpenter/kwok"
+  } >"$dir/go.mod"
+  rm -f "$dir/go.sum"
+  (cd "$dir" && GOFLAGS= go mod tidy)
+  log "regenerated $dir/go.mod"
+}
+
+build_cluster_autoscaler() {
+  GOFLAGS="$GOFLAGS -tags=kwok" go_build "$HERE/cluster-autoscaler" "$CA_VERSION+kwok" "-s -w" \
+    "cluster-autoscaler=k8s.io/autoscaler/cluster-autoscaler"
+}
+
+build_karpenter() {
+  go_build "$HERE/karpenter" "$KARPENTER_VERSION" "-s -w" "karpenter-kwok=sigs.k8s.io/karpenter/kwok"
+  # Karpenter's CRDs (NodePool, NodeClaim, KWOKNodeClass), read from its module
+  local src
+  src=$(cd "$HERE/karpenter" && mod_field "sigs.k8s.io/karpenter@$KARPENTER_VERSION" Dir)
+  rm -rf "$OUT/karpenter-crds"
+  mkdir -p "$OUT/karpenter-crds"
+  [[ -d $src/kwok/charts/crds && -d $src/kwok/apis/crds ]] || die "Karpenter's KWOK CRDs not found in $src"
+  find "$src/kwok/charts/crds" "$src/kwok/apis/crds" -maxdepth 1 -name '*.yaml' -exec cp {} "$OUT/karpenter-crds/" \;
+  chmod -R u+w "$OUT/karpenter-crds"
+}
+
+# build_peers [NAME...]: cluster-autoscaler and karpenter (both by default);
+# one that fails to build is reported and the other still built.
+build_peers() {
+  local n failed=()
+  (($#)) || set -- cluster-autoscaler karpenter
+  for n in "$@"; do
+    case $n in cluster-autoscaler | karpenter) ;; *) die "unknown peer '$n' (cluster-autoscaler, karpenter)" ;; esac
+    ("build_${n//-/_}") || failed+=("$n")
+  done
+  ((${#failed[@]} == 0)) || die "could not build: ${failed[*]}"
+}
+
 names_or_all() {
   if (($#)); then
     local n
     for n in "$@"; do
-      case $n in kubernetes | etcd | kwok) ;; *) die "unknown name '$n' (kubernetes, etcd, kwok)" ;; esac
+      case $n in kubernetes | etcd | kwok | cluster-autoscaler | karpenter) ;; *) die "unknown name '$n' (kubernetes, etcd, kwok, cluster-autoscaler, karpenter)" ;; esac
     done
     echo "$@"
   else
@@ -248,7 +366,7 @@ main() {
     shift
     check_go
     local n
-    for n in $(names_or_all "$@"); do "regen_$n"; done
+    for n in $(names_or_all "$@"); do "regen_${n//-/_}"; done
     ;;
   build | kubernetes | etcd | kwok)
     if [[ $cmd == build ]] && (($#)); then shift; fi
@@ -257,6 +375,13 @@ main() {
     local n start=$SECONDS
     for n in $(names_or_all "$@"); do "build_$n"; done
     log "==> done in $((SECONDS - start))s; binaries in:"
+    echo "$BIN_DIR"
+    ;;
+  peers)
+    shift
+    check_go
+    mkdir -p "$BIN_DIR"
+    build_peers "$@"
     echo "$BIN_DIR"
     ;;
   *) die "unknown command '$cmd' (try --help)" ;;
