@@ -59,6 +59,8 @@ pub struct TestEnv {
     pub client: kube::Client,
     /// A kubeconfig file for child processes and kubectl.
     pub kubeconfig: PathBuf,
+    /// On a real cluster, the chart's identities once applied (by the first spawn of a binary).
+    rbac: std::sync::Mutex<Option<crate::rbac::ChartRbac>>,
     _dir: tempfile::TempDir,
 }
 
@@ -78,7 +80,11 @@ impl TestEnv {
     /// Starts `backend`: a simulator with `cfg`, or a real control plane with `real_nodes` kwok
     /// nodes (`kwok-node-0..`). With `EBB_E2E_KUBECONFIG` set, `Real` connects to that cluster
     /// instead of starting one.
-    pub async fn start_on(backend: Backend, cfg: SimConfig, real_nodes: usize) -> anyhow::Result<Self> {
+    pub async fn start_on(
+        backend: Backend,
+        cfg: SimConfig,
+        real_nodes: usize,
+    ) -> anyhow::Result<Self> {
         match backend {
             Backend::Real => {
                 if let Ok(path) = std::env::var(REAL_CLUSTER_ENV) {
@@ -100,6 +106,7 @@ impl TestEnv {
             real: None,
             client,
             kubeconfig: PathBuf::from(path),
+            rbac: Default::default(),
             _dir: dir,
         })
     }
@@ -115,6 +122,7 @@ impl TestEnv {
             real: None,
             client,
             kubeconfig,
+            rbac: Default::default(),
             _dir: dir,
         })
     }
@@ -159,6 +167,7 @@ impl TestEnv {
             real: Some(real),
             client,
             kubeconfig,
+            rbac: Default::default(),
             _dir: dir,
         })
     }
@@ -191,7 +200,11 @@ impl TestEnv {
     }
 
     /// Like [`Self::spawn_binary`], acting as `user` on a simulator (its writes show that user
-    /// in the audit log); on a real cluster the given kubeconfig is used as it is.
+    /// in the audit log). On a real cluster `ebb-controller` and `ebb-node-agent` run with the
+    /// chart's ServiceAccounts, whatever `user` says: a TokenRequest token of `ebb-controller` or
+    /// `ebb-node-agent` (bound to the agent's `--node-name` Node) under the chart's roles, which
+    /// are applied on the first spawn (see [`crate::rbac`]); other binaries get the admin's
+    /// kubeconfig. [`Self::audit_user`] gives the name the audit log records.
     pub fn spawn_binary_as(
         &self,
         user: &str,
@@ -205,7 +218,7 @@ impl TestEnv {
                 sim.write_kubeconfig(&file, &[user])?;
                 file
             }
-            None => self.kubeconfig.clone(),
+            None => self.chart_kubeconfig(name, args)?,
         };
         let child = tokio::process::Command::new(&path)
             .args(args)
@@ -219,6 +232,51 @@ impl TestEnv {
             name: name.to_string(),
             child,
         })
+    }
+}
+
+impl TestEnv {
+    /// The user name the audit log records for a binary spawned as `user`: `user` on a
+    /// simulator; on a real cluster the chart's ServiceAccount of `ebb-controller` and
+    /// `ebb-node-agent` (`system:serviceaccount:ebb-system:<account>`), else the admin
+    /// (`kubernetes-admin`).
+    pub fn audit_user(&self, user: &str) -> String {
+        if self.sim.is_some() {
+            return user.to_string();
+        }
+        match crate::rbac::account_of(user) {
+            Some(account) => crate::rbac::username(account),
+            None => "kubernetes-admin".to_string(),
+        }
+    }
+
+    /// On a real cluster, the kubeconfig binary `name` runs with (see [`Self::spawn_binary_as`]).
+    fn chart_kubeconfig(&self, name: &str, args: &[&str]) -> anyhow::Result<PathBuf> {
+        let Some(account) = crate::rbac::account_of(name) else {
+            return Ok(self.kubeconfig.clone());
+        };
+        let node = if account == "ebb-node-agent" {
+            Some(crate::rbac::node_name_in(args).context(
+                "on a real cluster the node agent's token is bound to its Node: pass --node-name",
+            )?)
+        } else {
+            None
+        };
+        let mut rbac = self.rbac.lock().unwrap_or_else(|e| e.into_inner());
+        let installed = match rbac.take() {
+            Some(r) => r,
+            None => {
+                let kubectl = match &self.real {
+                    Some(real) => real.kubectl()?,
+                    None => PathBuf::from("kubectl"),
+                };
+                crate::rbac::ChartRbac::install(&kubectl, &self.kubeconfig, self._dir.path())
+                    .context("cannot give the binaries the chart's identities")?
+            }
+        };
+        let file = installed.kubeconfig_for(account, node.as_deref());
+        *rbac = Some(installed);
+        file
     }
 }
 

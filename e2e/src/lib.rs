@@ -3,5 +3,6 @@
 
 pub mod audit;
 pub mod harness;
+pub mod rbac;
 
 pub use ebb_sim::{Api, AuditRecord, Ctx, PdbViolation, Sim, SimConfig, api, scenario, sim};
