@@ -47,6 +47,25 @@ pub enum EvictionResult {
     error,
 }
 
+/// How a drain ended.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum DrainResult {
+    /// Every pod left and the node was deleted or marked drained.
+    removed,
+    /// The drain was abandoned and the node untainted.
+    gave_up,
+}
+
+impl From<&crate::actuation::drain::Outcome> for DrainResult {
+    fn from(o: &crate::actuation::drain::Outcome) -> Self {
+        match o {
+            crate::actuation::drain::Outcome::Removed => DrainResult::removed,
+            crate::actuation::drain::Outcome::GaveUp(_) => DrainResult::gave_up,
+        }
+    }
+}
+
 /// How a gated pod was released.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -78,6 +97,12 @@ pub struct ScaleDownLabels {
 pub struct EvictionLabels {
     pub policy: String,
     pub result: EvictionResult,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DrainLabels {
+    pub policy: String,
+    pub outcome: DrainResult,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -115,6 +140,7 @@ pub struct Metrics {
     pub drains_in_progress: Family<PolicyLabels, Gauge>,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
     pub function_duration: Family<FunctionLabels, HistogramWithExemplars<TraceExemplar>>,
+    pub drain_duration: Family<DrainLabels, HistogramWithExemplars<TraceExemplar>>,
     pub placements: Family<PlacementLabels, Counter>,
     pub placement_escalations: Family<PlacementHistoryLabels, Counter>,
     pub placement_hits: Family<PlacementHistoryLabels, Counter>,
@@ -175,6 +201,15 @@ impl Metrics {
             "Duration of controller functions",
             function_duration.clone(),
         );
+        let drain_duration =
+            Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
+                || HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),
+            );
+        registry.register(
+            "drain_duration_seconds",
+            "Duration of node drains from the to-be-deleted taint to the node's removal or rollback, by outcome",
+            drain_duration.clone(),
+        );
         let placements = Family::<PlacementLabels, Counter>::default();
         registry.register(
             "placements",
@@ -210,6 +245,7 @@ impl Metrics {
             drains_in_progress,
             throttled,
             function_duration,
+            drain_duration,
             placements,
             placement_escalations,
             placement_hits,
@@ -223,6 +259,19 @@ impl Metrics {
             crate::telemetry::current_trace_id().map(|trace_id| TraceExemplar { trace_id });
         self.function_duration
             .get_or_create(&FunctionLabels { function })
+            .observe(took.as_secs_f64(), exemplar, None);
+    }
+
+    /// Record a drain's duration, with the drain's trace id as exemplar when exporting (call it
+    /// inside the drain span).
+    pub fn observe_drain(&self, policy: &str, outcome: DrainResult, took: Duration) {
+        let exemplar =
+            crate::telemetry::current_trace_id().map(|trace_id| TraceExemplar { trace_id });
+        self.drain_duration
+            .get_or_create(&DrainLabels {
+                policy: policy.to_string(),
+                outcome,
+            })
             .observe(took.as_secs_f64(), exemplar, None);
     }
 

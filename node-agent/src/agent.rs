@@ -325,15 +325,45 @@ pub async fn run_with(
     };
     let recovery_store = store.clone();
     let recovery_live = live.clone();
-    let span = tracing::info_span!("recover", node = %args.node_name, live_pods = live.len());
+    // One trace per recovery: the `recover` span carries what each subsystem found.
+    let span = tracing::info_span!(
+        "recover",
+        node = %args.node_name,
+        live_pods = live.len(),
+        duration_ms = tracing::field::Empty,
+        containers = tracing::field::Empty,
+        containers_lost = tracing::field::Empty,
+        completed_while_down = tracing::field::Empty,
+        killed_before_launch = tracing::field::Empty,
+        localized_resources = tracing::field::Empty,
+        discarded_fetches = tracing::field::Empty,
+        files_deleted = tracing::field::Empty,
+        finished_applications = tracing::field::Empty,
+        expired_tokens = tracing::field::Empty,
+        deletions_resumed = tracing::field::Empty,
+    );
+    let recovery_span = span.clone();
     let (mut core, recovered) = tokio::task::spawn_blocking(move || {
-        span.in_scope(|| AgentCore::recover(cfg, recovery_store.as_ref(), recovery_live, now))
+        recovery_span
+            .in_scope(|| AgentCore::recover(cfg, recovery_store.as_ref(), recovery_live, now))
     })
     .await
     .context("recovery task")?
     .context("recovery failed; the store is left as it was")?;
     let s = &recovered.summary;
+    span.record("duration_ms", recovered.duration_ms);
+    span.record("containers", s.containers as u64);
+    span.record("containers_lost", s.lost as u64);
+    span.record("completed_while_down", s.completed_while_down as u64);
+    span.record("killed_before_launch", s.killed_before_launch as u64);
+    span.record("localized_resources", s.localized as u64);
+    span.record("discarded_fetches", s.discarded_fetches as u64);
+    span.record("files_deleted", recovered.files_deleted as u64);
+    span.record("finished_applications", s.finished_applications as u64);
+    span.record("expired_tokens", s.expired_tokens as u64);
+    span.record("deletions_resumed", s.deletions_resumed as u64);
     tracing::info!(
+        parent: &span,
         duration_ms = recovered.duration_ms,
         containers = s.containers,
         lost = s.lost,
@@ -348,8 +378,9 @@ pub async fn run_with(
         "recovery finished"
     );
     for w in &recovered.warnings {
-        tracing::warn!("{w}");
+        tracing::warn!(parent: &span, "{w}");
     }
+    drop(span);
     let recovery = recovery_status(opened.result, &recovered, jiff::Timestamp::now());
     metrics
         .recovery_seconds

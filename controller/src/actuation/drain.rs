@@ -90,6 +90,16 @@ pub enum Outcome {
     GaveUp(GiveUpReason),
 }
 
+impl Outcome {
+    /// `removed` or `gave_up`, as on the drain span and the drain-duration histogram.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Removed => "removed",
+            Outcome::GaveUp(_) => "gave_up",
+        }
+    }
+}
+
 /// What happened, as reported by the runner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DrainEvent {

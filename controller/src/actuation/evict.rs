@@ -92,6 +92,17 @@ pub async fn evict_once(client: &kube::Client, pod: &PodRef, grace_cap: Duration
     }
 }
 
+/// What the Eviction API answered, as span events and attributes name it: `accepted`,
+/// `refused` (a PodDisruptionBudget said 429), `gone` (404) or `error`.
+pub fn pdb_answer(call: &EvictionCall) -> &'static str {
+    match call {
+        EvictionCall::Accepted => "accepted",
+        EvictionCall::Blocked => "refused",
+        EvictionCall::Gone => "gone",
+        EvictionCall::Failed(_) => "error",
+    }
+}
+
 /// Evict `pod`, retrying 429s and errors every `retry_interval` until `max_time`. True when the
 /// pod is on its way out; false when it gave up or was cancelled.
 pub async fn evict_with_retry(
@@ -104,8 +115,10 @@ pub async fn evict_with_retry(
     observer: &dyn EvictionObserver,
 ) -> bool {
     let started = tokio::time::Instant::now();
+    let mut attempts: u32 = 0;
     loop {
         let call = evict_once(&client, pod, settings.grace_cap).await;
+        attempts += 1;
         let result = match &call {
             EvictionCall::Accepted => EvictionResult::evicted,
             EvictionCall::Gone => EvictionResult::gone,
@@ -115,6 +128,12 @@ pub async fn evict_with_retry(
                 EvictionResult::error
             }
         };
+        // One span event per call: the pod and what the API server (its PDB check) answered.
+        let answer = pdb_answer(&call);
+        tracing::info!(pod = %pod.key(), pdb = answer, "eviction");
+        let span = tracing::Span::current();
+        span.record("pdb", answer);
+        span.record("attempts", u64::from(attempts));
         metrics
             .evictions
             .get_or_create(&EvictionLabels {
@@ -156,7 +175,12 @@ pub async fn evict_all(
     let mut failed: Vec<String> = futures::stream::iter(pods)
         .map(|pod| {
             let client = client.clone();
-            let span = tracing::info_span!("evict", pod = %pod.key());
+            let span = tracing::info_span!(
+                "evict",
+                pod = %pod.key(),
+                pdb = tracing::field::Empty,
+                attempts = tracing::field::Empty,
+            );
             async move {
                 let t0 = std::time::Instant::now();
                 let ok =

@@ -19,7 +19,7 @@ use super::nodes::{NodeWriteError, NodeWriter, Written};
 use super::pods::{self, PodRef};
 use super::taints::EbbTaint;
 use super::tracker::{Evicted, Tracker};
-use crate::metrics::{Function, Metrics, ScaleDownKind, ScaleDownLabels};
+use crate::metrics::{DrainResult, Function, Metrics, ScaleDownKind, ScaleDownLabels};
 
 /// The planner's re-check of one node after it was tainted: `Err(reason)` when it is no longer
 /// removable.
@@ -161,7 +161,18 @@ impl Actuator {
         {
             return Ok(None);
         }
-        let span = tracing::info_span!("drain", policy = %order.policy, node = %order.node, mode = ?order.mode);
+        let span = tracing::info_span!(
+            "drain",
+            policy = %order.policy,
+            node = %order.node,
+            mode = ?order.mode,
+            kind = ?order.kind,
+            resumed = order.resume_from.is_some(),
+            pods = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+            reason = tracing::field::Empty,
+            duration_ms = tracing::field::Empty,
+        );
         let this = self.clone();
         let handle = tokio::spawn(async move { this.run(order).await }.instrument(span));
         if let Ok(mut tasks) = self.tasks.lock() {
@@ -200,7 +211,16 @@ impl Actuator {
                 tracing::warn!(reason = reason.as_str(), %reason, "drain abandoned; node untainted");
             }
         }
-        self.metrics.observe(Function::actuate, t0.elapsed());
+        let took = t0.elapsed();
+        let span = tracing::Span::current();
+        span.record("outcome", outcome.as_str());
+        if let Outcome::GaveUp(reason) = &outcome {
+            span.record("reason", reason.as_str());
+        }
+        span.record("duration_ms", took.as_millis() as u64);
+        self.metrics.observe(Function::actuate, took);
+        self.metrics
+            .observe_drain(&order.policy, DrainResult::from(&outcome), took);
         if let Some(tx) = &self.finished {
             let _ = tx.send(order.policy.clone());
         }
@@ -243,6 +263,7 @@ impl Actuator {
 
         // Evicting.
         let on_node = pods::classify(node, snapshot.iter().map(|p| &**p));
+        tracing::Span::current().record("pods", on_node.evict.len() as u64);
         let observer = Observer {
             objects: snapshot
                 .iter()

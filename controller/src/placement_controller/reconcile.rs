@@ -14,6 +14,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::Action as Requeue;
 use kube::{Api, ResourceExt};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::context::{Ctx, Notice};
 use super::facts::{lost_nodes, node_facts, selected};
@@ -251,6 +252,14 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
                     continue;
                 }
             };
+            // One span per decision (a pod that keeps waiting gets one for its first wait).
+            let first_wait =
+                matches!(decision.action, Action::Wait { .. }) && !state.waiting.contains(&uid);
+            let span = if first_wait || !matches!(decision.action, Action::Wait { .. }) {
+                decision_span(pod, role, &decision)
+            } else {
+                tracing::Span::none()
+            };
             if let Action::Wait { node, .. } = &decision.action {
                 any_waiting = true;
                 if state.waiting.insert(uid.clone()) {
@@ -267,7 +276,8 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
                 continue;
             }
             let Some(token) = ctx.keys.mint(&uid, role, now, ctx.settings.token_ttl) else {
-                tracing::info!(pod = %name, "no token key yet; placement waits for it");
+                span.record("released", false);
+                tracing::info!(parent: &span, pod = %name, "no token key yet; placement waits for it");
                 any_waiting = true;
                 continue;
             };
@@ -285,10 +295,12 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
             };
             let api: Api<Pod> =
                 Api::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default());
-            match api
+            let patched = api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-            {
+                .instrument(span.clone())
+                .await;
+            span.record("released", patched.is_ok());
+            match patched {
                 Ok(_) => {
                     state.waiting.remove(&uid);
                     released(&ctx, &ph, pod, &decision, outcome, &mut notices);
@@ -301,7 +313,7 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(pod = %name, error = %e, "could not release the pod's gate; retrying");
+                    tracing::warn!(parent: &span, pod = %name, error = %e, "could not release the pod's gate; retrying");
                     any_waiting = true;
                 }
             }
@@ -393,6 +405,27 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
     ctx.put_state(&key, state);
     ctx.notify(notices).await;
     result.map(|()| Requeue::requeue(requeue))
+}
+
+/// The span of one placement decision: `decision` is `pin`, `wait`, `relax` or `release`
+/// (gate removed without a node), `node` the chosen (or awaited) node, `released` whether the
+/// gate came off.
+fn decision_span(pod: &Pod, role: &str, decision: &Decision) -> tracing::Span {
+    let (kind, node) = match &decision.action {
+        Action::Pin { node } => ("pin", node.as_str()),
+        Action::Wait { node, .. } => ("wait", node.as_str()),
+        Action::Relax(_) => ("relax", ""),
+        Action::Anywhere(_) => ("release", ""),
+    };
+    tracing::info_span!(
+        "placement",
+        pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+        role,
+        decision = kind,
+        node,
+        reason = %decision.reason,
+        released = false,
+    )
 }
 
 /// The figures a status shows besides the history entries.

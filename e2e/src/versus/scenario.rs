@@ -1,0 +1,495 @@
+//! The comparison's scenarios and how their workload is put on a fresh real cluster: kwok nodes
+//! both ebb and Cluster Autoscaler's kwok provider accept, busy nodes first, then lightly used ones.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use crate::harness::wait_for;
+use crate::versus::observe::Budget;
+
+/// The namespace the workload runs in.
+pub const NAMESPACE: &str = "work";
+/// The label (and Cluster Autoscaler kwok node group) of every scenario node.
+pub const GROUP_LABEL: &str = "kwok-nodegroup";
+pub const GROUP: &str = "pool";
+/// Grace period of every workload pod (the cluster's kwok removes a pod 1 s after it ends).
+const GRACE_SECONDS: i64 = 2;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    /// Pods without an owner: no scaler may move them, their node has to stay.
+    BarePods,
+}
+
+/// One workload of a scenario.
+#[derive(Clone, Debug)]
+pub struct Workload {
+    pub kind: Kind,
+    pub name: String,
+    /// Replicas (pods for `BarePods`; ignored for a DaemonSet).
+    pub replicas: usize,
+    pub cpu: &'static str,
+    pub memory: &'static str,
+    /// A PodDisruptionBudget with this `maxUnavailable` (`"10%"`, `"2"`).
+    pub max_unavailable: Option<&'static str>,
+    /// Required pod anti-affinity on the hostname: at most one replica per node.
+    pub anti_affinity: bool,
+}
+
+impl Workload {
+    pub fn new(
+        kind: Kind,
+        name: impl Into<String>,
+        replicas: usize,
+        cpu: &'static str,
+        memory: &'static str,
+    ) -> Self {
+        Self {
+            kind,
+            name: name.into(),
+            replicas,
+            cpu,
+            memory,
+            max_unavailable: None,
+            anti_affinity: false,
+        }
+    }
+    pub fn pdb(mut self, max_unavailable: &'static str) -> Self {
+        self.max_unavailable = Some(max_unavailable);
+        self
+    }
+    pub fn anti_affinity(mut self) -> Self {
+        self.anti_affinity = true;
+        self
+    }
+}
+
+/// A scenario: `nodes` identical kwok nodes; DaemonSets everywhere; the `busy` workloads put on
+/// the first `light_from` nodes (the others cordoned meanwhile), then the `light` ones, which the
+/// scheduler's least-allocated scoring puts on the nodes left nearly empty.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub description: &'static str,
+    pub nodes: usize,
+    pub node_cpu: &'static str,
+    pub node_memory: &'static str,
+    pub light_from: usize,
+    pub daemonsets: Vec<Workload>,
+    pub busy: Vec<Workload>,
+    pub light: Vec<Workload>,
+    /// Longest a scaler may run before the run is cut.
+    pub cap: Duration,
+}
+
+impl Scenario {
+    /// Pods the workload runs (DaemonSet pods counted once per node).
+    pub fn pods(&self) -> usize {
+        self.daemonsets.len() * self.nodes
+            + self
+                .busy
+                .iter()
+                .chain(&self.light)
+                .map(|w| w.replicas)
+                .sum::<usize>()
+    }
+
+    pub fn workloads(&self) -> impl Iterator<Item = &Workload> {
+        self.daemonsets.iter().chain(&self.busy).chain(&self.light)
+    }
+}
+
+/// Scenario 1: 60 nodes, a third lightly used; Deployments with PDBs `maxUnavailable: 10%`, a
+/// StatefulSet and a DaemonSet.
+pub fn mixed_60() -> Scenario {
+    let mut busy: Vec<Workload> = (0..4)
+        .map(|i| {
+            Workload::new(Kind::Deployment, format!("api-{i}"), 50, "500m", "256Mi").pdb("10%")
+        })
+        .collect();
+    busy.push(Workload::new(Kind::StatefulSet, "db", 10, "250m", "512Mi").pdb("10%"));
+    Scenario {
+        name: "mixed-60",
+        description: "60 nodes (4 cpu), 40 busy (~65% cpu) and 20 lightly used (~9%); 4 Deployments x 50 and a StatefulSet of 10 on the busy ones, a Deployment of 20 on the light ones, all with PDB maxUnavailable 10%; a DaemonSet on every node",
+        nodes: 60,
+        node_cpu: "4",
+        node_memory: "16Gi",
+        light_from: 40,
+        daemonsets: vec![Workload::new(
+            Kind::DaemonSet,
+            "node-exporter",
+            0,
+            "100m",
+            "64Mi",
+        )],
+        busy,
+        light: vec![Workload::new(Kind::Deployment, "batch", 20, "250m", "128Mi").pdb("10%")],
+        cap: Duration::from_secs(600),
+    }
+}
+
+/// Scenario 2: the PDB-paced pool: `nodes` nodes, one pod each, PDB `maxUnavailable: 2`.
+pub fn pdb_paced(nodes: usize) -> Scenario {
+    Scenario {
+        name: "pdb-paced",
+        description: "nodes (4 cpu) with one pod (250m) each of one Deployment whose PDB allows 2 unavailable; the pods fit on a few nodes",
+        nodes,
+        node_cpu: "4",
+        node_memory: "16Gi",
+        light_from: nodes,
+        daemonsets: vec![],
+        busy: vec![Workload::new(Kind::Deployment, "paced", nodes, "250m", "128Mi").pdb("2")],
+        light: vec![],
+        cap: Duration::from_secs(600),
+    }
+}
+
+/// Scenario 3: 200 nodes, 3,000 pods of mixed sizes, pods with required anti-affinity, pods that
+/// cannot move.
+pub fn large_200() -> Scenario {
+    let mut busy = Vec::new();
+    for (prefix, count, replicas, cpu, mem) in [
+        ("s", 10, 120, "100m", "128Mi"),
+        ("m", 8, 100, "250m", "256Mi"),
+        ("l", 4, 100, "500m", "512Mi"),
+        ("xl", 3, 50, "1", "1Gi"),
+    ] {
+        for i in 0..count {
+            busy.push(
+                Workload::new(
+                    Kind::Deployment,
+                    format!("{prefix}-{i}"),
+                    replicas,
+                    cpu,
+                    mem,
+                )
+                .pdb("10%"),
+            );
+        }
+    }
+    busy.push(
+        Workload::new(Kind::Deployment, "spread", 40, "250m", "256Mi")
+            .pdb("10%")
+            .anti_affinity(),
+    );
+    let mut light: Vec<Workload> = (0..4)
+        .map(|i| {
+            Workload::new(Kind::Deployment, format!("light-{i}"), 100, "100m", "128Mi").pdb("10%")
+        })
+        .collect();
+    light.push(Workload::new(Kind::BarePods, "pinned", 10, "100m", "128Mi"));
+    Scenario {
+        name: "large-200",
+        description: "200 nodes (8 cpu), 140 busy (~62% cpu) and 60 lightly used; 3,000 pods: 25 Deployments of 100m to 1 cpu, a Deployment of 40 with required anti-affinity, 400 light pods and 10 bare pods that cannot move (on light nodes); PDBs maxUnavailable 10%; a DaemonSet on every node",
+        nodes: 200,
+        node_cpu: "8",
+        node_memory: "32Gi",
+        light_from: 140,
+        daemonsets: vec![Workload::new(
+            Kind::DaemonSet,
+            "node-exporter",
+            0,
+            "100m",
+            "64Mi",
+        )],
+        busy,
+        light,
+        cap: Duration::from_secs(900),
+    }
+}
+
+pub fn node_name(i: usize) -> String {
+    format!("kwok-node-{i}")
+}
+
+fn obj<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
+    serde_json::from_value(v).context("a well-formed object")
+}
+
+/// A kwok node both scalers accept: ebb selects it by [`GROUP_LABEL`]; Cluster Autoscaler's
+/// kwok provider needs the `kwok:` providerID, the `kwok.x-k8s.io/node: fake` annotation and
+/// its node-group name annotation.
+pub fn node_object(name: &str, cpu: &str, memory: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0",
+                "cluster-autoscaler.kwok.nodegroup/name": GROUP},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64", GROUP_LABEL: GROUP}},
+        "spec": {"providerID": format!("kwok:{name}")},
+        "status": {"capacity": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "allocatable": {"cpu": cpu, "memory": memory, "pods": "110"},
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}
+    })
+}
+
+fn pod_spec(w: &Workload) -> Value {
+    let mut spec = json!({
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
+        "containers": [{"name": "app", "image": "app",
+            "resources": {"requests": {"cpu": w.cpu, "memory": w.memory}}}]
+    });
+    if w.anti_affinity {
+        spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": w.name}}}]}});
+    }
+    spec
+}
+
+async fn create_workload(client: &kube::Client, w: &Workload) -> anyhow::Result<()> {
+    let pp = PostParams::default();
+    let labels = json!({"app": w.name});
+    let template = json!({"metadata": {"labels": labels}, "spec": pod_spec(w)});
+    let meta = json!({"name": w.name, "namespace": NAMESPACE});
+    match w.kind {
+        Kind::Deployment => {
+            Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+                .create(
+                    &pp,
+                    &obj(json!({"metadata": meta, "spec": {"replicas": w.replicas,
+                    "selector": {"matchLabels": labels}, "template": template}}))?,
+                )
+                .await?;
+        }
+        Kind::StatefulSet => {
+            Api::<StatefulSet>::namespaced(client.clone(), NAMESPACE)
+                .create(
+                    &pp,
+                    &obj(json!({"metadata": meta, "spec": {"replicas": w.replicas,
+                    "serviceName": w.name, "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": labels}, "template": template}}))?,
+                )
+                .await?;
+        }
+        Kind::DaemonSet => {
+            Api::<DaemonSet>::namespaced(client.clone(), NAMESPACE)
+                .create(
+                    &pp,
+                    &obj(json!({"metadata": meta, "spec": {
+                    "selector": {"matchLabels": labels}, "template": template}}))?,
+                )
+                .await?;
+        }
+        Kind::BarePods => {
+            let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+            for i in 0..w.replicas {
+                api.create(
+                    &pp,
+                    &obj(json!({"metadata": {"name": format!("{}-{i}", w.name),
+                    "namespace": NAMESPACE, "labels": labels}, "spec": pod_spec(w)}))?,
+                )
+                .await?;
+            }
+        }
+    }
+    if let Some(mu) = w.max_unavailable {
+        let max_unavailable: Value = match mu.parse::<i64>() {
+            Ok(n) => json!(n),
+            Err(_) => json!(mu),
+        };
+        Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE)
+            .create(
+                &pp,
+                &obj(
+                    json!({"metadata": meta, "spec": {"maxUnavailable": max_unavailable,
+                "selector": {"matchLabels": labels}}}),
+                )?,
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Pods of the workload namespace that are Running and Ready.
+pub async fn running_pods(client: &kube::Client) -> anyhow::Result<usize> {
+    let pods = Api::<Pod>::namespaced(client.clone(), NAMESPACE)
+        .list(&ListParams::default())
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.status.as_ref().is_some_and(|s| {
+                    s.phase.as_deref() == Some("Running")
+                        && s.conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Ready" && c.status == "True")
+                })
+        })
+        .count())
+}
+
+async fn wait_running(client: &kube::Client, want: usize, timeout: Duration) -> anyhow::Result<()> {
+    let what = format!("{want} workload pods Running and Ready");
+    wait_for(&what, timeout, || async {
+        tokio::time::sleep(Duration::from_millis(950)).await;
+        running_pods(client)
+            .await
+            .ok()
+            .filter(|n| *n >= want)
+            .map(|_| ())
+    })
+    .await
+}
+
+async fn set_unschedulable(
+    client: &kube::Client,
+    names: &[String],
+    on: bool,
+) -> anyhow::Result<()> {
+    let api = Api::<Node>::all(client.clone());
+    for n in names {
+        api.patch(
+            n,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": on}})),
+        )
+        .await
+        .with_context(|| format!("cannot (un)cordon {n}"))?;
+    }
+    Ok(())
+}
+
+/// Ready nodes among `names`.
+async fn ready_nodes(client: &kube::Client) -> anyhow::Result<usize> {
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(nodes
+        .items
+        .iter()
+        .filter(|n| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count())
+}
+
+/// Creates the scenario's nodes and workload on an empty cluster and waits until every pod runs
+/// and every PodDisruptionBudget has its status; returns the budgets as the observer judges them.
+pub async fn build(client: &kube::Client, s: &Scenario) -> anyhow::Result<Vec<Budget>> {
+    let names: Vec<String> = (0..s.nodes).map(node_name).collect();
+    let nodes = Api::<Node>::all(client.clone());
+    for n in &names {
+        nodes
+            .create(
+                &PostParams::default(),
+                &obj(node_object(n, s.node_cpu, s.node_memory))?,
+            )
+            .await
+            .with_context(|| format!("cannot create node {n}"))?;
+    }
+    wait_for(
+        &format!("{} kwok nodes Ready", s.nodes),
+        Duration::from_secs(180),
+        || async {
+            tokio::time::sleep(Duration::from_millis(450)).await;
+            ready_nodes(client)
+                .await
+                .ok()
+                .filter(|n| *n >= s.nodes)
+                .map(|_| ())
+        },
+    )
+    .await?;
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &obj(json!({"metadata": {"name": NAMESPACE}}))?,
+        )
+        .await?;
+    let light_nodes = &names[s.light_from.min(names.len())..];
+    set_unschedulable(client, light_nodes, true).await?;
+    for w in s.daemonsets.iter().chain(&s.busy) {
+        create_workload(client, w).await?;
+    }
+    let busy_pods = s.daemonsets.len() * s.nodes + s.busy.iter().map(|w| w.replicas).sum::<usize>();
+    wait_running(client, busy_pods, Duration::from_secs(900)).await?;
+    set_unschedulable(client, light_nodes, false).await?;
+    for w in &s.light {
+        create_workload(client, w).await?;
+    }
+    wait_running(client, s.pods(), Duration::from_secs(600)).await?;
+    // Every budget's status from the disruption controller, counting all of its pods.
+    let mut budgets = Vec::new();
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), NAMESPACE);
+    for w in s.workloads().filter(|w| w.max_unavailable.is_some()) {
+        let want = i32::try_from(w.replicas).unwrap_or(i32::MAX);
+        let desired = wait_for(
+            &format!("PDB {} status", w.name),
+            Duration::from_secs(120),
+            || async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let st = pdbs.get(&w.name).await.ok()?.status?;
+                (st.expected_pods == want && st.current_healthy == want)
+                    .then_some(st.desired_healthy)
+            },
+        )
+        .await?;
+        budgets.push(Budget {
+            namespace: NAMESPACE.into(),
+            name: w.name.clone(),
+            match_labels: [("app".to_string(), w.name.clone())].into(),
+            desired_healthy: desired,
+        });
+    }
+    Ok(budgets)
+}
+
+/// Pods the workload should run now but does not (after the run): replicas of each Deployment
+/// and StatefulSet not Ready, DaemonSet pods missing on the remaining nodes, bare pods gone.
+pub async fn missing_pods(client: &kube::Client, s: &Scenario) -> anyhow::Result<usize> {
+    let mut missing = 0usize;
+    for w in s.workloads() {
+        missing += match w.kind {
+            Kind::Deployment => {
+                let d = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
+                    .get(&w.name)
+                    .await?;
+                let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                w.replicas
+                    .saturating_sub(usize::try_from(ready).unwrap_or(0))
+            }
+            Kind::StatefulSet => {
+                let d = Api::<StatefulSet>::namespaced(client.clone(), NAMESPACE)
+                    .get(&w.name)
+                    .await?;
+                let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                w.replicas
+                    .saturating_sub(usize::try_from(ready).unwrap_or(0))
+            }
+            Kind::DaemonSet => {
+                let d = Api::<DaemonSet>::namespaced(client.clone(), NAMESPACE)
+                    .get(&w.name)
+                    .await?;
+                let st = d.status.unwrap_or_default();
+                usize::try_from((st.desired_number_scheduled - st.number_ready).max(0)).unwrap_or(0)
+            }
+            Kind::BarePods => {
+                let api = Api::<Pod>::namespaced(client.clone(), NAMESPACE);
+                let mut gone = 0;
+                for i in 0..w.replicas {
+                    if api.get_opt(&format!("{}-{i}", w.name)).await?.is_none() {
+                        gone += 1;
+                    }
+                }
+                gone
+            }
+        };
+    }
+    Ok(missing)
+}
