@@ -4,7 +4,6 @@
 pub mod audit;
 pub mod harness;
 pub mod versus;
-pub mod versus;
 pub mod rbac;
 
 pub use ebb_sim::{Api, AuditRecord, Ctx, PdbViolation, Sim, SimConfig, api, scenario, sim};
