@@ -19,6 +19,9 @@
 #   build.sh peers [NAME...]     build the peers ebb is compared with (not part
 #                                of the default build; NAME: cluster-autoscaler,
 #                                karpenter); regen takes the same names
+#   build.sh otelcol [regen]     build the OpenTelemetry Collector the trace
+#                                tests export to (not part of the default
+#                                build; see otelcol/builder-config.yaml)
 #   build.sh --print-bin-dir     print the bin dir, build nothing
 #
 # Output: ${EBB_K8S_CACHE:-$HOME/.cache/ebb-k8s}/<k8s version>/bin, plus the
@@ -339,6 +342,63 @@ build_peers() {
   ((${#failed[@]} == 0)) || die "could not build: ${failed[*]}"
 }
 
+# --- otelcol: the OpenTelemetry Collector of the trace tests (built on request) ---
+# The Collector builder (go.opentelemetry.io/collector/cmd/builder) at
+# OTELCOL_VERSION generates the collector's main package from
+# otelcol/builder-config.yaml into the cache; it is compiled against the
+# committed otelcol/go.mod and go.sum. regen writes those two with the builder
+# and `go mod tidy -e`: a test-only dependency of the contrib file exporter
+# (otlpencodingextension) is not served by the module proxy here, and the
+# collector does not need it.
+OTELCOL_VERSION=v0.165.0
+
+otelcol_generate() { # OUT_DIR [builder flags...]
+  local src=$1 builder_bin=$OUT/otelcol-builder-$OTELCOL_VERSION
+  shift
+  if [[ ! -x $builder_bin/builder ]]; then
+    log "==> installing the Collector builder $OTELCOL_VERSION ..."
+    GOBIN=$builder_bin GOFLAGS= go install "go.opentelemetry.io/collector/cmd/builder@$OTELCOL_VERSION" ||
+      die "cannot install go.opentelemetry.io/collector/cmd/builder@$OTELCOL_VERSION"
+  fi
+  rm -rf "$src"
+  mkdir -p "$src"
+  sed "/^dist:/a\  output_path: $src" "$HERE/otelcol/builder-config.yaml" >"$src.yaml"
+  (cd "$(dirname "$src")" && GOFLAGS= "$builder_bin/builder" --config "$src.yaml" --skip-compilation "$@" >"$src.log" 2>&1)
+}
+
+regen_otelcol() {
+  local src=$OUT/otelcol-regen
+  # get-modules ends in a `go mod tidy` that fails on the unserved test dependency;
+  # go.mod is written before it.
+  otelcol_generate "$src" || true
+  [[ -f $src/go.mod ]] || die "the Collector builder wrote no go.mod (see $src.log)"
+  (cd "$src" && GOFLAGS= go mod tidy -e >/dev/null 2>&1) || die "go mod tidy failed in $src"
+  {
+    gen_header "Written by the Collector builder $OTELCOL_VERSION from builder-config.yaml, then go mod tidy -e."
+    grep -v '^// Code generated' "$src/go.mod"
+  } >"$HERE/otelcol/go.mod"
+  cp "$src/go.sum" "$HERE/otelcol/go.sum"
+  rm -rf "$src" "$src.yaml" "$src.log"
+  log "regenerated $HERE/otelcol/go.mod"
+}
+
+build_otelcol() {
+  local dir=$HERE/otelcol st src=$OUT/otelcol-src start=$SECONDS
+  st="otelcol-ebb $OTELCOL_VERSION $(go env GOVERSION) $(cat "$dir/builder-config.yaml" "$dir/go.mod" "$dir/go.sum" | sha256sum | cut -c1-16)"
+  if up_to_date otelcol-ebb "$st"; then
+    log "==> otelcol-ebb $OTELCOL_VERSION: up to date"
+    return
+  fi
+  [[ -f $dir/go.sum ]] || die "$dir/go.sum is missing; run: $0 otelcol regen"
+  log "==> building otelcol-ebb $OTELCOL_VERSION (OTLP receiver, file and debug exporters) ..."
+  otelcol_generate "$src" --skip-get-modules || die "the Collector builder failed (see $src.log)"
+  cp "$dir/go.mod" "$dir/go.sum" "$src/"
+  (cd "$src" && go build -trimpath -buildvcs=false -ldflags="-s -w" -o "$BIN_DIR/otelcol-ebb" .) ||
+    die "go build of the collector failed in $src"
+  echo "$st" >"$BIN_DIR/.otelcol-ebb.stamp"
+  log "    built otelcol-ebb in $((SECONDS - start))s"
+}
+
 names_or_all() {
   if (($#)); then
     local n
@@ -375,6 +435,12 @@ main() {
     local n start=$SECONDS
     for n in $(names_or_all "$@"); do "build_$n"; done
     log "==> done in $((SECONDS - start))s; binaries in:"
+    echo "$BIN_DIR"
+    ;;
+  otelcol)
+    check_go
+    mkdir -p "$BIN_DIR"
+    if [[ ${2:-} == regen ]]; then regen_otelcol; else build_otelcol; fi
     echo "$BIN_DIR"
     ;;
   peers)
