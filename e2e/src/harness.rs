@@ -223,6 +223,7 @@ impl TestEnv {
         let child = tokio::process::Command::new(&path)
             .args(args)
             .env("KUBECONFIG", &kubeconfig)
+            .envs(child_env())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
@@ -346,6 +347,21 @@ impl ChildProcess {
         }
         log
     }
+}
+
+/// Environment every binary started by [`TestEnv::spawn_binary_as`] gets on top of the test's
+/// own (for example `OTEL_EXPORTER_OTLP_ENDPOINT`); process-wide, set with [`set_child_env`].
+static CHILD_ENV: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Give every binary spawned from now on `key=value` (replacing an earlier value of `key`).
+pub fn set_child_env(key: &str, value: &str) {
+    let mut env = CHILD_ENV.lock().unwrap_or_else(|e| e.into_inner());
+    env.retain(|(k, _)| k != key);
+    env.push((key.to_string(), value.to_string()));
+}
+
+fn child_env() -> Vec<(String, String)> {
+    CHILD_ENV.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
 /// Finds a binary of this workspace next to the running test executable
@@ -475,6 +491,19 @@ impl RealCluster {
             })
             .map(|v| PathBuf::from(v.trim_matches(|c| c == '"' || c == '\'')))
             .context("the control plane's env file names no kubectl")
+    }
+
+    /// Kills kube-apiserver (SIGKILL), waits `down`, starts it again with the same flags and
+    /// returns once it is ready (`cluster.sh restart-apiserver`).
+    pub async fn restart_apiserver(&self, down: Duration) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        let secs = down.as_secs().to_string();
+        run_script(
+            &k8s_script("cluster.sh"),
+            &["restart-apiserver", &path, "--down-secs", &secs],
+        )
+        .await?;
+        Ok(())
     }
 }
 
