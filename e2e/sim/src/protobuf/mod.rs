@@ -1,6 +1,15 @@
-//! Decoding of Kubernetes protobuf request bodies for the few kinds clients send that way
-//! (client-go's typed clients, e.g. Helm's release Secrets): Secret, ConfigMap, DeleteOptions.
+//! Kubernetes protobuf request bodies (the `k8s\0` envelope that kubectl and client-go's typed
+//! clients send) decoded with the k8s-pb message types into the JSON objects the simulator stores.
 
+mod types;
+
+use std::collections::BTreeMap;
+
+use k8s_pb::apimachinery::pkg::api::resource::Quantity;
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+use k8s_pb::apimachinery::pkg::runtime::{RawExtension, Unknown};
+use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
+use prost::Message;
 use serde_json::{Map, Value, json};
 
 /// The 4-byte prefix of Kubernetes protobuf bodies.
@@ -11,91 +20,237 @@ const MAGIC: &[u8] = b"k8s\0";
 #[error("cannot decode the protobuf body: {0}")]
 pub struct ProtoError(pub String);
 
-fn err(s: &str) -> ProtoError {
-    ProtoError(s.to_string())
+type R<T> = Result<T, ProtoError>;
+
+/// A k8s-pb message turned into its Kubernetes JSON form.
+trait Conv {
+    fn conv(self) -> R<Value>;
 }
 
-/// One field: number and either a varint or a length-delimited payload.
-enum Field<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
+fn decode_as<T: Message + Default + Conv>(raw: &[u8]) -> R<Value> {
+    T::decode(raw)
+        .map_err(|e| ProtoError(e.to_string()))?
+        .conv()
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Self { buf, pos: 0 }
+/// Decodes a protobuf body (`k8s\0` envelope around a `runtime.Unknown`) of any kind of the
+/// groups the simulator serves, plus `DeleteOptions`, into its JSON form.
+pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
+    let rest = body
+        .strip_prefix(MAGIC)
+        .ok_or_else(|| ProtoError("missing the k8s protobuf prefix".into()))?;
+    let u = Unknown::decode(rest).map_err(|e| ProtoError(e.to_string()))?;
+    let tm = u.type_meta.unwrap_or_default();
+    let api_version = tm.api_version.unwrap_or_default();
+    let kind = tm.kind.unwrap_or_default();
+    let raw = u.raw.unwrap_or_default();
+    let decoded = match kind.as_str() {
+        // client-go sends the options of a delete in the group of the resource deleted.
+        "DeleteOptions" => decode_as::<meta::DeleteOptions>(&raw),
+        _ => types::decode_kind(&api_version, &kind, &raw).unwrap_or_else(|| {
+            Err(ProtoError(format!(
+                "protobuf bodies of kind {kind:?} ({api_version}) are not supported; send JSON"
+            )))
+        }),
+    }?;
+    let mut obj = json!({"apiVersion": api_version, "kind": kind});
+    if let (Some(o), Value::Object(fields)) = (obj.as_object_mut(), decoded) {
+        o.extend(fields);
     }
+    Ok(obj)
+}
 
-    fn varint(&mut self) -> Result<u64, ProtoError> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = *self
-                .buf
-                .get(self.pos)
-                .ok_or_else(|| err("truncated varint"))?;
-            self.pos += 1;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(err("varint too long"))
+// ---- field helpers used by the generated conversions (types.rs) ----
+
+fn put(m: &mut Map<String, Value>, k: &str, v: Value) {
+    if !v.is_null() {
+        m.insert(k.to_string(), v);
     }
+}
 
-    fn next(&mut self) -> Result<Option<(u64, Field<'a>)>, ProtoError> {
-        if self.pos >= self.buf.len() {
-            return Ok(None);
+/// A string; an empty one is left out (Go encodes its unset strings as empty ones).
+fn s(m: &mut Map<String, Value>, k: &str, v: Option<String>) -> R<()> {
+    if let Some(v) = v.filter(|v| !v.is_empty()) {
+        put(m, k, Value::String(v));
+    }
+    Ok(())
+}
+
+fn ss(m: &mut Map<String, Value>, k: &str, v: Vec<String>) -> R<()> {
+    if !v.is_empty() {
+        put(m, k, json!(v));
+    }
+    Ok(())
+}
+
+fn n<T: Into<Value>>(m: &mut Map<String, Value>, k: &str, v: Option<T>) -> R<()> {
+    if let Some(v) = v {
+        put(m, k, v.into());
+    }
+    Ok(())
+}
+
+fn ns<T: Into<Value>>(m: &mut Map<String, Value>, k: &str, v: Vec<T>) -> R<()> {
+    if !v.is_empty() {
+        put(m, k, Value::Array(v.into_iter().map(Into::into).collect()));
+    }
+    Ok(())
+}
+
+fn b(m: &mut Map<String, Value>, k: &str, v: Option<bool>) -> R<()> {
+    n(m, k, v)
+}
+
+fn by(m: &mut Map<String, Value>, k: &str, v: Option<Vec<u8>>) -> R<()> {
+    if let Some(v) = v {
+        put(m, k, Value::String(base64(&v)));
+    }
+    Ok(())
+}
+
+fn msg<T: Conv>(m: &mut Map<String, Value>, k: &str, v: Option<T>) -> R<()> {
+    if let Some(v) = v {
+        put(m, k, v.conv()?);
+    }
+    Ok(())
+}
+
+fn msgs<T: Conv>(m: &mut Map<String, Value>, k: &str, v: Vec<T>) -> R<()> {
+    if !v.is_empty() {
+        let a = v.into_iter().map(Conv::conv).collect::<R<Vec<_>>>()?;
+        put(m, k, Value::Array(a));
+    }
+    Ok(())
+}
+
+fn smap(m: &mut Map<String, Value>, k: &str, v: BTreeMap<String, String>) -> R<()> {
+    if !v.is_empty() {
+        put(m, k, json!(v));
+    }
+    Ok(())
+}
+
+fn bmap(m: &mut Map<String, Value>, k: &str, v: BTreeMap<String, Vec<u8>>) -> R<()> {
+    if !v.is_empty() {
+        let o: Map<String, Value> = v
+            .into_iter()
+            .map(|(k, v)| (k, Value::String(base64(&v))))
+            .collect();
+        put(m, k, Value::Object(o));
+    }
+    Ok(())
+}
+
+fn mmap<T: Conv>(m: &mut Map<String, Value>, k: &str, v: BTreeMap<String, T>) -> R<()> {
+    if !v.is_empty() {
+        let mut o = Map::new();
+        for (key, x) in v {
+            o.insert(key, x.conv()?);
         }
-        let key = self.varint()?;
-        let (num, wire) = (key >> 3, key & 7);
-        let f = match wire {
-            0 => Field::Varint(self.varint()?),
-            2 => {
-                let len = self.varint()? as usize;
-                let end = self
-                    .pos
-                    .checked_add(len)
-                    .filter(|e| *e <= self.buf.len())
-                    .ok_or_else(|| err("truncated field"))?;
-                let b = &self.buf[self.pos..end];
-                self.pos = end;
-                Field::Bytes(b)
+        put(m, k, Value::Object(o));
+    }
+    Ok(())
+}
+
+/// An embedded Go struct: its fields go into the enclosing object.
+fn inline<T: Conv>(m: &mut Map<String, Value>, v: Option<T>) -> R<()> {
+    if let Some(Value::Object(o)) = v.map(Conv::conv).transpose()? {
+        m.extend(o);
+    }
+    Ok(())
+}
+
+// ---- the messages whose JSON form is not an object of their fields ----
+
+/// RFC 3339 in UTC with `digits` fractional digits; `None` for Go's zero time.
+fn timestamp(seconds: Option<i64>, nanos: Option<i32>, digits: usize) -> R<Value> {
+    let (sec, ns) = (seconds.unwrap_or(0), nanos.unwrap_or(0));
+    if sec == 0 && ns == 0 {
+        return Ok(Value::Null);
+    }
+    let t = jiff::Timestamp::new(sec, ns).map_err(|e| ProtoError(format!("bad time: {e}")))?;
+    let s = if digits == 0 {
+        t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
+    } else {
+        t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()
+    };
+    Ok(Value::String(s))
+}
+
+impl Conv for meta::Time {
+    fn conv(self) -> R<Value> {
+        timestamp(self.seconds, self.nanos, 0)
+    }
+}
+
+impl Conv for meta::MicroTime {
+    fn conv(self) -> R<Value> {
+        timestamp(self.seconds, self.nanos, 6)
+    }
+}
+
+impl Conv for meta::Duration {
+    /// Go's `time.Duration` text (`1h2m3.5s`, `300ms`).
+    fn conv(self) -> R<Value> {
+        let d = self.duration.unwrap_or(0);
+        let abs = d.unsigned_abs();
+        let sign = if d < 0 { "-" } else { "" };
+        let s = if abs == 0 {
+            "0s".to_string()
+        } else if abs < 1_000_000_000 {
+            format!("{sign}{}ms", abs as f64 / 1e6)
+        } else {
+            let (h, rest) = (abs / 3_600_000_000_000, abs % 3_600_000_000_000);
+            let (mi, rest) = (rest / 60_000_000_000, rest % 60_000_000_000);
+            let secs = rest as f64 / 1e9;
+            let mut out = sign.to_string();
+            if h > 0 {
+                out += &format!("{h}h");
             }
-            1 => {
-                self.pos += 8;
-                Field::Varint(0)
+            if h > 0 || mi > 0 {
+                out += &format!("{mi}m");
             }
-            5 => {
-                self.pos += 4;
-                Field::Varint(0)
-            }
-            _ => return Err(err("unsupported wire type")),
+            out + &format!("{secs}s")
         };
-        Ok(Some((num, f)))
+        Ok(Value::String(s))
     }
 }
 
-fn string(b: &[u8]) -> Result<String, ProtoError> {
-    String::from_utf8(b.to_vec()).map_err(|_| err("invalid UTF-8 string"))
+/// Raw JSON carried in a protobuf `bytes` field.
+fn raw_json(raw: Option<Vec<u8>>) -> R<Value> {
+    match raw {
+        None => Ok(Value::Null),
+        Some(r) if r.is_empty() => Ok(Value::Null),
+        Some(r) => serde_json::from_slice(&r)
+            .map_err(|e| ProtoError(format!("an embedded object is not JSON: {e}"))),
+    }
 }
 
-/// A `map<string, X>` entry: (key, value bytes).
-fn map_entry(b: &[u8]) -> Result<(String, &[u8]), ProtoError> {
-    let mut r = Reader::new(b);
-    let (mut k, mut v): (String, &[u8]) = (String::new(), &[]);
-    while let Some((n, f)) = r.next()? {
-        match (n, f) {
-            (1, Field::Bytes(x)) => k = string(x)?,
-            (2, Field::Bytes(x)) => v = x,
-            _ => {}
-        }
+impl Conv for meta::FieldsV1 {
+    fn conv(self) -> R<Value> {
+        raw_json(self.raw)
     }
-    Ok((k, v))
+}
+
+impl Conv for RawExtension {
+    fn conv(self) -> R<Value> {
+        raw_json(self.raw)
+    }
+}
+
+impl Conv for IntOrString {
+    fn conv(self) -> R<Value> {
+        Ok(match self.r#type {
+            Some(1) => Value::String(self.str_val.unwrap_or_default()),
+            _ => json!(self.int_val.unwrap_or(0)),
+        })
+    }
+}
+
+impl Conv for Quantity {
+    fn conv(self) -> R<Value> {
+        Ok(Value::String(self.string.unwrap_or_default()))
+    }
 }
 
 const B64: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -121,250 +276,223 @@ pub fn base64(data: &[u8]) -> String {
     out
 }
 
-fn object_meta(b: &[u8]) -> Result<Value, ProtoError> {
-    let mut m = Map::new();
-    let mut labels = Map::new();
-    let mut annotations = Map::new();
-    let mut finalizers = Vec::new();
-    let mut owners = Vec::new();
-    let mut r = Reader::new(b);
-    while let Some((n, f)) = r.next()? {
-        match (n, f) {
-            (1, Field::Bytes(x)) => {
-                m.insert("name".into(), json!(string(x)?));
-            }
-            (2, Field::Bytes(x)) => {
-                m.insert("generateName".into(), json!(string(x)?));
-            }
-            (3, Field::Bytes(x)) => {
-                m.insert("namespace".into(), json!(string(x)?));
-            }
-            (5, Field::Bytes(x)) => {
-                m.insert("uid".into(), json!(string(x)?));
-            }
-            (6, Field::Bytes(x)) => {
-                m.insert("resourceVersion".into(), json!(string(x)?));
-            }
-            (11, Field::Bytes(x)) => {
-                let (k, v) = map_entry(x)?;
-                labels.insert(k, json!(string(v)?));
-            }
-            (12, Field::Bytes(x)) => {
-                let (k, v) = map_entry(x)?;
-                annotations.insert(k, json!(string(v)?));
-            }
-            (13, Field::Bytes(x)) => {
-                let mut o = Map::new();
-                let mut rr = Reader::new(x);
-                while let Some((n, f)) = rr.next()? {
-                    match (n, f) {
-                        (1, Field::Bytes(y)) => {
-                            o.insert("kind".into(), json!(string(y)?));
-                        }
-                        (3, Field::Bytes(y)) => {
-                            o.insert("name".into(), json!(string(y)?));
-                        }
-                        (4, Field::Bytes(y)) => {
-                            o.insert("uid".into(), json!(string(y)?));
-                        }
-                        (5, Field::Bytes(y)) => {
-                            o.insert("apiVersion".into(), json!(string(y)?));
-                        }
-                        (6, Field::Varint(v)) => {
-                            o.insert("controller".into(), json!(v != 0));
-                        }
-                        (7, Field::Varint(v)) => {
-                            o.insert("blockOwnerDeletion".into(), json!(v != 0));
-                        }
-                        _ => {}
-                    }
-                }
-                owners.push(Value::Object(o));
-            }
-            (14, Field::Bytes(x)) => finalizers.push(json!(string(x)?)),
-            _ => {}
-        }
-    }
-    if !labels.is_empty() {
-        m.insert("labels".into(), Value::Object(labels));
-    }
-    if !annotations.is_empty() {
-        m.insert("annotations".into(), Value::Object(annotations));
-    }
-    if !finalizers.is_empty() {
-        m.insert("finalizers".into(), Value::Array(finalizers));
-    }
-    if !owners.is_empty() {
-        m.insert("ownerReferences".into(), Value::Array(owners));
-    }
-    Ok(Value::Object(m))
-}
-
-/// Decodes a protobuf body (`k8s\0` envelope) of a Secret or ConfigMap into its JSON form.
-pub fn decode(body: &[u8]) -> Result<Value, ProtoError> {
-    let rest = body
-        .strip_prefix(MAGIC)
-        .ok_or_else(|| err("missing the k8s protobuf prefix"))?;
-    let (mut api_version, mut kind, mut raw): (String, String, &[u8]) =
-        (String::new(), String::new(), &[]);
-    let mut r = Reader::new(rest);
-    while let Some((n, f)) = r.next()? {
-        match (n, f) {
-            (1, Field::Bytes(tm)) => {
-                let mut t = Reader::new(tm);
-                while let Some((n, f)) = t.next()? {
-                    match (n, f) {
-                        (1, Field::Bytes(x)) => api_version = string(x)?,
-                        (2, Field::Bytes(x)) => kind = string(x)?,
-                        _ => {}
-                    }
-                }
-            }
-            (2, Field::Bytes(x)) => raw = x,
-            _ => {}
-        }
-    }
-    let mut obj = json!({"apiVersion": api_version, "kind": kind});
-    let mut data = Map::new();
-    let mut second = Map::new();
-    let mut r = Reader::new(raw);
-    match kind.as_str() {
-        "Secret" | "ConfigMap" => {
-            while let Some((n, f)) = r.next()? {
-                match (kind.as_str(), n, f) {
-                    (_, 1, Field::Bytes(x)) => obj["metadata"] = object_meta(x)?,
-                    ("Secret", 2, Field::Bytes(x)) => {
-                        let (k, v) = map_entry(x)?;
-                        data.insert(k, json!(base64(v)));
-                    }
-                    ("Secret", 3, Field::Bytes(x)) => obj["type"] = json!(string(x)?),
-                    ("Secret", 4, Field::Bytes(x)) => {
-                        let (k, v) = map_entry(x)?;
-                        second.insert(k, json!(string(v)?));
-                    }
-                    ("ConfigMap", 2, Field::Bytes(x)) => {
-                        let (k, v) = map_entry(x)?;
-                        data.insert(k, json!(string(v)?));
-                    }
-                    ("ConfigMap", 3, Field::Bytes(x)) => {
-                        let (k, v) = map_entry(x)?;
-                        second.insert(k, json!(base64(v)));
-                    }
-                    (_, 5, Field::Varint(v)) if kind == "Secret" => {
-                        obj["immutable"] = json!(v != 0)
-                    }
-                    (_, 4, Field::Varint(v)) if kind == "ConfigMap" => {
-                        obj["immutable"] = json!(v != 0)
-                    }
-                    _ => {}
-                }
-            }
-        }
-        // client-go sends the options of a delete this way (Helm's uninstall purging its
-        // release Secret).
-        "DeleteOptions" => {
-            let mut dry_run = vec![];
-            while let Some((n, f)) = r.next()? {
-                match (n, f) {
-                    (1, Field::Varint(v)) => obj["gracePeriodSeconds"] = json!(v as i64),
-                    (2, Field::Bytes(x)) => {
-                        let mut p = Reader::new(x);
-                        let mut pre = Map::new();
-                        while let Some((n, f)) = p.next()? {
-                            match (n, f) {
-                                (1, Field::Bytes(v)) => pre.insert("uid".into(), json!(string(v)?)),
-                                (2, Field::Bytes(v)) => {
-                                    pre.insert("resourceVersion".into(), json!(string(v)?))
-                                }
-                                _ => None,
-                            };
-                        }
-                        obj["preconditions"] = Value::Object(pre);
-                    }
-                    (3, Field::Varint(v)) => obj["orphanDependents"] = json!(v != 0),
-                    (4, Field::Bytes(x)) => obj["propagationPolicy"] = json!(string(x)?),
-                    (5, Field::Bytes(x)) => dry_run.push(json!(string(x)?)),
-                    _ => {}
-                }
-            }
-            if !dry_run.is_empty() {
-                obj["dryRun"] = Value::Array(dry_run);
-            }
-        }
-        other => {
-            return Err(ProtoError(format!(
-                "protobuf bodies of kind {other:?} are not supported; send JSON"
-            )));
-        }
-    }
-    if !data.is_empty() {
-        obj["data"] = Value::Object(data);
-    }
-    if !second.is_empty() {
-        obj[if kind == "Secret" {
-            "stringData"
-        } else {
-            "binaryData"
-        }] = Value::Object(second);
-    }
-    Ok(obj)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_pb::api::apps::v1 as apps;
+    use k8s_pb::api::core::v1 as core;
+    use k8s_pb::api::policy::v1 as policy;
 
-    fn field(n: u64, payload: &[u8]) -> Vec<u8> {
-        let mut v = vec![((n << 3) | 2) as u8, payload.len() as u8];
-        v.extend_from_slice(payload);
-        v
+    /// The envelope as client-go writes it.
+    fn envelope<T: Message>(api_version: &str, kind: &str, m: &T) -> Vec<u8> {
+        let u = Unknown {
+            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(m.encode_to_vec()),
+            content_encoding: Some(String::new()),
+            content_type: Some(String::new()),
+        };
+        [MAGIC.to_vec(), u.encode_to_vec()].concat()
+    }
+
+    fn meta(name: &str) -> Option<meta::ObjectMeta> {
+        Some(meta::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(String::new()),
+            creation_timestamp: Some(meta::Time::default()),
+            labels: [("app".to_string(), "web".to_string())].into(),
+            ..Default::default()
+        })
     }
 
     #[test]
-    fn decodes_a_secret() {
-        let meta = [
-            field(1, b"rel"),
-            field(11, &[field(1, b"owner"), field(2, b"helm")].concat()),
-        ]
-        .concat();
-        let secret = [
-            field(1, &meta),
-            field(2, &[field(1, b"release"), field(2, b"abc")].concat()),
-            field(3, b"helm.sh/release.v1"),
-        ]
-        .concat();
-        let tm = [field(1, b"v1"), field(2, b"Secret")].concat();
-        let body = [MAGIC.to_vec(), field(1, &tm), field(2, &secret)].concat();
-        let v = decode(&body).unwrap();
+    fn decodes_a_secret_with_bytes_and_type() {
+        let s = core::Secret {
+            metadata: meta("rel"),
+            data: [("release".to_string(), b"abc".to_vec())].into(),
+            r#type: Some("helm.sh/release.v1".into()),
+            immutable: None,
+            string_data: Default::default(),
+        };
         assert_eq!(
-            v,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rel", "labels": {"owner": "helm"}},
-            "data": {"release": "YWJj"}, "type": "helm.sh/release.v1"})
+            decode(&envelope("v1", "Secret", &s)).unwrap(),
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rel", "labels": {"app": "web"}},
+                "data": {"release": "YWJj"}, "type": "helm.sh/release.v1"})
         );
         assert!(decode(b"{}").is_err());
     }
 
     #[test]
-    fn decodes_delete_options() {
-        let tm = [field(1, b"v1"), field(2, b"DeleteOptions")].concat();
-        let opts = [
-            vec![1 << 3, 30],
-            field(2, &field(1, b"u-1")),
-            field(4, b"Foreground"),
-            field(5, b"All"),
-        ]
-        .concat();
-        let body = [MAGIC.to_vec(), field(1, &tm), field(2, &opts)].concat();
+    fn decodes_a_deployment_as_kubectl_create_sends_it() {
+        let container = core::Container {
+            name: Some("web".into()),
+            image: Some("nginx".into()),
+            resources: Some(core::ResourceRequirements {
+                requests: [(
+                    "cpu".to_string(),
+                    Quantity {
+                        string: Some("100m".into()),
+                    },
+                )]
+                .into(),
+                ..Default::default()
+            }),
+            ports: vec![core::ContainerPort {
+                container_port: Some(80),
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }],
+            stdin: Some(false),
+            ..Default::default()
+        };
+        let d = apps::Deployment {
+            metadata: meta("web"),
+            spec: Some(apps::DeploymentSpec {
+                replicas: Some(0),
+                selector: Some(meta::LabelSelector {
+                    match_labels: [("app".to_string(), "web".to_string())].into(),
+                    ..Default::default()
+                }),
+                template: Some(core::PodTemplateSpec {
+                    metadata: meta("ignored"),
+                    spec: Some(core::PodSpec {
+                        containers: vec![container],
+                        ..Default::default()
+                    }),
+                }),
+                strategy: Some(apps::DeploymentStrategy {
+                    r#type: Some("RollingUpdate".into()),
+                    rolling_update: Some(apps::RollingUpdateDeployment {
+                        max_surge: Some(IntOrString {
+                            r#type: Some(1),
+                            int_val: Some(0),
+                            str_val: Some("25%".into()),
+                        }),
+                        max_unavailable: Some(IntOrString {
+                            r#type: Some(0),
+                            int_val: Some(1),
+                            str_val: Some(String::new()),
+                        }),
+                    }),
+                }),
+                ..Default::default()
+            }),
+            status: Some(Default::default()),
+        };
+        let v = decode(&envelope("apps/v1", "Deployment", &d)).unwrap();
+        assert_eq!(v["kind"], "Deployment");
+        assert_eq!(v["apiVersion"], "apps/v1");
         assert_eq!(
-            decode(&body).unwrap(),
-            json!({"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 30,
-                   "preconditions": {"uid": "u-1"}, "propagationPolicy": "Foreground", "dryRun": ["All"]})
+            v["metadata"],
+            json!({"name": "web", "labels": {"app": "web"}})
         );
-        let empty = [MAGIC.to_vec(), field(1, &tm)].concat();
+        // replicas 0 stays (a pointer field set to zero), unlike an empty string.
+        assert_eq!(v["spec"]["replicas"], 0);
+        assert_eq!(
+            v["spec"]["selector"],
+            json!({"matchLabels": {"app": "web"}})
+        );
+        assert_eq!(
+            v["spec"]["template"]["spec"]["containers"][0],
+            json!({"name": "web", "image": "nginx", "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "resources": {"requests": {"cpu": "100m"}}, "stdin": false})
+        );
+        assert_eq!(
+            v["spec"]["strategy"],
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 1}})
+        );
+        assert_eq!(v["status"], json!({}));
+    }
+
+    #[test]
+    fn decodes_an_eviction_and_delete_options() {
+        let e = policy::Eviction {
+            metadata: meta("web-1"),
+            delete_options: Some(meta::DeleteOptions {
+                grace_period_seconds: Some(30),
+                preconditions: Some(meta::Preconditions {
+                    uid: Some("u-1".into()),
+                    resource_version: None,
+                }),
+                propagation_policy: Some("Foreground".into()),
+                dry_run: vec!["All".into()],
+                ..Default::default()
+            }),
+        };
+        assert_eq!(
+            decode(&envelope("policy/v1", "Eviction", &e)).unwrap(),
+            json!({"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": "web-1", "labels": {"app": "web"}},
+                "deleteOptions": {"gracePeriodSeconds": 30, "preconditions": {"uid": "u-1"},
+                    "propagationPolicy": "Foreground", "dryRun": ["All"]}})
+        );
+        let empty = envelope("v1", "DeleteOptions", &meta::DeleteOptions::default());
         assert_eq!(
             decode(&empty).unwrap(),
             json!({"apiVersion": "v1", "kind": "DeleteOptions"})
         );
+    }
+
+    #[test]
+    fn embedded_structs_are_inlined_and_times_are_rfc3339() {
+        let p = core::Pod {
+            metadata: Some(meta::ObjectMeta {
+                name: Some("p".into()),
+                creation_timestamp: Some(meta::Time {
+                    seconds: Some(1_700_000_000),
+                    nanos: Some(0),
+                }),
+                ..Default::default()
+            }),
+            spec: Some(core::PodSpec {
+                volumes: vec![core::Volume {
+                    name: Some("cfg".into()),
+                    volume_source: Some(core::VolumeSource {
+                        config_map: Some(core::ConfigMapVolumeSource {
+                            local_object_reference: Some(core::LocalObjectReference {
+                                name: Some("cfg".into()),
+                            }),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    }),
+                }],
+                ..Default::default()
+            }),
+            status: None,
+        };
+        let v = decode(&envelope("v1", "Pod", &p)).unwrap();
+        assert_eq!(
+            v["metadata"]["creationTimestamp"],
+            json!("2023-11-14T22:13:20Z")
+        );
+        assert_eq!(
+            v["spec"]["volumes"],
+            json!([{"name": "cfg", "configMap": {"name": "cfg"}}])
+        );
+    }
+
+    #[test]
+    fn unknown_kinds_and_garbage_are_refused() {
+        let e = decode(&envelope(
+            "example.com/v1",
+            "Widget",
+            &meta::Status::default(),
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("Widget"), "{e}");
+        assert!(decode(&[MAGIC, &[0xff, 0xff, 0xff]].concat()).is_err());
+    }
+
+    #[test]
+    fn durations_print_as_go_does() {
+        let d = |n: i64| meta::Duration { duration: Some(n) }.conv().unwrap();
+        assert_eq!(d(0), "0s");
+        assert_eq!(d(300_000_000), "300ms");
+        assert_eq!(d(90_000_000_000), "1m30s");
+        assert_eq!(d(3_600_000_000_000), "1h0m0s");
     }
 
     #[test]
