@@ -22,6 +22,10 @@
 #                    writes with their request bodies
 #   DIR/<component>.log, DIR/pids/<component>.{pid,cmd}
 #
+# kwok leaves the status of a node or pod annotated ebb.dev/e2e-unmanaged=true
+# alone: a test marks a node lost by annotating it and writing its Ready
+# condition False (no heartbeat puts it back).
+#
 # Environment:
 #   EBB_K8S_BIN_DIR          binaries (default: `build.sh --print-bin-dir`)
 #   EBB_K8S_APISERVER_ARGS   extra kube-apiserver flags (word-split)
@@ -453,6 +457,7 @@ cmd_up() {
   # shellcheck disable=SC2086
   start kwok --kubeconfig="$DIR/kwok.kubeconfig" --config="$DIR/kwok.yaml" \
     --manage-all-nodes=true --node-lease-duration-seconds=40 \
+    --disregard-status-with-annotation-selector=ebb.dev/e2e-unmanaged=true \
     ${EBB_K8S_KWOK_ARGS:-}
 
   local names=() i
