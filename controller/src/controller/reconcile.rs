@@ -442,7 +442,19 @@ async fn run_loop(
                     cancel: cancel.clone(),
                 };
                 match ctx.actuator.start(order).await {
-                    Ok(Some(_)) => memory.planner.start_deleting(node, now),
+                    Ok(Some(_)) => {
+                        memory.planner.start_deleting(node, now);
+                        // Where the simulation put each pod (its destination hint), to compare
+                        // with where the scheduler puts the replacement.
+                        for m in p
+                            .candidates
+                            .iter()
+                            .filter(|c| &c.node == node)
+                            .flat_map(|c| c.moves.iter())
+                        {
+                            tracing::info!(node = %node, pod = %m.pod, to = %m.to, "planned destination");
+                        }
+                    }
                     Ok(None) => {}
                     Err(e) => tracing::warn!(node = %node, error = %e, "could not start the drain"),
                 }
