@@ -19,7 +19,8 @@
 #   DIR/env          shell-sourceable: KUBECONFIG, EBB_K8S_* (ports, URL, bin dir)
 #   DIR/audit.log    API audit log (JSON lines): every write (create, update,
 #                    patch, delete) but node Lease renewals; evictions and node
-#                    writes with their request bodies
+#                    writes with their request bodies, pod and PodDisruptionBudget
+#                    writes with their responses
 #   DIR/<component>.log, DIR/pids/<component>.{pid,cmd}
 #
 # kwok leaves the status of a node or pod annotated ebb.dev/e2e-unmanaged=true
@@ -34,7 +35,12 @@
 #                            KWOK pod stage (create, ready, complete) delay and
 #                            maximum delay, default 100 and 500 ms (KWOK's own:
 #                            1000 and 5000); a terminating pod is removed at its
-#                            deletionTimestamp (i.e. after its grace period)
+#                            deletionTimestamp (i.e. after its grace period).
+#                            A pod annotated ebb.dev/e2e-never-ready=true (and
+#                            pod-ready.stage.kwok.x-k8s.io/weight=0) starts
+#                            Running but never becomes Ready; per-pod delays
+#                            of kwok's pod-ready stage come from its annotations
+#                            pod-ready.stage.kwok.x-k8s.io/delay and jitter-delay
 #   EBB_K8S_TIMEOUT          seconds to wait for readiness (default 60)
 set -euo pipefail
 
@@ -231,8 +237,10 @@ EOF
 }
 
 write_audit_policy() {
-  # Every write, at Metadata level (evictions and node writes with their bodies), except the
-  # node heartbeats' Lease renewals; reads are not logged.
+  # Every write, at Metadata level (evictions and node writes with their bodies; pod and
+  # PodDisruptionBudget writes with their responses too, so a test can replay each budget's
+  # disruptionsAllowed and each pod's labels and readiness), except the node heartbeats' Lease
+  # renewals; reads are not logged.
   cat >"$DIR/audit-policy.yaml" <<'EOF'
 apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -246,6 +254,12 @@ rules:
 - level: Request
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
   resources: [{group: "", resources: ["nodes"]}]
+- level: RequestResponse
+  verbs: ["create", "update", "patch"]
+  resources: [{group: "policy", resources: ["poddisruptionbudgets", "poddisruptionbudgets/status"]}]
+- level: RequestResponse
+  verbs: ["create", "update", "patch"]
+  resources: [{group: "", resources: ["pods", "pods/status"]}]
 - level: Metadata
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
@@ -303,6 +317,68 @@ spec:
   next:
     delete: true
 EOF
+    # A pod annotated ebb.dev/e2e-never-ready starts (Running, its containers started) but
+    # never becomes Ready, like a container whose readiness probe keeps failing. It also
+    # carries pod-ready.stage.kwok.x-k8s.io/weight=0, so that KWOK's pod-ready never wins.
+    cat <<STAGE
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-running-unready
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchAnnotations:
+      ebb.dev/e2e-never-ready: "true"
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.conditions.[] | select( .type == "Initialized" ) | .status'
+      operator: 'In'
+      values:
+      - 'True'
+    - key: '.status.containerStatuses.[].state.running.startedAt'
+      operator: 'DoesNotExist'
+  weight: 100000
+  delay:
+    durationMilliseconds: $POD_DELAY_MS
+    jitterDurationMilliseconds: $POD_JITTER_MS
+  next:
+    patches:
+    - subresource: status
+      root: status
+      type: strategic
+      template: |
+        {{ \$now := Now }}
+        conditions:
+        - lastProbeTime: null
+          lastTransitionTime: {{ \$now | Quote }}
+          message: 'the readiness probe fails'
+          reason: ContainersNotReady
+          status: "False"
+          type: Ready
+        - lastProbeTime: null
+          lastTransitionTime: {{ \$now | Quote }}
+          message: 'the readiness probe fails'
+          reason: ContainersNotReady
+          status: "False"
+          type: ContainersReady
+        containerStatuses:
+        {{ range .spec.containers }}
+        - image: {{ .image | Quote }}
+          name: {{ .name | Quote }}
+          ready: false
+          restartCount: 0
+          started: true
+          state:
+            running:
+              startedAt: {{ \$now | Quote }}
+        {{ end }}
+        phase: Running
+STAGE
   } >"$DIR/kwok.yaml"
 }
 

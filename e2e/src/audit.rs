@@ -20,6 +20,8 @@ struct Event {
     #[serde(default)]
     user: User,
     #[serde(default)]
+    impersonated_user: Option<User>,
+    #[serde(default)]
     object_ref: Option<ObjectRef>,
     #[serde(default)]
     response_status: Option<Status>,
@@ -54,7 +56,8 @@ struct Status {
 
 /// Parses audit-log text: one record per completed request (`ResponseComplete`, or `Panic`),
 /// in the order the API server wrote them. `resource` is `plural` for the core group and
-/// `plural.group` otherwise, as ebb-sim writes it. Lines that are not JSON audit events fail.
+/// `plural.group` otherwise, as ebb-sim writes it; `user` is the impersonated user when the
+/// request impersonated one. Lines that are not JSON audit events fail.
 pub fn parse(text: &str) -> anyhow::Result<Vec<AuditRecord>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -74,7 +77,12 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<AuditRecord>> {
         };
         out.push(AuditRecord {
             time: e.stage_timestamp,
-            user: e.user.username,
+            // The identity the request acted as.
+            user: e
+                .impersonated_user
+                .map(|u| u.username)
+                .filter(|u| !u.is_empty())
+                .unwrap_or(e.user.username),
             verb: e.verb,
             resource,
             subresource: o.subresource,
@@ -107,14 +115,30 @@ mod tests {
         let r = parse(text).unwrap();
         assert_eq!(r.len(), 3, "the ResponseStarted stage is not a record");
         assert_eq!(
-            (r[0].verb.as_str(), r[0].resource.as_str(), r[0].subresource.as_str()),
+            (
+                r[0].verb.as_str(),
+                r[0].resource.as_str(),
+                r[0].subresource.as_str()
+            ),
             ("create", "pods", "eviction")
         );
-        assert_eq!((r[0].namespace.as_str(), r[0].name.as_str(), r[0].code), ("default", "web-1", 429));
+        assert_eq!(
+            (r[0].namespace.as_str(), r[0].name.as_str(), r[0].code),
+            ("default", "web-1", 429)
+        );
         assert_eq!(r[0].user, "system:serviceaccount:ebb-system:ebb-controller");
-        assert_eq!((r[1].resource.as_str(), r[1].name.as_str(), r[1].code), ("nodes", "n1", 200));
+        assert_eq!(
+            (r[1].resource.as_str(), r[1].name.as_str(), r[1].code),
+            ("nodes", "n1", 200)
+        );
         assert_eq!(r[2].resource, "scaledownpolicies.ebb.dev");
         assert_eq!(r[2].subresource, "status");
+    }
+
+    #[test]
+    fn an_impersonated_request_is_recorded_as_the_impersonated_user() {
+        let text = r#"{"stage":"ResponseComplete","verb":"patch","user":{"username":"kubernetes-admin"},"impersonatedUser":{"username":"ctl-a","groups":["system:masters"]},"objectRef":{"resource":"nodes","name":"n1"},"responseStatus":{"code":200}}"#;
+        assert_eq!(parse(text).unwrap()[0].user, "ctl-a");
     }
 
     #[test]

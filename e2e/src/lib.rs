@@ -3,7 +3,9 @@
 
 pub mod audit;
 pub mod harness;
-pub mod versus;
+pub mod pdb_safety;
 pub mod rbac;
+pub mod setup;
+pub mod versus;
 
 pub use ebb_sim::{Api, AuditRecord, Ctx, PdbViolation, Sim, SimConfig, api, scenario, sim};

@@ -1,0 +1,583 @@
+//! PodDisruptionBudget safety judged from the API server's records: no pod a budget covers is
+//! evicted or deleted by the given users while that budget allows no disruption.
+//!
+//! On the real backend the audit log holds what is needed (see `e2e/k8s/cluster.sh`'s policy):
+//! every PodDisruptionBudget write with its response (the disruption controller's
+//! `disruptionsAllowed`), every pod write with its response (labels, Ready, deletion), and the
+//! evictions with their answers. The check replays it in order: a budget allows what the
+//! disruption controller last published, less the disruptions the Eviction API took since (its
+//! own status write, which adds the pod to `disruptedPods`, is the moment an eviction is
+//! accepted; its answer comes later). A disruption taken, or a DELETE of a Ready, not
+//! terminating pod, while that is 0 or less is a violation. Budget status written by anyone
+//! else is not believed.
+//! On ebb-sim the server records deletes that violate a budget itself, and its Eviction API
+//! refuses evictions a budget does not allow.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::harness::TestEnv;
+
+/// The user kube-controller-manager's disruption controller writes budget status as
+/// (`--use-service-account-credentials`).
+pub const DISRUPTION_CONTROLLER: &str = "system:serviceaccount:kube-system:disruption-controller";
+
+/// The user of kube-apiserver's own requests: the Eviction API's write of a budget's status
+/// (one disruption fewer, the pod added to `disruptedPods`).
+pub const APISERVER: &str = "system:apiserver";
+
+/// A pod that left while a budget covering it allowed no disruption.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub time: String,
+    pub user: String,
+    /// `namespace/name`.
+    pub pod: String,
+    /// `namespace/name`.
+    pub pdb: String,
+    /// `evicted` or `deleted`.
+    pub how: &'static str,
+    /// What the budget allowed then.
+    pub allowed: i64,
+    /// The budget's last changes before it, as replayed (for the failure message).
+    pub history: Vec<String>,
+}
+
+#[derive(Default)]
+struct Budget {
+    selector: Value,
+    allowed: i64,
+    /// `status.disruptedPods` as last written.
+    disrupted: BTreeSet<String>,
+    history: Vec<String>,
+}
+
+impl Budget {
+    fn note(&mut self, e: &Value, what: String) {
+        if self.history.len() >= 12 {
+            self.history.remove(0);
+        }
+        self.history
+            .push(format!("{} {what}", s(e, "/stageTimestamp")));
+    }
+}
+
+#[derive(Default)]
+struct PodState {
+    labels: BTreeMap<String, String>,
+    ready: bool,
+    terminating: bool,
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+fn labels_of(obj: &Value) -> BTreeMap<String, String> {
+    obj.pointer("/metadata/labels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn ready_of(obj: &Value) -> bool {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| s(c, "/type") == "Ready" && s(c, "/status") == "True")
+        })
+}
+
+/// A label selector (`matchLabels`, `matchExpressions` with In, NotIn, Exists, DoesNotExist)
+/// applied to `labels`; an empty or missing selector selects nothing, as for budgets.
+pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+    let ml = selector.get("matchLabels").and_then(Value::as_object);
+    let me = selector.get("matchExpressions").and_then(Value::as_array);
+    if ml.is_none_or(|m| m.is_empty()) && me.is_none_or(|e| e.is_empty()) {
+        return false;
+    }
+    let labels_ok = ml
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k).map(String::as_str) == Some(v.as_str().unwrap_or("\u{0}")));
+    let exprs_ok = me.into_iter().flatten().all(|e| {
+        let k = s(e, "/key");
+        let values: Vec<&str> = e
+            .get("values")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let got = labels.get(k).map(String::as_str);
+        match s(e, "/operator") {
+            "In" => got.is_some_and(|g| values.contains(&g)),
+            "NotIn" => got.is_none_or(|g| !values.contains(&g)),
+            "Exists" => got.is_some(),
+            "DoesNotExist" => got.is_none(),
+            _ => false,
+        }
+    });
+    labels_ok && exprs_ok
+}
+
+/// Replays a real kube-apiserver audit log (JSON lines) and returns the violations by `users`.
+pub fn check_audit_text(text: &str, users: &[&str]) -> anyhow::Result<Vec<Violation>> {
+    let mut budgets: BTreeMap<String, Budget> = BTreeMap::new();
+    let mut pods: HashMap<String, PodState> = HashMap::new();
+    let mut out = Vec::new();
+    // Pod → the budgets the Eviction API took a disruption from for it, each with what the
+    // budget allowed then and its history (judged when the eviction's answer names the user).
+    type Taken = Vec<(String, i64, Vec<String>)>;
+    let mut taken: HashMap<String, Taken> = HashMap::new();
+    let (mut accepted_evictions, mut pod_bodies) = (0usize, 0usize);
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: Value = serde_json::from_str(line)
+            .with_context(|| format!("audit log line {} is not JSON", i + 1))?;
+        if s(&e, "/stage") != "ResponseComplete" {
+            continue;
+        }
+        let code = e
+            .pointer("/responseStatus/code")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        if !(200..300).contains(&code) {
+            continue;
+        }
+        let user = match s(&e, "/impersonatedUser/username") {
+            "" => s(&e, "/user/username"),
+            u => u,
+        };
+        let (verb, group, resource, sub) = (
+            s(&e, "/verb"),
+            s(&e, "/objectRef/apiGroup"),
+            s(&e, "/objectRef/resource"),
+            s(&e, "/objectRef/subresource"),
+        );
+        let key = format!(
+            "{}/{}",
+            s(&e, "/objectRef/namespace"),
+            s(&e, "/objectRef/name")
+        );
+        let resp = e.get("responseObject").unwrap_or(&Value::Null);
+        match (group, resource, sub, verb) {
+            ("policy", "poddisruptionbudgets", _, "delete") => {
+                budgets.remove(&key);
+            }
+            ("policy", "poddisruptionbudgets", sub, _) => {
+                let b = budgets.entry(key.clone()).or_default();
+                if let Some(sel) = resp.pointer("/spec/selector") {
+                    b.selector = sel.clone();
+                }
+                if sub != "status" {
+                    continue;
+                }
+                let disrupted: BTreeSet<String> = resp
+                    .pointer("/status/disruptedPods")
+                    .and_then(Value::as_object)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default();
+                if user == DISRUPTION_CONTROLLER {
+                    b.allowed = resp
+                        .pointer("/status/disruptionsAllowed")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(0);
+                    let allowed = b.allowed;
+                    let healthy = resp.pointer("/status/currentHealthy").cloned();
+                    b.note(
+                        &e,
+                        format!("disruption controller: allowed {allowed}, healthy {healthy:?}"),
+                    );
+                } else if user == APISERVER {
+                    // The Eviction API took a disruption for each pod it added to
+                    // disruptedPods: that write, not the eviction's answer, is the moment.
+                    let ns = key.split('/').next().unwrap_or("");
+                    let new: Vec<String> = disrupted.difference(&b.disrupted).cloned().collect();
+                    for p in new {
+                        let pod = format!("{ns}/{p}");
+                        taken.entry(pod.clone()).or_default().push((
+                            key.clone(),
+                            b.allowed,
+                            b.history.clone(),
+                        ));
+                        b.allowed -= 1;
+                        let allowed = b.allowed;
+                        b.note(
+                            &e,
+                            format!("Eviction API took one for {pod}: allowed {allowed}"),
+                        );
+                    }
+                } else {
+                    let allowed = resp.pointer("/status/disruptionsAllowed").cloned();
+                    b.note(
+                        &e,
+                        format!("status by {user} (not believed): allowed {allowed:?}"),
+                    );
+                }
+                b.disrupted = disrupted;
+            }
+            ("", "pods", "eviction", "create") => {
+                accepted_evictions += 1;
+                let pod = pods.entry(key.clone()).or_default();
+                let healthy = pod.ready && !pod.terminating;
+                pod.terminating = true;
+                if let Some(took) = taken.remove(&key) {
+                    for (pdb, allowed, history) in took {
+                        if allowed <= 0 && users.contains(&user) {
+                            out.push(Violation {
+                                time: s(&e, "/stageTimestamp").to_string(),
+                                user: user.to_string(),
+                                pod: key.clone(),
+                                pdb,
+                                how: "evicted",
+                                allowed,
+                                history,
+                            });
+                        }
+                    }
+                    continue;
+                }
+                if !healthy {
+                    continue; // an unhealthy pod's eviction takes nothing from a budget
+                }
+                // No write of the Eviction API's seen: judge at the answer.
+                for (name, b) in budgets.iter_mut() {
+                    if !same_namespace(name, &key) || !selects(&b.selector, &pod.labels) {
+                        continue;
+                    }
+                    if b.allowed <= 0 && users.contains(&user) {
+                        out.push(violation(&e, user, &key, name, "evicted", b));
+                    }
+                    b.allowed -= 1;
+                    let allowed = b.allowed;
+                    b.note(&e, format!("{key} evicted by {user}: allowed {allowed}"));
+                }
+            }
+            ("", "pods", "", "delete") => {
+                let pod = pods.entry(key.clone()).or_default();
+                let healthy = pod.ready && !pod.terminating;
+                pod.terminating = true;
+                if !healthy || !users.contains(&user) {
+                    continue;
+                }
+                for (name, b) in &budgets {
+                    if same_namespace(name, &key)
+                        && selects(&b.selector, &pod.labels)
+                        && b.allowed <= 0
+                    {
+                        out.push(violation(&e, user, &key, name, "deleted", b));
+                    }
+                }
+            }
+            ("", "pods", "" | "status", _) if resp.is_object() => {
+                pod_bodies += 1;
+                let pod = pods.entry(key).or_default();
+                pod.labels = labels_of(resp);
+                pod.ready = ready_of(resp);
+                pod.terminating = resp.pointer("/metadata/deletionTimestamp").is_some();
+            }
+            _ => {}
+        }
+    }
+    if accepted_evictions > 0 && pod_bodies == 0 {
+        bail!(
+            "the audit log has {accepted_evictions} accepted evictions but no pod bodies: its \
+             policy must record pod writes at RequestResponse level (e2e/k8s/cluster.sh)"
+        );
+    }
+    Ok(out)
+}
+
+fn same_namespace(a: &str, b: &str) -> bool {
+    a.split('/').next() == b.split('/').next()
+}
+
+fn violation(
+    e: &Value,
+    user: &str,
+    pod: &str,
+    pdb: &str,
+    how: &'static str,
+    b: &Budget,
+) -> Violation {
+    Violation {
+        time: s(e, "/stageTimestamp").to_string(),
+        user: user.to_string(),
+        pod: pod.to_string(),
+        pdb: pdb.to_string(),
+        how,
+        allowed: b.allowed,
+        history: b.history.clone(),
+    }
+}
+
+/// The violations by `users` so far: on ebb-sim its own records (deletes; its Eviction API
+/// enforces budgets), on a real cluster the replayed audit log.
+pub fn violations(env: &TestEnv, users: &[&str]) -> anyhow::Result<Vec<Violation>> {
+    if let Some(sim) = env.sim() {
+        return Ok(sim
+            .pdb_violations()
+            .into_iter()
+            .filter(|v| users.contains(&v.user.as_str()))
+            .map(|v| Violation {
+                time: v.time,
+                user: v.user,
+                pod: format!("{}/{}", v.namespace, v.pod),
+                pdb: format!("{}/{}", v.namespace, v.pdb),
+                how: "deleted",
+                allowed: 0,
+                history: Vec::new(),
+            })
+            .collect());
+    }
+    let real = env.real().context(
+        "the PodDisruptionBudget check reads the audit log of a control plane the suite starts",
+    )?;
+    let path = real.dir().join("audit.log");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read the audit log {}", path.display()))?;
+    check_audit_text(&text, users)
+}
+
+/// Fails the test, listing them, when `users` violated a budget.
+pub fn assert_safe(env: &TestEnv, users: &[&str]) {
+    match violations(env, users) {
+        Ok(v) if v.is_empty() => {}
+        Ok(v) => {
+            // Keep the evidence: the cluster's directory goes with the test.
+            let kept = env.real().and_then(|r| {
+                let to = std::env::temp_dir().join(format!(
+                    "ebb-e2e-audit-{}-{}.log",
+                    std::process::id(),
+                    jiff::Timestamp::now().as_millisecond()
+                ));
+                std::fs::copy(r.dir().join("audit.log"), &to)
+                    .ok()
+                    .map(|_| to)
+            });
+            panic!(
+                "PodDisruptionBudget violations ({}; audit log kept at {kept:?}): {v:#?}",
+                v.len()
+            )
+        }
+        Err(e) => panic!("the PodDisruptionBudget check could not run: {e:#}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const CTL: &str = "system:serviceaccount:ebb-system:ebb-controller";
+
+    #[allow(clippy::too_many_arguments)]
+    fn ev(
+        user: &str,
+        verb: &str,
+        group: &str,
+        res: &str,
+        sub: &str,
+        name: &str,
+        code: u16,
+        resp: Value,
+    ) -> String {
+        json!({"stage": "ResponseComplete", "stageTimestamp": "2026-11-23T10:00:00Z", "verb": verb,
+            "user": {"username": user},
+            "objectRef": {"apiGroup": group, "resource": res, "subresource": sub, "namespace": "default", "name": name},
+            "responseStatus": {"code": code}, "responseObject": resp})
+        .to_string()
+    }
+
+    fn pdb_status(allowed: i64) -> String {
+        ev(
+            DISRUPTION_CONTROLLER,
+            "update",
+            "policy",
+            "poddisruptionbudgets",
+            "status",
+            "web",
+            200,
+            json!({"spec": {"selector": {"matchLabels": {"app": "web"}}},
+                   "status": {"disruptionsAllowed": allowed}}),
+        )
+    }
+
+    fn pod(name: &str, ready: bool) -> String {
+        ev(
+            "kwok-controller",
+            "patch",
+            "",
+            "pods",
+            "status",
+            name,
+            200,
+            json!({"metadata": {"labels": {"app": "web"}},
+                   "status": {"conditions": [{"type": "Ready", "status": if ready {"True"} else {"False"}}]}}),
+        )
+    }
+
+    fn evict(user: &str, name: &str, code: u16) -> String {
+        ev(
+            user,
+            "create",
+            "",
+            "pods",
+            "eviction",
+            name,
+            code,
+            Value::Null,
+        )
+    }
+
+    fn run(lines: &[String]) -> Vec<Violation> {
+        check_audit_text(&lines.join("\n"), &[CTL]).unwrap()
+    }
+
+    #[test]
+    fn evictions_within_the_budget_are_safe() {
+        let v = run(&[
+            pod("a", true),
+            pod("b", true),
+            pdb_status(1),
+            evict(CTL, "a", 201),
+            evict(CTL, "b", 429),
+            pdb_status(1),
+            evict(CTL, "b", 201),
+        ]);
+        assert_eq!(v, vec![]);
+    }
+
+    #[test]
+    fn a_second_eviction_on_the_same_budget_is_a_violation() {
+        let v = run(&[
+            pod("a", true),
+            pod("b", true),
+            pdb_status(1),
+            evict(CTL, "a", 201),
+            evict(CTL, "b", 201),
+        ]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(
+            (v[0].pod.as_str(), v[0].pdb.as_str(), v[0].how),
+            ("default/b", "default/web", "evicted")
+        );
+    }
+
+    #[test]
+    fn a_budget_forged_by_another_user_is_not_believed() {
+        let forged = ev(
+            "kubernetes-admin",
+            "update",
+            "policy",
+            "poddisruptionbudgets",
+            "status",
+            "web",
+            200,
+            json!({"spec": {"selector": {"matchLabels": {"app": "web"}}}, "status": {"disruptionsAllowed": 5}}),
+        );
+        let v = run(&[pod("a", true), pdb_status(0), forged, evict(CTL, "a", 201)]);
+        assert_eq!(v.len(), 1, "{v:?}");
+    }
+
+    #[test]
+    fn an_unready_pod_may_go_and_takes_nothing() {
+        let v = run(&[
+            pod("a", false),
+            pod("b", true),
+            pdb_status(1),
+            evict(CTL, "a", 201),
+            evict(CTL, "b", 201),
+        ]);
+        assert_eq!(v, vec![]);
+    }
+
+    #[test]
+    fn a_direct_delete_at_zero_is_a_violation_and_others_users_are_not_judged() {
+        let del = |u: &str| ev(u, "delete", "", "pods", "", "a", 200, Value::Null);
+        assert_eq!(
+            run(&[pod("a", true), pdb_status(0), del("someone-else")]),
+            vec![]
+        );
+        let v = run(&[pod("a", true), pdb_status(0), del(CTL)]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].how, "deleted");
+        // Allowed by the budget: not a violation.
+        assert_eq!(run(&[pod("a", true), pdb_status(1), del(CTL)]), vec![]);
+    }
+
+    /// The Eviction API's own status write: `pods` in disruptedPods, `allowed` after it.
+    fn took(pods: &[&str], allowed: i64) -> String {
+        let disrupted: serde_json::Map<String, Value> = pods
+            .iter()
+            .map(|p| (p.to_string(), json!("2026-11-23T10:00:00Z")))
+            .collect();
+        ev(
+            APISERVER,
+            "update",
+            "policy",
+            "poddisruptionbudgets",
+            "status",
+            "web",
+            200,
+            json!({"spec": {"selector": {"matchLabels": {"app": "web"}}},
+                   "status": {"disruptionsAllowed": allowed, "disruptedPods": disrupted}}),
+        )
+    }
+
+    #[test]
+    fn the_eviction_api_write_is_the_moment_of_acceptance() {
+        // As a real kube-apiserver logs it: the Eviction API's write, the disruption
+        // controller's recount (0: the pod is going), then the eviction's answer.
+        let v = run(&[
+            pod("a", true),
+            pod("b", true),
+            pdb_status(1),
+            took(&["a"], 0),
+            pdb_status(0),
+            evict(CTL, "a", 201),
+            pdb_status(1),
+            took(&["b"], 0),
+            evict(CTL, "b", 201),
+        ]);
+        assert_eq!(v, vec![]);
+    }
+
+    #[test]
+    fn a_disruption_taken_while_the_budget_published_none_is_a_violation() {
+        let v = run(&[
+            pod("a", true),
+            pod("b", true),
+            pdb_status(1),
+            took(&["a"], 0),
+            evict(CTL, "a", 201),
+            took(&["a", "b"], 0),
+            evict(CTL, "b", 201),
+        ]);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!((v[0].pod.as_str(), v[0].allowed), ("default/b", 0));
+    }
+
+    #[test]
+    fn selectors() {
+        let l: BTreeMap<String, String> = [("app".to_string(), "web".to_string())].into();
+        assert!(selects(&json!({"matchLabels": {"app": "web"}}), &l));
+        assert!(!selects(&json!({"matchLabels": {"app": "db"}}), &l));
+        assert!(selects(
+            &json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}),
+            &l
+        ));
+        assert!(
+            !selects(&json!({}), &l),
+            "an empty selector selects nothing"
+        );
+    }
+}
