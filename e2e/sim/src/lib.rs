@@ -7,6 +7,7 @@ pub mod clock;
 pub mod cluster;
 pub mod defaults;
 pub mod error;
+pub mod openapi;
 pub mod patch;
 pub mod protobuf;
 pub mod registry;

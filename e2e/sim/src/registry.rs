@@ -83,6 +83,18 @@ impl ResourceInfo {
             out.push(json!({"name": format!("{}/status", self.plural), "singularName": "",
                 "namespaced": self.namespaced, "kind": self.kind, "verbs": ["get", "patch", "update"]}));
         }
+        if self.group == "apps"
+            && matches!(
+                self.plural.as_str(),
+                "deployments" | "replicasets" | "statefulsets"
+            )
+        {
+            out.push(
+                json!({"name": format!("{}/scale", self.plural), "singularName": "",
+                "namespaced": true, "group": "autoscaling", "version": "v1", "kind": "Scale",
+                "verbs": ["get", "patch", "update"]}),
+            );
+        }
         if self.group.is_empty() && self.plural == "pods" {
             out.push(
                 json!({"name": "pods/eviction", "singularName": "", "namespaced": true,

@@ -38,6 +38,23 @@ fn json_response(code: u16, v: &Value) -> Response {
     r
 }
 
+/// `/openapi/v2`: protobuf (what kubectl asks for), JSON to other clients.
+fn openapi_v2(all: &[Arc<ResourceInfo>], headers: &HeaderMap) -> Response {
+    // kubectl asks for `...spec.v2@v1.0+protobuf`; servers answer with this (a valid media type).
+    const PB: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if accept.contains("protobuf") {
+        let mut r = Response::new(Body::from(crate::openapi::v2_protobuf(all)));
+        r.headers_mut()
+            .insert(header::CONTENT_TYPE, HeaderValue::from_static(PB));
+        return r;
+    }
+    json_response(200, &crate::openapi::v2_json(all))
+}
+
 fn error_response(e: &ApiError) -> Response {
     json_response(e.code, &e.status())
 }
@@ -166,11 +183,12 @@ async fn route(
             "/healthz" | "/readyz" | "/livez" => return Ok((StatusCode::OK, "ok").into_response()),
             "/api" => return Ok(json_response(200, &discovery::core_versions())),
             "/apis" => return Ok(json_response(200, &discovery::group_list(&all))),
-            "/openapi/v3" => return Ok(json_response(200, &discovery::openapi_v3_root(&all))),
+            "/openapi/v3" => return Ok(json_response(200, &crate::openapi::v3_root(&all))),
+            "/openapi/v2" => return Ok(openapi_v2(&all, headers)),
             _ => {}
         }
         if let Some(gv) = trimmed.strip_prefix("/openapi/v3/") {
-            return discovery::openapi_v3_group(&all, gv)
+            return crate::openapi::v3_group(&all, gv)
                 .map(|d| json_response(200, &d))
                 .ok_or_else(|| ApiError::not_found_path(path));
         }
@@ -209,10 +227,14 @@ async fn route(
         let ok = match sub.as_str() {
             "status" => ri.status_subresource,
             "eviction" | "binding" => ri.group.is_empty() && ri.plural == "pods",
+            "scale" => has_scale(&ri),
             _ => false,
         };
         if !ok {
             return Err(ApiError::not_found_path(path));
+        }
+        if let ("scale", Some(name)) = (sub.as_str(), t.name.as_deref()) {
+            return scale(api, &ctx, &ri, &ns_s, name, method, headers, &body);
         }
     }
     let body_type = headers
@@ -264,7 +286,76 @@ async fn route(
             json_response(code, o)
         }
     };
-    match (method.clone(), t.name.as_deref()) {
+    // Field validation (`fieldValidation`: Strict refuses unknown fields, Warn — the default —
+    // answers them in Warning headers, Ignore says nothing) of what a write sends.
+    let mut warnings: Vec<String> = Vec::new();
+    let mut sent_body: Option<Value> = None;
+    let mut patch_body: Option<Bytes> = None;
+    let writes = matches!(
+        (method.clone(), t.name.as_deref(), sub.as_str()),
+        (Method::POST, None, _)
+            | (Method::PUT, Some(_), "" | "status")
+            | (Method::PATCH, Some(_), "" | "status")
+    );
+    let json_patch = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("application/json-patch+json"));
+    if writes && !json_patch {
+        let mode = q
+            .get("fieldValidation")
+            .map(String::as_str)
+            .unwrap_or("Warn");
+        if mode != "Ignore"
+            && let Some(schema) = crate::openapi::schema_of(&ri)
+        {
+            let sent = if method == Method::PATCH {
+                serde_json::from_slice::<Value>(&body).ok().or_else(|| {
+                    std::str::from_utf8(&body)
+                        .ok()
+                        .and_then(|s| serde_saphyr::from_str::<Value>(s).ok())
+                })
+            } else {
+                parse_body().ok()
+            };
+            let unknown = sent
+                .as_ref()
+                .map(|v| crate::openapi::unknown_fields(&schema, v))
+                .unwrap_or_default();
+            // A built-in kind keeps only the fields its type has, as the real decoder does
+            // (CRDs are pruned by their structural schema on admission).
+            if let Some(mut v) = sent
+                && ri.builtin
+            {
+                if !unknown.is_empty() {
+                    crate::openapi::drop_unknown(&schema, &mut v);
+                }
+                if method == Method::PATCH {
+                    if !unknown.is_empty() {
+                        patch_body = Some(Bytes::from(serde_json::to_vec(&v).unwrap_or_default()));
+                    }
+                } else {
+                    sent_body = Some(v);
+                }
+            }
+            if !unknown.is_empty() {
+                let listed: Vec<String> = unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}"))
+                    .collect();
+                if mode == "Strict" {
+                    return Err(ApiError::bad_request(format!(
+                        "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+                        listed.join(", "),
+                        kind = ri.kind,
+                        version = ri.version
+                    )));
+                }
+                warnings = listed;
+            }
+        }
+    }
+    let mut resp = match (method.clone(), t.name.as_deref()) {
         (Method::GET, None) => {
             let labels =
                 LabelSelector::parse(q.get("labelSelector").map(String::as_str).unwrap_or(""))
@@ -307,7 +398,8 @@ async fn route(
         }
         (Method::GET, Some(name)) => Ok(one(&api.get(&ri, &ns_s, name)?, 200)),
         (Method::POST, None) => {
-            let o = api.create(&ctx, &ri, &ns_s, parse_body()?)?;
+            let b = sent_body.take().map(Ok).unwrap_or_else(parse_body)?;
+            let o = api.create(&ctx, &ri, &ns_s, b)?;
             Ok(one(&o, 201))
         }
         (Method::POST, Some(name)) if sub == "eviction" => {
@@ -327,7 +419,14 @@ async fn route(
             ))
         }
         (Method::PUT, Some(name)) => Ok(one(
-            &api.update(&ctx, &ri, &ns_s, name, &sub, parse_body()?)?,
+            &api.update(
+                &ctx,
+                &ri,
+                &ns_s,
+                name,
+                &sub,
+                sent_body.take().map(Ok).unwrap_or_else(parse_body)?,
+            )?,
             200,
         )),
         (Method::PATCH, Some(name)) => {
@@ -352,7 +451,15 @@ async fn route(
                 }
             };
             let created = api.get(&ri, &ns_s, name).is_err();
-            let o = api.patch(&ctx, &ri, &ns_s, name, &sub, kind, &body)?;
+            let o = api.patch(
+                &ctx,
+                &ri,
+                &ns_s,
+                name,
+                &sub,
+                kind,
+                patch_body.as_ref().unwrap_or(&body),
+            )?;
             Ok(one(&o, if created { 201 } else { 200 }))
         }
         (Method::DELETE, Some(name)) => {
@@ -392,7 +499,106 @@ async fn route(
         (m, _) => Err(ApiError::method_not_allowed(format!(
             "the server does not allow this method ({m}) on the requested resource"
         ))),
+    }?;
+    for w in warnings {
+        if let Ok(v) = HeaderValue::from_str(&format!("299 - {:?}", w)) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
     }
+    Ok(resp)
+}
+
+/// Kinds with a `scale` subresource.
+pub fn has_scale(ri: &ResourceInfo) -> bool {
+    ri.group == "apps"
+        && matches!(
+            ri.plural.as_str(),
+            "deployments" | "replicasets" | "statefulsets"
+        )
+}
+
+/// The `autoscaling/v1` Scale of a workload object.
+fn scale_view(o: &Value) -> Value {
+    let m = &o["metadata"];
+    let selector: Vec<String> = o
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|l| {
+            l.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({"kind": "Scale", "apiVersion": "autoscaling/v1",
+        "metadata": {"name": m["name"], "namespace": m["namespace"], "uid": m["uid"],
+            "resourceVersion": m["resourceVersion"], "creationTimestamp": m["creationTimestamp"]},
+        "spec": {"replicas": o.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {"replicas": o.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector.join(",")}})
+}
+
+/// GET, PUT and PATCH of `.../{deployments|replicasets|statefulsets}/{name}/scale`: a write
+/// sets the object's `spec.replicas` (checking `metadata.resourceVersion` when sent).
+#[allow(clippy::too_many_arguments)]
+fn scale(
+    api: &Arc<Api>,
+    ctx: &Ctx,
+    ri: &ResourceInfo,
+    ns: &str,
+    name: &str,
+    method: &Method,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> ApiResult<Response> {
+    let current = api.get(ri, ns, name)?;
+    let mut view = scale_view(&current);
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/json");
+    let sent = || -> ApiResult<Value> {
+        if ct.contains("protobuf") {
+            return crate::protobuf::decode(body)
+                .map_err(|e| ApiError::unsupported_media(e.to_string()));
+        }
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
+    };
+    match *method {
+        Method::GET => return Ok(json_response(200, &view)),
+        Method::PUT => view = sent()?,
+        Method::PATCH => {
+            let p = sent()?;
+            if ct.starts_with("application/json-patch+json") {
+                crate::patch::json(&mut view, &p)
+                    .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            } else {
+                crate::patch::merge(&mut view, &p);
+            }
+        }
+        _ => {
+            return Err(ApiError::method_not_allowed(format!(
+                "the server does not allow this method ({method}) on the scale subresource"
+            )));
+        }
+    }
+    if let Some(rv) = view
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        && Some(rv)
+            != current
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+    {
+        return Err(ApiError::conflict(ri, name));
+    }
+    let replicas = view
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .ok_or_else(|| ApiError::bad_request("spec.replicas of the Scale is required"))?;
+    let patch = serde_json::to_vec(&json!({"spec": {"replicas": replicas}})).unwrap_or_default();
+    let o = api.patch(ctx, ri, ns, name, "", PatchKind::Merge, &patch)?;
+    Ok(json_response(200, &scale_view(&o)))
 }
 
 fn list_response(ri: &ResourceInfo, meta: Value, items: &[Arc<Value>]) -> Response {
