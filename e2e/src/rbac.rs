@@ -208,6 +208,16 @@ impl ChartRbac {
         Ok(this)
     }
 
+    /// Tokens for the identities a `helm install` of the chart (release [`RELEASE`] in
+    /// [`NAMESPACE`]) already made: nothing is applied.
+    pub fn installed_by_helm(kubectl: &Path, admin_kubeconfig: &Path, dir: &Path) -> Self {
+        Self {
+            kubectl: kubectl.to_path_buf(),
+            admin: admin_kubeconfig.to_path_buf(),
+            dir: dir.to_path_buf(),
+        }
+    }
+
     /// Applies `identities` and `policy` (with the namespace first).
     pub fn apply(&self, identities: &[Value], policy: &[Value]) -> anyhow::Result<()> {
         let mut items = vec![json!({"apiVersion": "v1", "kind": "Namespace",

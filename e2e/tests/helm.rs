@@ -1,6 +1,6 @@
-//! Helm against the simulator: the real Helm library (Python package `helm-sdkpy`) installs a
-//! small chart, waits for it to be ready, and stores its release Secret. Skips with a notice
-//! when python3 or helm-sdkpy is not installed.
+//! Helm against ebb-sim and a real control plane: the real Helm library (Python package
+//! `helm-sdkpy`) installs a small chart, waits for it to be ready, and stores its release Secret.
+//! Fails, saying how to install it, when python3 or helm-sdkpy is missing.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -12,29 +12,25 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kube::api::{Api, ListParams};
 
-fn helm_available() -> bool {
-    std::process::Command::new("python3")
+ebb_e2e::on_both_backends! {
+async fn helm_installs_a_chart(backend) {
+    let helm = std::process::Command::new("python3")
         .args(["-c", "import helm_sdkpy"])
         .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-#[tokio::test]
-async fn helm_installs_a_chart() {
-    if !helm_available() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 with helm-sdkpy is not installed; .ci/run installs it (pip install --ignore-requires-python helm-sdkpy)"
-        );
-        eprintln!(
-            "SKIPPED helm_installs_a_chart: python3 with helm-sdkpy is not installed (pip install --ignore-requires-python helm-sdkpy)"
-        );
-        return;
-    }
-    let env = TestEnv::start(SimConfig {
-        time_factor: 20.0,
-        ..SimConfig::default()
-    })
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        helm,
+        "python3 with helm-sdkpy is not installed; .ci/run installs it (pip install --ignore-requires-python helm-sdkpy)"
+    );
+    // Two nodes for the Deployment's two replicas: ebb-sim's, or kwok's.
+    let env = TestEnv::start_on(
+        backend,
+        SimConfig {
+            time_factor: 20.0,
+            ..SimConfig::default()
+        },
+        2,
+    )
     .await
     .unwrap();
     if let Some(sim) = env.sim() {
@@ -110,4 +106,5 @@ async fn helm_installs_a_chart() {
     })
     .await
     .unwrap();
+}
 }
