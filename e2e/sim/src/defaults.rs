@@ -68,7 +68,18 @@ fn pod_spec_defaults(obj: &mut Value, prefix: &str, with_tolerations: bool) {
         .and_then(Value::as_array_mut)
     {
         for c in cs {
-            set_default(c, "/imagePullPolicy", json!("IfNotPresent"));
+            // Always for an image without a tag or tagged `latest`, as the real defaulting.
+            let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+            let last = image.rsplit('/').next().unwrap_or("");
+            let latest =
+                !image.contains('@') && last.split_once(':').is_none_or(|(_, tag)| tag == "latest");
+            let policy = if latest { "Always" } else { "IfNotPresent" };
+            set_default(c, "/imagePullPolicy", json!(policy));
+            if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+                for p in ports {
+                    set_default(p, "/protocol", json!("TCP"));
+                }
+            }
             set_default(c, "/terminationMessagePath", json!("/dev/termination-log"));
             set_default(c, "/terminationMessagePolicy", json!("File"));
             set_default(c, "/resources", json!({}));
@@ -178,12 +189,16 @@ pub fn on_create(
             set_default(obj, "/spec/replicas", json!(1));
             set_default(obj, "/spec/revisionHistoryLimit", json!(10));
             set_default(obj, "/spec/progressDeadlineSeconds", json!(600));
-            set_default(
-                obj,
-                "/spec/strategy",
-                json!({"type": "RollingUpdate",
-                "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
-            );
+            // kubectl create sends `strategy: {}`: defaulted field by field, as the real server.
+            set_default(obj, "/spec/strategy/type", json!("RollingUpdate"));
+            if obj.pointer("/spec/strategy/type") == Some(&json!("RollingUpdate")) {
+                set_default(obj, "/spec/strategy/rollingUpdate/maxSurge", json!("25%"));
+                set_default(
+                    obj,
+                    "/spec/strategy/rollingUpdate/maxUnavailable",
+                    json!("25%"),
+                );
+            }
             pod_spec_defaults(obj, "/spec/template", false);
             wl(obj);
         }
