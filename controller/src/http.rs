@@ -53,14 +53,27 @@ pub fn router(metrics: Metrics, readiness: Readiness) -> Router {
         .with_state(AppState { metrics, readiness })
 }
 
-async fn metrics_handler(State(state): State<AppState>) -> impl IntoResponse {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
+/// OpenMetrics (with the trace-id exemplars) when the scraper asks for it, as Prometheus does;
+/// the classic text format otherwise.
+async fn metrics_handler(
+    State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
+) -> impl IntoResponse {
+    use ebb_telemetry::exposition::{
+        OPENMETRICS, PROMETHEUS_TEXT, to_prometheus_text, wants_openmetrics,
+    };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if wants_openmetrics(accept) {
+        (
+            [(header::CONTENT_TYPE, OPENMETRICS)],
+            state.metrics.encode(),
+        )
+    } else {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            to_prometheus_text(&state.metrics.encode()),
+        )
+    }
 }
 
 async fn readyz(State(state): State<AppState>) -> impl IntoResponse {

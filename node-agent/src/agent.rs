@@ -114,6 +114,9 @@ async fn serve_api(args: &RunArgs, state: ApiState) -> anyhow::Result<()> {
     let tcp = tokio::net::TcpListener::bind(args.listen_addr)
         .await
         .with_context(|| format!("cannot listen on --listen-addr {}", args.listen_addr))?;
+    if let Ok(bound) = tcp.local_addr() {
+        tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
+    }
     let router = crate::api::probe_router(state.clone());
     tokio::spawn(async move {
         if let Err(e) = axum::serve(tcp, router).await {

@@ -149,17 +149,23 @@ async fn readyz(State(state): State<ApiState>) -> Response {
     }
 }
 
-async fn metrics(State(state): State<ApiState>) -> Response {
-    match &state.metrics {
-        Some(m) => (
-            [(
-                header::CONTENT_TYPE,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            )],
-            m.render(),
+/// OpenMetrics when the scraper asks for it (Prometheus does), the classic text format otherwise.
+async fn metrics(State(state): State<ApiState>, headers: axum::http::HeaderMap) -> Response {
+    use ebb_telemetry::exposition::{
+        OPENMETRICS, PROMETHEUS_TEXT, to_prometheus_text, wants_openmetrics,
+    };
+    let Some(m) = &state.metrics else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    if wants_openmetrics(accept) {
+        ([(header::CONTENT_TYPE, OPENMETRICS)], m.render()).into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, PROMETHEUS_TEXT)],
+            to_prometheus_text(&m.render()),
         )
-            .into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
+            .into_response()
     }
 }
 

@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+pub mod exposition;
+
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{OTEL_EXPORTER_OTLP_ENDPOINT, WithExportConfig};
 use opentelemetry_sdk::trace::SdkTracerProvider;
