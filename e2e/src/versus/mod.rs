@@ -277,6 +277,11 @@ pub async fn run(
 
     let started_at = jiff::Timestamp::now();
     let t0 = Instant::now();
+    // The name the audit log records for the scaler's own writes.
+    let scaler_user = match scaler {
+        Scaler::Ebb => env.audit_user("ebb-controller"),
+        Scaler::ClusterAutoscaler | Scaler::Karpenter => "kubernetes-admin".to_string(),
+    };
     let running = match scaler {
         Scaler::Ebb => start_ebb(&env, settings).await?,
         Scaler::ClusterAutoscaler | Scaler::Karpenter => {
@@ -345,9 +350,7 @@ pub async fn run(
         match (r.verb.as_str(), r.resource.as_str(), r.subresource.as_str()) {
             ("create", "pods", "eviction") if r.code == 201 => m.evictions += 1,
             ("create", "pods", "eviction") if r.code == 429 => m.refused_evictions += 1,
-            ("delete", "pods", "")
-                if r.user == "kubernetes-admin" && (200..300).contains(&r.code) =>
-            {
+            ("delete", "pods", "") if r.user == scaler_user && (200..300).contains(&r.code) => {
                 m.direct_pod_deletes += 1
             }
             ("delete", "nodes", "") if (200..300).contains(&r.code) => {
