@@ -306,9 +306,7 @@ async fn route(
             .get("fieldValidation")
             .map(String::as_str)
             .unwrap_or("Warn");
-        if mode != "Ignore"
-            && let Some(schema) = crate::openapi::schema_of(&ri)
-        {
+        if let Some(schema) = crate::openapi::schema_of(&ri) {
             let sent = if method == Method::PATCH {
                 serde_json::from_slice::<Value>(&body).ok().or_else(|| {
                     std::str::from_utf8(&body)
@@ -338,7 +336,7 @@ async fn route(
                     sent_body = Some(v);
                 }
             }
-            if !unknown.is_empty() {
+            if !unknown.is_empty() && mode != "Ignore" {
                 let listed: Vec<String> = unknown
                     .iter()
                     .map(|f| format!("unknown field {f:?}"))
