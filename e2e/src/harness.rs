@@ -212,14 +212,7 @@ impl TestEnv {
         args: &[&str],
     ) -> anyhow::Result<ChildProcess> {
         let path = workspace_binary(name)?;
-        let kubeconfig = match &self.sim {
-            Some(sim) => {
-                let file = self._dir.path().join(format!("kubeconfig-{user}"));
-                sim.write_kubeconfig(&file, &[user])?;
-                file
-            }
-            None => self.chart_kubeconfig(name, args)?,
-        };
+        let kubeconfig = self.binary_kubeconfig(user, name, args)?;
         let child = tokio::process::Command::new(&path)
             .args(args)
             .env("KUBECONFIG", &kubeconfig)
@@ -248,6 +241,24 @@ impl TestEnv {
         match crate::rbac::account_of(user) {
             Some(account) => crate::rbac::username(account),
             None => "kubernetes-admin".to_string(),
+        }
+    }
+
+    /// The kubeconfig [`Self::spawn_binary_as`] gives binary `name` run with `args` as `user`,
+    /// for a test that starts the binary itself.
+    pub fn binary_kubeconfig(
+        &self,
+        user: &str,
+        name: &str,
+        args: &[&str],
+    ) -> anyhow::Result<PathBuf> {
+        match &self.sim {
+            Some(sim) => {
+                let file = self._dir.path().join(format!("kubeconfig-{user}"));
+                sim.write_kubeconfig(&file, &[user])?;
+                Ok(file)
+            }
+            None => self.chart_kubeconfig(name, args),
         }
     }
 
