@@ -1,5 +1,7 @@
 //! What a tenant with only namespaced rights (a PlacementHistory and a pod in its namespace) can
 //! make a real `ebb-node-agent` do through `localResources`: every attack here must fail unseen.
+//! On ebb-sim and on a real control plane, where the agent has only the chart's ServiceAccount
+//! (its token bound to its Node) and the NodeState admission policy applies.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -14,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use ebb_api::NodeState;
 use ebb_api::nodestate::LocalizedResource;
 use ebb_e2e::SimConfig;
-use ebb_e2e::harness::{TestEnv, wait_for, workspace_binary};
+use ebb_e2e::harness::{Backend, TestEnv, wait_for, workspace_binary};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -62,8 +64,10 @@ struct World {
     node: String,
 }
 
-async fn world() -> World {
-    let env = TestEnv::start(SimConfig::api_only()).await.unwrap();
+async fn world(backend: Backend) -> World {
+    let env = TestEnv::start_on(backend, SimConfig::api_only(), 0)
+        .await
+        .unwrap();
     let client = env.client.clone();
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
     for crd in ebb_api::crdgen::crds() {
@@ -221,7 +225,7 @@ impl Agent {
             "--report-interval-secs",
             "1",
             "--token-secret",
-            "ebb-system/ebb-node-agent-tokens",
+            "ebb-system/ebb-token-keys",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -239,9 +243,15 @@ impl Agent {
             args.push("--no-socket".into());
         }
         args.extend(opts.args);
+        // On the real backend: the chart's ServiceAccount, its token bound to the node.
+        let arg_refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let kubeconfig = w
+            .env
+            .binary_kubeconfig("ebb-node-agent", "ebb-node-agent", &arg_refs)
+            .unwrap();
         let mut cmd = tokio::process::Command::new(workspace_binary("ebb-node-agent").unwrap());
         cmd.args(&args)
-            .env("KUBECONFIG", &w.env.kubeconfig)
+            .env("KUBECONFIG", &kubeconfig)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -362,9 +372,9 @@ fn allow_loopback() -> Vec<(&'static str, String)> {
     vec![("EBB_FETCH_ALLOW_CIDRS", "127.0.0.1/32".to_string())]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_url_outside_the_roots_reveals_no_digest() {
-    let w = world().await;
+ebb_e2e::on_both_backends! {
+async fn file_url_outside_the_roots_reveals_no_digest(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     // What the agent can read and a tenant must not learn anything about (its token, say).
     let secret = dir.path().join("outside/token");
@@ -394,9 +404,8 @@ async fn file_url_outside_the_roots_reveals_no_digest() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_url_with_the_right_digest_copies_nothing() {
-    let w = world().await;
+async fn file_url_with_the_right_digest_copies_nothing(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let secret = dir.path().join("outside/token");
     std::fs::create_dir_all(secret.parent().unwrap()).unwrap();
@@ -421,9 +430,8 @@ async fn file_url_with_the_right_digest_copies_nothing() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn file_url_under_an_operator_root_is_localized_but_symlinks_out_are_not() {
-    let w = world().await;
+async fn file_url_under_an_operator_root_is_localized_but_symlinks_out_are_not(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("artifacts");
     std::fs::create_dir_all(&root).unwrap();
@@ -461,9 +469,8 @@ async fn file_url_under_an_operator_root_is_localized_but_symlinks_out_are_not()
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn loopback_urls_are_never_requested() {
-    let w = world().await;
+async fn loopback_urls_are_never_requested(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start("127.0.0.1:0", |_| body(b"internal")).await;
     let port = server.addr.port();
@@ -492,9 +499,8 @@ async fn loopback_urls_are_never_requested() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redirects_to_forbidden_addresses_are_not_followed() {
-    let w = world().await;
+async fn redirects_to_forbidden_addresses_are_not_followed(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     // 127.0.0.2 is not allowed (only 127.0.0.1/32 is).
     let inner = Server::start("127.0.0.2:0", |_| body(b"internal")).await;
@@ -524,9 +530,8 @@ async fn redirects_to_forbidden_addresses_are_not_followed() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_resource_beyond_the_namespace_quota_is_refused_unfetched() {
-    let w = world().await;
+async fn a_resource_beyond_the_namespace_quota_is_refused_unfetched(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     // 700 bytes kept by "one"; "two" may take 600 more: past the namespace's 1000.
     static FIRST: [u8; 700] = [b'1'; 700];
@@ -569,9 +574,8 @@ async fn a_resource_beyond_the_namespace_quota_is_refused_unfetched() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_fetch_backs_off_across_pod_events() {
-    let w = world().await;
+async fn a_failed_fetch_backs_off_across_pod_events(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start("127.0.0.1:0", |_| body(b"not what was promised")).await;
     let agent = Agent::spawn(
@@ -612,9 +616,8 @@ async fn a_failed_fetch_backs_off_across_pod_events() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_symlink_planted_in_the_cache_leaves_its_target_untouched() {
-    let w = world().await;
+async fn a_symlink_planted_in_the_cache_leaves_its_target_untouched(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let victim = dir.path().join("victim");
     std::fs::create_dir_all(&victim).unwrap();
@@ -654,9 +657,8 @@ async fn a_symlink_planted_in_the_cache_leaves_its_target_untouched() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cache_dir_holding_unknown_files_is_refused_and_kept() {
-    let w = world().await;
+async fn a_cache_dir_holding_unknown_files_is_refused_and_kept(backend) {
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
     std::fs::create_dir_all(cache.join("etc")).unwrap();
@@ -680,10 +682,9 @@ async fn a_cache_dir_holding_unknown_files_is_refused_and_kept() {
     w.cleanup().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_node_local_api_is_served_only_on_its_socket() {
+async fn the_node_local_api_is_served_only_on_its_socket(backend) {
     use std::os::unix::fs::PermissionsExt;
-    let w = world().await;
+    let w = world(backend).await;
     let dir = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -725,6 +726,7 @@ async fn the_node_local_api_is_served_only_on_its_socket() {
         .mode();
     assert_eq!(mode & 0o777, 0o660, "socket mode {mode:o}");
     w.cleanup().await;
+}
 }
 
 /// Minimal HTTP/1.1 GET over TCP, enough for the agent's probes port.
