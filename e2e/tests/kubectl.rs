@@ -675,3 +675,58 @@ ebb_e2e::on_both_backends! {
         assert!(t.failed.is_empty(), "failed on {backend:?}:\n{}", t.failed.join("\n---\n"));
     }
 }
+
+ebb_e2e::on_both_backends! {
+    /// kubectl's default field validation (Strict) against unknown fields of a built-in kind and
+    /// of ebb's CRD, on create, on a client-side apply to an existing object (a patch) and on a
+    /// server-side apply; `--validate=warn` creates the object without the field and warns.
+    async fn unknown_fields_are_refused_as_a_real_server_does(backend) {
+        let (env, k) = env_on(backend, 0).await;
+        let k = k.as_str();
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &str| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p.display().to_string()
+        };
+        let good = write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default}\ndata: {a: \"1\"}\n");
+        let bad = write("cm-bad.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: default, bogus: 1}\ndata: {a: \"2\"}\n");
+        let crds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../crds");
+        let policy_bad = write("sdp-bad.yaml", "apiVersion: ebb.dev/v1alpha1\nkind: ScaleDownPolicy\nmetadata: {name: p}\nspec: {bogusField: 1}\n");
+
+        let (ok_, out) = kubectl(k, &env, &["create", "-f", &bad]).await;
+        assert!(!ok_ && out.contains("Error from server (BadRequest)")
+            && out.contains("ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.bogus\""), "{out}");
+        ok(k, &env, &["apply", "-f", &good]).await;
+        let (ok_, out) = kubectl(k, &env, &["apply", "-f", &bad]).await;
+        assert!(!ok_ && out.contains("The request is invalid: patch: Invalid value:")
+            && out.contains("strict decoding error: unknown field \"metadata.bogus\""), "{out}");
+        let (ok_, out) = kubectl(k, &env, &["apply", "--server-side", "-f", &bad]).await;
+        assert!(!ok_ && out.contains(
+            "failed to create typed patch object (default/c; /v1, Kind=ConfigMap): .metadata.bogus: field not declared in schema"), "{out}");
+        let cm: ConfigMap = Api::namespaced(env.client.clone(), "default").get("c").await.unwrap();
+        assert_eq!(cm.data.unwrap()["a"], "1", "no refused write changed the object");
+        ok(k, &env, &["delete", "configmap", "c"]).await;
+        let out = ok(k, &env, &["create", "--validate=warn", "-f", &bad]).await;
+        assert!(out.contains("Warning: unknown field \"metadata.bogus\""), "{out}");
+        let raw = ok(k, &env, &["get", "configmap", "c", "-o", "json"]).await;
+        let raw: serde_json::Value = serde_json::from_str(&raw).unwrap();
+        assert!(raw["metadata"].get("bogus").is_none() && raw["data"]["a"] == "2", "{raw}");
+
+        ok(k, &env, &["apply", "-f", crds.to_str().unwrap()]).await;
+        ok(k, &env, &["wait", "--for=condition=Established", "crd/scaledownpolicies.ebb.dev", "--timeout=30s"]).await;
+        // The CRD is served (discovery refreshed) once a get of its kind answers.
+        wait_for("ScaleDownPolicy served", T, || async {
+            kubectl(k, &env, &["get", "scaledownpolicies"]).await.0.then_some(())
+        })
+        .await
+        .unwrap();
+        let (ok_, out) = kubectl(k, &env, &["apply", "-f", &policy_bad]).await;
+        assert!(!ok_ && out.contains(
+            "ScaleDownPolicy in version \"v1alpha1\" cannot be handled as a ScaleDownPolicy: strict decoding error: unknown field \"spec.bogusField\""), "{out}");
+        let (ok_, out) = kubectl(k, &env, &["apply", "--server-side", "-f", &policy_bad]).await;
+        assert!(!ok_ && out.contains(".spec.bogusField: field not declared in schema"), "{out}");
+        let (found, _) = kubectl(k, &env, &["get", "scaledownpolicy", "p"]).await;
+        assert!(!found, "a refused policy is not stored");
+    }
+}

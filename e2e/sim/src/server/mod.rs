@@ -336,11 +336,50 @@ async fn route(
                     sent_body = Some(v);
                 }
             }
+            let ct = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("");
+            // Server-side apply refuses undeclared fields whatever fieldValidation says, with
+            // the real server's code and words.
+            if let (true, Some(first), Some(name)) = (
+                ct.starts_with("application/apply-patch"),
+                unknown.first(),
+                t.name.as_deref(),
+            ) {
+                return Err(ApiError::new(
+                    500,
+                    "",
+                    format!(
+                        "failed to create typed patch object ({ns_s}/{name}; {}, Kind={}): .{first}: field not declared in schema",
+                        if ri.group.is_empty() {
+                            format!("/{}", ri.version)
+                        } else {
+                            ri.api_version()
+                        },
+                        ri.kind
+                    ),
+                ));
+            }
             if !unknown.is_empty() && mode != "Ignore" {
                 let listed: Vec<String> = unknown
                     .iter()
                     .map(|f| format!("unknown field {f:?}"))
                     .collect();
+                if mode == "Strict" && method == Method::PATCH {
+                    // A patch is judged on what it makes: 422 with the patch as the invalid value.
+                    let text = format!(
+                        "Invalid value: {:?}: strict decoding error: {}",
+                        String::from_utf8_lossy(&body),
+                        listed.join(", ")
+                    );
+                    let mut e =
+                        ApiError::new(422, "Invalid", format!(" \"\" is invalid: patch: {text}"));
+                    e.details = Some(
+                        json!({"causes": [{"reason": "FieldValueInvalid", "message": text, "field": "patch"}]}),
+                    );
+                    return Err(e);
+                }
                 if mode == "Strict" {
                     return Err(ApiError::bad_request(format!(
                         "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
