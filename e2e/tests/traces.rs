@@ -342,7 +342,7 @@ async fn apply_policy(client: &kube::Client, name: &str, pool: &str) {
             "evictionRetryInterval": "200ms",
             "maxPodEvictionTime": "60s",
             "recentEvictionWindow": "5s",
-            "utilizationThreshold": 0.6,
+            "utilizationThreshold": 0.8,
         },
     }))
     .unwrap();
@@ -434,10 +434,13 @@ async fn a_scale_down_is_a_trace_per_loop_with_a_span_per_drain(backend) {
     })
     .await
     .unwrap();
+    // 250m pods: however the scheduler spreads them, every node stays under the policy's
+    // threshold (six pods on one node would be 75%).
     c.add_apps(&Apps {
         count: 2,
         replicas: 3,
         pdb: Some(json!({"maxUnavailable": 1})),
+        requests: json!({"cpu": "250m"}),
         ..Apps::default()
     })
     .await
@@ -602,7 +605,7 @@ async fn placement_decisions_are_spans_without_key_material(backend) {
     let pods_api: Api<Pod> = Api::namespaced(env.client.clone(), "default");
     let running = |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
     let first = format!("{app}-1");
-    let home = wait_for("the first pod running", Duration::from_secs(60), || async {
+    let home = wait_for("the first pod running", Duration::from_secs(120), || async {
         let p = pods_api.get_opt(&first).await.ok()??;
         running(&p).then(|| node_of(&p))
     })
