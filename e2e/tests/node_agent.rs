@@ -1,6 +1,8 @@
-//! Node-agent recovery against ebb-sim: three real `ebb-node-agent run` processes on three
-//! simulated nodes; one is killed while its pods complete and one is deleted, then restarted on
-//! the same state directory; the NodeStates must report completions, failures and a `Lost` one.
+//! Node-agent recovery on ebb-sim and on a real control plane: three real `ebb-node-agent run`
+//! processes on three nodes (the sim's, or kwok's with the agents as the chart's ServiceAccount,
+//! each token bound to its Node); one is killed while its pods complete and one is deleted, then
+//! restarted on the same state directory; the NodeStates must report completions, failures and a
+//! `Lost` one.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -8,11 +10,10 @@ use std::time::Duration;
 
 use ebb_api::NodeState;
 use ebb_api::nodestate::{RecoveryResult, RoleOutcomes};
-use ebb_e2e::SimConfig;
-use ebb_e2e::harness::{ChildProcess, TestEnv, wait_for, workspace_binary};
-use ebb_e2e::scenario::Scenario;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Api, DeleteParams, PostParams};
+use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, wait_for, workspace_binary};
+use ebb_e2e::setup::{Cluster, NodeGroup};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
@@ -48,7 +49,7 @@ impl Agent {
             "--report-interval-secs",
             "1",
             "--token-secret",
-            "ebb-system/ebb-node-agent-tokens",
+            "ebb-system/ebb-token-keys",
         ];
         let mut child = env
             .spawn_binary_as("ebb-node-agent", "ebb-node-agent", &args)
@@ -231,42 +232,125 @@ fn recovery(ns: &NodeState) -> Option<(RecoveryResult, i64)> {
     Some((r.result, r.lost))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agents_recover_completions_and_a_lost_container_after_a_kill() {
-    let env = TestEnv::start(SimConfig {
-        time_factor: TIME_FACTOR,
-        ..SimConfig::default()
-    })
-    .await
-    .unwrap();
-    let Some(sim) = env.require_sim("agents_recover_completions_and_a_lost_container_after_a_kill")
-    else {
-        return;
-    };
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A duration of the sim's annotations (`90s`).
+fn secs(text: &str) -> Option<u64> {
+    text.strip_suffix('s')?.parse().ok()
+}
+
+/// On the real backend the test ends containers as ebb-sim does by its annotations
+/// (`sim.ebb.dev/exit-after`, `sim.ebb.dev/exit-code`), in kwok's place: once a container has
+/// run `exit-after` of sim time (`TIME_FACTOR` times faster than real time), the pod's status
+/// gets the container terminated with that exit code, started and finished as in the sim, and
+/// phase Succeeded or Failed, as its kubelet would write it.
+async fn end_containers(client: kube::Client) {
+    let pods: Api<Pod> = Api::namespaced(client, NS);
+    let mut ended = std::collections::HashSet::new();
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let Ok(list) = pods.list(&Default::default()).await else {
+            continue;
+        };
+        for p in list.items {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let ann = p.metadata.annotations.clone().unwrap_or_default();
+            let (Some(after), Some(code)) = (
+                ann.get("sim.ebb.dev/exit-after").and_then(|a| secs(a)),
+                ann.get("sim.ebb.dev/exit-code")
+                    .and_then(|c| c.parse::<i32>().ok()),
+            ) else {
+                continue;
+            };
+            if ended.contains(&uid) || p.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let Some(started) = p
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|cs| cs.first())
+                .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
+            else {
+                continue;
+            };
+            let real = Duration::from_secs_f64(after as f64 / TIME_FACTOR);
+            let due = started.0 + jiff::SignedDuration::try_from(real).unwrap_or_default();
+            if jiff::Timestamp::now() < due {
+                continue;
+            }
+            let finished = started.0 + jiff::SignedDuration::from_secs(after as i64);
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let status = json!({"status": {
+                "phase": if code == 0 { "Succeeded" } else { "Failed" },
+                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
+                               {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}],
+                "containerStatuses": [{"name": "main", "image": "registry.k8s.io/busybox:1.36",
+                    "imageID": "", "ready": false, "restartCount": 0, "started": false,
+                    "state": {"terminated": {"exitCode": code,
+                        "reason": if code == 0 { "Completed" } else { "Error" },
+                        "startedAt": started.0.to_string(), "finishedAt": finished.to_string()}}}]}});
+            if pods
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .is_ok()
+            {
+                ended.insert(uid);
+            }
+        }
+    }
+}
+
+ebb_e2e::on_both_backends! {
+async fn agents_recover_completions_and_a_lost_container_after_a_kill(backend) {
+    let cluster = Cluster::start(backend, TIME_FACTOR).await.unwrap();
+    let env = &cluster.env;
     let client = env.client.clone();
-    let crds = ebb_api::crdgen::yaml_stream().unwrap();
-    Scenario::from_manifests(&crds)
-        .unwrap()
-        .load(&sim.api)
+    Api::<Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": NS}})).unwrap(),
+        )
+        .await
         .unwrap();
-    Scenario::from_yaml(&format!(
-        "objects:\n\
-         - {{apiVersion: v1, kind: Namespace, metadata: {{name: ebb-system}}}}\n\
-         - {{apiVersion: v1, kind: Namespace, metadata: {{name: {NS}}}}}\n\
-         - apiVersion: ebb.dev/v1alpha1\n  kind: PlacementHistory\n  metadata: {{name: {HISTORY}, namespace: {NS}}}\n  \
-           spec: {{selector: {{matchLabels: {{app: {HISTORY}}}}}, roleLabel: role, roles: [{{name: {ROLE}}}]}}\n\
-         nodes: {{count: 3, namePrefix: n-}}\n"
-    ))
-    .unwrap()
-    .load(&sim.api)
+    let history: ebb_api::PlacementHistory = serde_json::from_value(json!({
+        "apiVersion": "ebb.dev/v1alpha1", "kind": "PlacementHistory",
+        "metadata": {"name": HISTORY, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": HISTORY}}, "roleLabel": "role",
+                 "roles": [{"name": ROLE}]},
+    }))
     .unwrap();
+    Api::<ebb_api::PlacementHistory>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &history)
+        .await
+        .unwrap();
+    cluster
+        .add_nodes(&NodeGroup {
+            prefix: "n-",
+            count: 3,
+            cpu: "4",
+            memory: "16Gi",
+            labels: json!({}),
+            taints: json!([]),
+        })
+        .await
+        .unwrap();
+    let _kubelet = (backend == Backend::Real)
+        .then(|| AbortOnDrop(tokio::spawn(end_containers(client.clone()))));
     let nodes: Vec<String> = (0..3).map(|i| format!("n-{i}")).collect();
     let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
     let logs: Vec<Arc<Mutex<Vec<String>>>> = (0..3).map(|_| Arc::default()).collect();
     let mut agents: Vec<Option<Agent>> = (0..3)
         .map(|i| {
             Some(Agent::spawn(
-                &env,
+                env,
                 &nodes[i],
                 dirs[i].path(),
                 logs[i].clone(),
@@ -329,7 +413,7 @@ async fn agents_recover_completions_and_a_lost_container_after_a_kill() {
     wait_state(&client, "slow-1", "terminated").await;
 
     // Restarted on the same state directory.
-    agents[1] = Some(Agent::spawn(&env, "n-1", dirs[1].path(), logs[1].clone()));
+    agents[1] = Some(Agent::spawn(env, "n-1", dirs[1].path(), logs[1].clone()));
     let n1 = wait_node_state(
         &client,
         "n-1",
@@ -395,5 +479,8 @@ async fn agents_recover_completions_and_a_lost_container_after_a_kill() {
     .await
     .unwrap();
     assert!(node_state(&client, "n-0").await.is_some());
-    assert!(sim.pdb_violations().is_empty());
+    if let Some(sim) = env.sim() {
+        assert!(sim.pdb_violations().is_empty());
+    }
+}
 }
