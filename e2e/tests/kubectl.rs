@@ -63,10 +63,6 @@ async fn env_on(backend: Backend, nodes: usize) -> (TestEnv, String) {
     (e, k)
 }
 
-async fn env() -> (TestEnv, String) {
-    env_on(Backend::Sim, 0).await
-}
-
 /// Runs kubectl; returns (success, stdout + stderr).
 async fn kubectl(k: &str, env: &TestEnv, args: &[&str]) -> (bool, String) {
     let out = tokio::process::Command::new(k)
@@ -108,10 +104,22 @@ metadata: {name: cfg}
 data: {a: \"1\"}
 ";
 
-#[tokio::test]
-async fn apply_get_label_taint_cordon_wait_delete() {
-    let (env, k) = env_on(Backend::Sim, 2).await;
-    let file = env.kubeconfig.with_file_name("app.yaml");
+ebb_e2e::on_both_backends! {
+    /// apply (client-side, again, server-side), wait, get -o wide, label, taint, cordon, delete.
+    async fn apply_get_label_taint_cordon_wait_delete(backend) {
+    let (env, k) = env_on(backend, 2).await;
+    let mut names: Vec<String> = Api::<Node>::all(env.client.clone())
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    let (n0, n1) = (names[0].as_str(), names[1].as_str());
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("app.yaml");
     std::fs::write(&file, APP).unwrap();
     let f = file.to_str().unwrap();
     let out = ok(&k, &env, &["apply", "-f", f]).await;
@@ -165,10 +173,10 @@ async fn apply_get_label_taint_cordon_wait_delete() {
     );
 
     let nodes: Api<Node> = Api::all(env.client.clone());
-    ok(&k, &env, &["label", "node", "node-0", "pool=blue"]).await;
+    ok(&k, &env, &["label", "node", n0, "pool=blue"]).await;
     assert_eq!(
         nodes
-            .get("node-0")
+            .get(n0)
             .await
             .unwrap()
             .metadata
@@ -181,11 +189,11 @@ async fn apply_get_label_taint_cordon_wait_delete() {
     ok(
         &k,
         &env,
-        &["taint", "node", "node-1", "dedicated=x:NoSchedule"],
+        &["taint", "node", n1, "dedicated=x:NoSchedule"],
     )
     .await;
     let taints = nodes
-        .get("node-1")
+        .get(n1)
         .await
         .unwrap()
         .spec
@@ -198,12 +206,12 @@ async fn apply_get_label_taint_cordon_wait_delete() {
     ok(
         &k,
         &env,
-        &["taint", "node", "node-1", "dedicated=x:NoSchedule-"],
+        &["taint", "node", n1, "dedicated=x:NoSchedule-"],
     )
     .await;
     assert!(
         nodes
-            .get("node-1")
+            .get(n1)
             .await
             .unwrap()
             .spec
@@ -213,10 +221,10 @@ async fn apply_get_label_taint_cordon_wait_delete() {
             .iter()
             .all(|t| t.key != "dedicated")
     );
-    ok(&k, &env, &["cordon", "node-0"]).await;
+    ok(&k, &env, &["cordon", n0]).await;
     assert_eq!(
         nodes
-            .get("node-0")
+            .get(n0)
             .await
             .unwrap()
             .spec
@@ -226,16 +234,17 @@ async fn apply_get_label_taint_cordon_wait_delete() {
     );
     let shown = ok(&k, &env, &["get", "nodes"]).await;
     assert!(shown.contains("Ready,SchedulingDisabled"), "{shown}");
-    ok(&k, &env, &["uncordon", "node-0"]).await;
+    ok(&k, &env, &["uncordon", n0]).await;
 
     let out = ok(&k, &env, &["delete", "-f", f]).await;
     assert!(out.contains("deployment.apps \"web\" deleted"), "{out}");
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    // Garbage-collected: gone, or terminating (a real kubelet's grace period is 30 s).
     wait_for("web pods garbage-collected", T, || async {
         pods.list(&ListParams::default().labels("app=web"))
             .await
             .ok()
-            .filter(|l| l.items.is_empty())
+            .filter(|l| l.items.iter().all(|p| p.metadata.deletion_timestamp.is_some()))
             .map(|_| ())
     })
     .await
@@ -243,10 +252,12 @@ async fn apply_get_label_taint_cordon_wait_delete() {
     let (found, text) = kubectl(&k, &env, &["get", "configmap", "cfg"]).await;
     assert!(!found && text.contains("NotFound"), "{text}");
 }
+}
 
-#[tokio::test]
-async fn get_watch_sees_a_change() {
-    let (env, k) = env().await;
+ebb_e2e::on_both_backends! {
+    /// `kubectl get -w` shows an object created while it watches.
+    async fn get_watch_sees_a_change(backend) {
+    let (env, k) = env_on(backend, 0).await;
     let mut child = tokio::process::Command::new(&k)
         .args(["get", "configmaps", "-w"])
         .env("KUBECONFIG", &env.kubeconfig)
@@ -276,126 +287,116 @@ async fn get_watch_sees_a_change() {
     assert_eq!(cols[..2], ["watched", "1"], "name and DATA count: {line}");
     let _ = child.kill().await;
 }
+}
 
-#[tokio::test]
-async fn drain_moves_pods_and_waits_on_the_pdb() {
-    let (env, k) = env_on(Backend::Sim, 2).await;
-    let sim = env.sim().expect("a simulator");
-    let nodes: Api<Node> = Api::all(env.client.clone());
-    // Everything starts on node-0.
-    nodes
-        .patch(
-            "node-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
-        )
-        .await
-        .unwrap();
-    Scenario::from_yaml(
-        "deployments: {count: 1, namePrefix: web-, replicas: 2, pdb: {minAvailable: 1}}",
-    )
-    .unwrap()
-    .load(&sim.api)
-    .unwrap();
-    let ds = json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "agent", "namespace": "default"},
-        "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {"metadata": {"labels": {"app": "agent"}},
-            "spec": {"containers": [{"name": "a", "image": "a"}]}}}});
-    let ds: k8s_openapi::api::apps::v1::DaemonSet = serde_json::from_value(ds).unwrap();
-    Api::<k8s_openapi::api::apps::v1::DaemonSet>::namespaced(env.client.clone(), "default")
-        .create(&PostParams::default(), &ds)
-        .await
-        .unwrap();
-    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
-    let on = |p: &Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default()
-    };
-    let ready = |p: &Pod| {
-        p.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-    };
-    wait_for("2 web pods ready on node-0 and the agent", T, || async {
-        let l = pods.list(&ListParams::default()).await.ok()?.items;
-        let web = l
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .unwrap_or("")
-                    .starts_with("web-0")
-                    && ready(p)
-                    && on(p) == "node-0"
-            })
-            .count();
-        let agents = l
-            .iter()
-            .filter(|p| {
-                p.metadata
-                    .name
-                    .as_deref()
-                    .unwrap_or("")
-                    .starts_with("agent")
-            })
-            .count();
-        (web == 2 && agents >= 1).then_some(())
-    })
-    .await
-    .unwrap();
-    nodes
-        .patch(
-            "node-1",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"unschedulable": null}})),
-        )
-        .await
-        .unwrap();
+const DRAINED: &str = "apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: nginx, resources: {requests: {cpu: 100m}}}]
+---
+apiVersion: policy/v1
+kind: PodDisruptionBudget
+metadata: {name: web, namespace: default}
+spec:
+  minAvailable: 1
+  selector: {matchLabels: {app: web}}
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata: {name: agent, namespace: default}
+spec:
+  selector: {matchLabels: {app: agent}}
+  template:
+    metadata: {labels: {app: agent}}
+    spec:
+      containers: [{name: a, image: a}]
+";
 
-    let (refused, text) = kubectl(&k, &env, &["drain", "node-0", "--timeout=10s"]).await;
-    assert!(
-        !refused && text.contains("DaemonSet-managed Pods"),
-        "drain without --ignore-daemonsets refuses: {text}"
-    );
-    let out = ok(
-        &k,
-        &env,
-        &["drain", "node-0", "--ignore-daemonsets", "--timeout=60s"],
-    )
-    .await;
-    assert!(
-        out.contains("Cannot evict pod as it would violate the pod's disruption budget"),
-        "the second eviction waited on the PDB: {out}"
-    );
-    assert!(out.contains("node/node-0 drained"), "{out}");
-    let l = pods
-        .list(&ListParams::default().labels("app=web-0"))
+ebb_e2e::on_both_backends! {
+    /// `kubectl drain` refuses a node with DaemonSet pods unless told to ignore them, then
+    /// cordons the node and evicts its pods (protobuf Evictions), waiting on the PDB.
+    async fn drain_moves_pods_and_waits_on_the_pdb(backend) {
+        let (env, k) = env_on(backend, 2).await;
+        let nodes_api: Api<Node> = Api::all(env.client.clone());
+        let mut nodes: Vec<String> = nodes_api
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect();
+        nodes.sort();
+        let (first, second) = (nodes[0].clone(), nodes[1].clone());
+        // Everything starts on the first node.
+        let cordon = |v: Option<bool>| Patch::Merge(json!({"spec": {"unschedulable": v}}));
+        nodes_api.patch(&second, &PatchParams::default(), &cordon(Some(true))).await.unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("drained.yaml");
+        std::fs::write(&file, DRAINED).unwrap();
+        ok(&k, &env, &["apply", "-f", file.to_str().unwrap()]).await;
+        let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+        let on = |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let ready = |p: &Pod| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        };
+        let name_of = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
+        wait_for("2 web pods ready on the first node and the agent", T, || async {
+            let l = pods.list(&ListParams::default()).await.ok()?.items;
+            let web = l.iter().filter(|p| name_of(p).starts_with("web-") && ready(p) && on(p) == first).count();
+            let agents = l.iter().filter(|p| name_of(p).starts_with("agent")).count();
+            (web == 2 && agents >= 1).then_some(())
+        })
         .await
-        .unwrap()
-        .items;
-    let live: Vec<&Pod> = l
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .collect();
-    assert!(
-        live.iter().all(|p| on(p) == "node-1"),
-        "web pods moved to node-1"
-    );
-    assert!(
-        sim.pdb_violations().is_empty(),
-        "{:?}",
-        sim.pdb_violations()
-    );
-    assert!(
-        sim.audit()
-            .iter()
-            .filter(|r| r.subresource == "eviction" && r.code == 429)
-            .count()
-            >= 1
-    );
+        .unwrap();
+        let pdb: Api<PodDisruptionBudget> = Api::namespaced(env.client.clone(), "default");
+        wait_for("the PDB allows one disruption", T, || async {
+            let s = pdb.get("web").await.ok()?.status?;
+            (s.disruptions_allowed == 1).then_some(())
+        })
+        .await
+        .unwrap();
+        nodes_api.patch(&second, &PatchParams::default(), &cordon(None)).await.unwrap();
+
+        let (drained, text) = kubectl(&k, &env, &["drain", &first, "--timeout=10s"]).await;
+        assert!(
+            !drained && text.contains("DaemonSet-managed Pods"),
+            "drain without --ignore-daemonsets refuses: {text}"
+        );
+        let out = ok(&k, &env, &["drain", &first, "--ignore-daemonsets", "--timeout=60s"]).await;
+        assert!(
+            out.contains("Cannot evict pod as it would violate the pod's disruption budget"),
+            "the second eviction waited on the PDB: {out}"
+        );
+        assert!(out.contains(&format!("node/{first} drained")), "{out}");
+        let unsched = nodes_api.get(&first).await.unwrap().spec.and_then(|s| s.unschedulable);
+        assert_eq!(unsched, Some(true), "drain cordoned the node");
+        let l = pods.list(&ListParams::default().labels("app=web")).await.unwrap().items;
+        let live: Vec<&Pod> = l.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect();
+        assert!(
+            !live.is_empty() && live.iter().all(|p| on(p) == second),
+            "web pods moved to {second}: {:?}",
+            live.iter().map(|p| (name_of(p), on(p))).collect::<Vec<_>>()
+        );
+        let audit = env.audit().unwrap();
+        let evictions = |code: u16| {
+            audit.iter().filter(|r| r.subresource == "eviction" && r.code == code && r.name.starts_with("web-")).count()
+        };
+        assert_eq!(evictions(201), 2, "both web pods evicted");
+        assert!(evictions(429) >= 1, "an eviction was refused while the PDB allowed none");
+        if let Some(sim) = env.sim() {
+            assert!(sim.pdb_violations().is_empty(), "{:?}", sim.pdb_violations());
+        }
+    }
 }
 
 /// Tallies the everyday operations: each one's kubectl run and what it left in the cluster.
