@@ -1041,3 +1041,136 @@ mod real_backend {
         }
     }
 }
+
+/// The chart's identities as the real backend's binaries get them (see `ebb_e2e::rbac`): who the
+/// API server says they are, and that they hold no verb beyond the chart's. Real control plane
+/// only: ebb-sim authenticates by user name and enforces no RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chart_identities_are_least_privileged() {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    use k8s_openapi::api::core::v1::Secret;
+
+    let env = TestEnv::start_real(1).await.unwrap();
+    let node = "kwok-node-0";
+    let client_of = |path: PathBuf| async move {
+        ebb_e2e::sim::client_from_yaml(&std::fs::read_to_string(path).unwrap())
+            .await
+            .unwrap()
+    };
+    let ctl = client_of(
+        env.binary_kubeconfig("ebb-controller", "ebb-controller", &["run"])
+            .unwrap(),
+    )
+    .await;
+    let agent = client_of(
+        env.binary_kubeconfig(
+            "ebb-node-agent",
+            "ebb-node-agent",
+            &["run", "--node-name", node],
+        )
+        .unwrap(),
+    )
+    .await;
+
+    // Who they are: the chart's ServiceAccounts; the agent's token names its node.
+    let whoami = |c: kube::Client| async move {
+        let review: SelfSubjectReview =
+            serde_json::from_value(json!({"apiVersion": "authentication.k8s.io/v1",
+                                          "kind": "SelfSubjectReview"}))
+            .unwrap();
+        let req = http::Request::post("/apis/authentication.k8s.io/v1/selfsubjectreviews")
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&review).unwrap())
+            .unwrap();
+        let r: SelfSubjectReview = c.request(req).await.unwrap();
+        r.status.and_then(|s| s.user_info).unwrap()
+    };
+    let ctl_user = whoami(ctl.clone()).await;
+    assert_eq!(
+        ctl_user.username.as_deref(),
+        Some("system:serviceaccount:ebb-system:ebb-controller")
+    );
+    assert_eq!(
+        env.audit_user("ebb-controller"),
+        "system:serviceaccount:ebb-system:ebb-controller"
+    );
+    let agent_user = whoami(agent.clone()).await;
+    assert_eq!(
+        agent_user.username.as_deref(),
+        Some("system:serviceaccount:ebb-system:ebb-node-agent")
+    );
+    assert_eq!(
+        agent_user
+            .extra
+            .unwrap_or_default()
+            .get("authentication.kubernetes.io/node-name"),
+        Some(&vec![node.to_string()]),
+        "the agent's token is bound to its node"
+    );
+
+    // What the chart grants works ...
+    Api::<Pod>::all(ctl.clone())
+        .list(&Default::default())
+        .await
+        .expect("the controller lists pods");
+    Api::<Node>::all(agent.clone())
+        .get(node)
+        .await
+        .expect("the agent reads its Node");
+    // ... and nothing else: 403 for each of these.
+    let forbidden = |what: &str, r: Result<(), kube::Error>| match r {
+        Err(kube::Error::Api(s)) if s.code == 403 => {}
+        other => panic!("{what}: expected 403 Forbidden, got {other:?}"),
+    };
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": "x"},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+    .unwrap();
+    for (who, c) in [("controller", &ctl), ("agent", &agent)] {
+        forbidden(
+            &format!("{who} creates a pod"),
+            Api::<Pod>::namespaced(c.clone(), "default")
+                .create(&PostParams::default(), &pod)
+                .await
+                .map(|_| ()),
+        );
+        forbidden(
+            &format!("{who} reads a Secret that is not the token Secret"),
+            Api::<Secret>::namespaced(c.clone(), "kube-system")
+                .list(&Default::default())
+                .await
+                .map(|_| ()),
+        );
+        forbidden(
+            &format!("{who} deletes a namespace"),
+            Api::<Namespace>::all(c.clone())
+                .delete("default", &DeleteParams::default())
+                .await
+                .map(|_| ()),
+        );
+    }
+    forbidden(
+        "the agent lists nodes",
+        Api::<Node>::all(agent.clone())
+            .list(&Default::default())
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "the agent patches a pod",
+        Api::<Pod>::namespaced(agent.clone(), "default")
+            .patch(
+                "x",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+            )
+            .await
+            .map(|_| ()),
+    );
+    forbidden(
+        "the controller reads another Secret of its namespace",
+        Api::<Secret>::namespaced(ctl.clone(), "ebb-system")
+            .get("not-the-token-keys")
+            .await
+            .map(|_| ()),
+    );
+}
