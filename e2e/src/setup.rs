@@ -366,7 +366,8 @@ pub fn has_taint(n: &Node, key: &str) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| t.key == key))
 }
 
-/// Waits until `count` nodes named `prefix…` are Ready (the scheduler places pods only there).
+/// Waits until `count` nodes named `prefix…` are Ready and untainted by the node lifecycle
+/// controller (the scheduler places pods only there).
 pub async fn wait_ready(client: &kube::Client, prefix: &str, count: usize) -> anyhow::Result<()> {
     wait_for(
         &format!("{count} {prefix} nodes ready"),
@@ -388,6 +389,12 @@ pub async fn wait_ready(client: &kube::Client, prefix: &str, count: usize) -> an
                         .is_some_and(|cs| {
                             cs.iter().any(|c| c.type_ == "Ready" && c.status == "True")
                         })
+                })
+                // kube-controller-manager taints a new node not-ready until it sees it Ready
+                // (up to its node-monitor period later): until then the scheduler avoids it.
+                .filter(|n| {
+                    !has_taint(n, "node.kubernetes.io/not-ready")
+                        && !has_taint(n, "node.kubernetes.io/unreachable")
                 })
                 .count();
             (ready == count).then_some(())
