@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ebb_api::ScaleDownPolicy;
-use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for};
+use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for, workspace_binary};
 use ebb_e2e::setup::{Apps, Cluster, Controller, NodeGroup, node_of, wait_running};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -691,6 +691,44 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
     })
     .await
     .unwrap();
+    // A pod of a PlacementHistory's role runs on the node: the agent tracks its container.
+    let app = format!("tragent{b}");
+    let ar = kube::discovery::ApiResource {
+        group: "ebb.dev".into(),
+        version: "v1alpha1".into(),
+        api_version: "ebb.dev/v1alpha1".into(),
+        kind: "PlacementHistory".into(),
+        plural: "placementhistories".into(),
+    };
+    let ph: kube::api::DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ebb.dev/v1alpha1", "kind": "PlacementHistory",
+        "metadata": {"name": app, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "roleLabel": "role",
+            "roles": [{"name": "worker"}]},
+    }))
+    .unwrap();
+    let ph_api: Api<kube::api::DynamicObject> =
+        Api::namespaced_with(env.client.clone(), "default", &ar);
+    wait_for("the PlacementHistory created", Duration::from_secs(30), || async {
+        ph_api.create(&PostParams::default(), &ph).await.ok()
+    })
+    .await
+    .unwrap();
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": format!("{app}-w"), "namespace": "default",
+            "labels": {"app": app, "role": "worker"}},
+        "spec": {"nodeName": node, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "registry.k8s.io/busybox:1.36"}]},
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    pods.create(&PostParams::default(), &pod).await.unwrap();
+    wait_for("the role's pod running", Duration::from_secs(60), || async {
+        let p = pods.get_opt(&format!("{app}-w")).await.ok()??;
+        (p.status?.phase.as_deref() == Some("Running")).then_some(())
+    })
+    .await
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut agent = spawn_agent(env, &node, dir.path());
     wait_for("the first recovery", Duration::from_secs(60), || async {
@@ -706,6 +744,20 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
             .then_some(())
     })
     .await;
+    // The agent has recorded the pod's container before it is killed.
+    let state = dir.path().join("state");
+    wait_for("the container recorded", Duration::from_secs(60), || async {
+        let out = tokio::process::Command::new(workspace_binary("ebb-node-agent").ok()?)
+            .args(["dump", "--state-dir"])
+            .arg(&state)
+            .output()
+            .await
+            .ok()?;
+        let d: Value = serde_json::from_slice(&out.stdout).ok()?;
+        (d["containers"].as_array()?.len() == 1).then_some(())
+    })
+    .await
+    .unwrap();
     agent.0.kill().await.unwrap();
     let again = spawn_agent(env, &node, dir.path());
     let recovers = col
@@ -739,6 +791,11 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
         assert!(r.events.iter().any(|(n, _)| n == "recovery finished"), "{show}");
     }
     assert_ne!(recovers[0].trace, recovers[1].trace, "each recovery is its own trace");
+    let show = tree(&col.spans(), &recovers[1].trace);
+    assert_eq!(recovers[0].int("containers"), Some(0), "nothing recorded before the first start:\n{show}");
+    assert_eq!(recovers[1].int("containers"), Some(1), "the restart found the pod's container:\n{show}");
+    assert_eq!(recovers[1].int("live_pods"), Some(1), "{show}");
+    assert_eq!(recovers[1].int("containers_lost"), Some(0), "the pod still runs:\n{show}");
     eprintln!("the agent's recovery as the collector recorded it:\n{}", tree(&col.spans(), &recovers[1].trace));
     // The agent's token key never reaches the collector.
     if let Ok(secret) = Api::<Secret>::namespaced(env.client.clone(), "ebb-system").get("ebb-node-agent-tokens").await {
