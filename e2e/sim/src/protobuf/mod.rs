@@ -487,6 +487,48 @@ mod tests {
     }
 
     #[test]
+    fn hostile_bodies_are_refused_not_trusted() {
+        // A length prefix far past the end of the body.
+        let huge = [MAGIC, &[0x12, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 2, 3][..]].concat();
+        assert!(decode(&huge).is_err());
+        // A ConfigMap whose metadata.name (field 1 of field 1) is not UTF-8.
+        let cm = vec![0x0a, 4, 0x0a, 2, 0xff, 0xfe];
+        assert!(decode(&envelope_raw("v1", "ConfigMap", cm)).is_err());
+        // A time out of range, and an embedded object that is not JSON.
+        let p = core::Pod {
+            metadata: Some(meta::ObjectMeta {
+                creation_timestamp: Some(meta::Time {
+                    seconds: Some(i64::MAX),
+                    nanos: Some(0),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(decode(&envelope("v1", "Pod", &p)).is_err());
+        let cr = k8s_pb::api::apps::v1::ControllerRevision {
+            data: Some(RawExtension {
+                raw: Some(b"{not json".to_vec()),
+            }),
+            ..Default::default()
+        };
+        assert!(decode(&envelope("apps/v1", "ControllerRevision", &cr)).is_err());
+    }
+
+    fn envelope_raw(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
+        let u = Unknown {
+            type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
+                api_version: Some(api_version.into()),
+                kind: Some(kind.into()),
+            }),
+            raw: Some(raw),
+            content_encoding: None,
+            content_type: None,
+        };
+        [MAGIC.to_vec(), u.encode_to_vec()].concat()
+    }
+
+    #[test]
     fn durations_print_as_go_does() {
         let d = |n: i64| meta::Duration { duration: Some(n) }.conv().unwrap();
         assert_eq!(d(0), "0s");
