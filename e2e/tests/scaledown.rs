@@ -863,22 +863,30 @@ async fn unmovable_pod_keeps_its_node(backend) {
     // One NodeRemoved Event per removed node on the policy, each naming its node (repeats with
     // the same related object would fold into one series that keeps the first note).
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(env.client.clone());
-    let removed: BTreeMap<String, String> = events
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some("NodeRemoved"))
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("pool"))
-        .map(|e| {
-            let node = e
-                .related
-                .and_then(|r| r.name)
-                .unwrap_or_else(|| "<no related object>".into());
-            (node, e.note.unwrap_or_default())
-        })
-        .collect();
+    let removed_events = || async {
+        events
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("NodeRemoved"))
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("pool"))
+            .map(|e| {
+                let node = e
+                    .related
+                    .and_then(|r| r.name)
+                    .unwrap_or_else(|| "<no related object>".into());
+                (node, e.note.unwrap_or_default())
+            })
+            .collect::<BTreeMap<String, String>>()
+    };
+    // The last node's Event is written by the loop after its deletion.
+    let _ = wait_for("a NodeRemoved Event per node", Duration::from_secs(10), || async {
+        (removed_events().await.len() >= gone.len()).then_some(())
+    })
+    .await;
+    let removed = removed_events().await;
     assert_eq!(
         removed.keys().cloned().collect::<BTreeSet<_>>(),
         gone,
