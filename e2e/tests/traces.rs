@@ -17,8 +17,8 @@ use ebb_api::ScaleDownPolicy;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for, workspace_binary};
 use ebb_e2e::setup::{Apps, Cluster, Controller, NodeGroup, node_of, wait_running};
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DeleteParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 // ---- the collector -----------------------------------------------------------------------
@@ -544,7 +544,8 @@ async fn a_scale_down_is_a_trace_per_loop_with_a_span_per_drain(backend) {
 }
 
 /// PlacementHistory decisions are spans with the pod, its role and the node: three first
-/// placements (`release`), then a replaced pod pinned back (`pin`) to the node it ran on. The
+/// placements (`release`), then a replaced pod pinned back (`pin`) to the node it ran on; when
+/// that node stops, the next replacement waits for it (`wait`) and is relaxed (`relax`). The
 /// collected output holds none of the token keys' Secret data, nor a pod's token.
 async fn placement_decisions_are_spans_without_key_material(backend) {
     let col = collector();
@@ -654,6 +655,63 @@ async fn placement_decisions_are_spans_without_key_material(backend) {
     assert_eq!(pin.str("pod"), Some(format!("default/{first}").as_str()));
     assert_eq!(pin.str("node"), Some(home.as_str()), "the chosen node is the one the API server bound it to");
     assert_eq!(pin.service, "ebb-controller");
+
+    // Its node stops (NotReady): the next replacement waits for it, then is relaxed after the
+    // role's 3 s escalation timeout onto another node.
+    c.add_nodes(&NodeGroup {
+        prefix: &format!("trbig{b}-"),
+        count: 1,
+        cpu: "32",
+        memory: "128Gi",
+        labels: json!({}),
+        taints: json!([]),
+    })
+    .await
+    .unwrap();
+    set_not_ready(env, &home).await;
+    wait_for("the node NotReady", Duration::from_secs(30), || async {
+        let n = Api::<Node>::all(env.client.clone()).get(&home).await.ok()?;
+        let ready = n
+            .status?
+            .conditions?
+            .into_iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        (!ready).then_some(())
+    })
+    .await
+    .unwrap();
+    let pinned = pods_api.get(&first).await.unwrap();
+    pods_api
+        .delete(&first, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
+        .await
+        .unwrap();
+    let moved = wait_for("the second replacement running", Duration::from_secs(60), || async {
+        let p = pods_api.get_opt(&first).await.ok()??;
+        (p.metadata.uid != pinned.metadata.uid && running(&p)).then_some(p)
+    })
+    .await
+    .unwrap();
+    assert_ne!(node_of(&moved), home);
+    let (wait, relax) = col
+        .wait_spans("a wait and a relax decision", Duration::from_secs(30), |spans| {
+            let of = |d: &str| {
+                spans
+                    .iter()
+                    .find(|s| {
+                        s.name == "placement"
+                            && s.str("role") == Some(role.as_str())
+                            && s.str("pod") == Some(format!("default/{first}").as_str())
+                            && s.str("decision") == Some(d)
+                    })
+                    .cloned()
+            };
+            Some((of("wait")?, of("relax")?))
+        })
+        .await;
+    assert_eq!(wait.str("node"), Some(home.as_str()), "it waited for its node: {wait:?}");
+    assert_eq!(wait.attrs.get("released"), Some(&Value::Bool(false)), "{wait:?}");
+    assert_eq!(relax.attrs.get("released"), Some(&Value::Bool(true)), "{relax:?}");
+    assert_eq!(relax.str("reason"), Some("EscalationTimeout"), "{relax:?}");
 
     // No key material: the token keys' Secret and the pod's token.
     let secret: Secret = Api::namespaced(env.client.clone(), "ebb-system").get("ebb-token-keys").await.unwrap();
@@ -811,6 +869,37 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
     drop(again);
 }
 
+}
+
+/// Marks `node` NotReady: on ebb-sim directly; on the real control plane kwok is told to leave
+/// its status alone (the annotation cluster.sh gives kwok) and the status is written as a
+/// stopped kubelet's would be.
+async fn set_not_ready(env: &TestEnv, node: &str) {
+    if let Some(sim) = env.sim() {
+        sim.set_node_ready(node, false).unwrap();
+        return;
+    }
+    let nodes = Api::<Node>::all(env.client.clone());
+    nodes
+        .patch(
+            node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"ebb.dev/e2e-unmanaged": "true"}}})),
+        )
+        .await
+        .unwrap();
+    let now = jiff::Timestamp::now().to_string();
+    nodes
+        .patch_status(
+            node,
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "KubeletStopped",
+                "message": "the e2e test stopped this node", "lastHeartbeatTime": now,
+                "lastTransitionTime": now}]}})),
+        )
+        .await
+        .unwrap();
 }
 
 /// A node agent on `node` with its state in `dir`; its output is kept.
