@@ -15,6 +15,7 @@ use super::drainability::{PodDisposition, classify, pods_to_move};
 use super::eligibility::{being_deleted, check_node, utilization};
 use super::pdb::PdbTracker;
 use crate::cluster::build::{VolumeIndex, parse_pod};
+use crate::cluster::model::TaintEffect;
 use crate::cluster::{ClassId, ClusterSnapshot, NodeId, PodId, PredicateChecker};
 
 /// Elapsed time since the loop started; injected so tests control the time bound.
@@ -301,11 +302,24 @@ pub fn plan(
         .map(|n| utilization(snap, n, cfg.utilization))
         .collect();
 
-    // Destinations: fullest first (binpacking from the other end of the list).
+    // Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
+    // TaintToleration score steers pods away from them, ebb's own deletion-candidate taint
+    // included: most pods tolerate none), then fullest first (binpacking from the other end of
+    // the list).
+    let soft_taints: Vec<usize> = (0..node_count as NodeId)
+        .map(|n| {
+            snap.node(n)
+                .taints
+                .iter()
+                .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
+                .count()
+        })
+        .collect();
     let mut dest_order: Vec<NodeId> = (0..node_count as NodeId).collect();
     dest_order.sort_by(|a, b| {
-        util[*b as usize]
-            .total_cmp(&util[*a as usize])
+        soft_taints[*a as usize]
+            .cmp(&soft_taints[*b as usize])
+            .then_with(|| util[*b as usize].total_cmp(&util[*a as usize]))
             .then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
     });
     let not_dest: Vec<bool> = (0..node_count as NodeId)

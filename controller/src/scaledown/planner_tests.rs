@@ -86,6 +86,50 @@ fn candidates_are_removable_together() {
 }
 
 #[test]
+fn destinations_without_soft_taints_come_before_fuller_ones() {
+    // full is the fullest node that fits, but carries a PreferNoSchedule taint (as a node
+    // being retired, or one of ebb's deletion candidates, does): the scheduler would put the
+    // pod on the untainted, emptier node, so the plan does too. (Both are too busy to be
+    // candidates themselves.)
+    let nodes = |soft: bool| {
+        let full = node("full").cpu("10");
+        [
+            if soft {
+                full.taint("retiring", "true", "PreferNoSchedule")
+            } else {
+                full
+            },
+            node("roomy").cpu("100"),
+            node("src").cpu("10"),
+        ]
+    };
+    let pods = || {
+        [
+            web("w0", "full", "7"),
+            web("w1", "roomy", "60"),
+            web("m", "src", "1"),
+        ]
+    };
+    let dest = |soft: bool| {
+        let mut s = snapshot(nodes(soft), pods());
+        let p = run(
+            &mut s,
+            &PlannerConfig::default(),
+            t(0),
+            &mut PlannerState::default(),
+        );
+        assert_eq!(names(&p), ["src"]);
+        p.candidates[0].moves[0].to.clone()
+    };
+    assert_eq!(dest(true), "roomy");
+    assert_eq!(
+        dest(false),
+        "full",
+        "without the taint, the fullest node wins"
+    );
+}
+
+#[test]
 fn pdb_allows_one_disruption_across_nodes() {
     let mut objs = objects(
         [
