@@ -1,6 +1,7 @@
-//! `/metrics` of the running controller and node agent: every metric with its type (a rename or
-//! a new metric is a visible change here), and Prometheus's own `promtool check metrics` on
-//! what they serve (Debian's `prometheus` package provides promtool; `.ci/run` installs it).
+//! `/metrics` of the controller and node agent: every metric with its type (a rename is a visible
+//! change here), and Prometheus's `promtool check metrics` on what the running binaries serve.
+//!
+//! Debian's `prometheus` package provides promtool; `.ci/run` installs it.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;

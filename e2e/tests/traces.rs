@@ -1,7 +1,7 @@
-//! ebb's traces as a platform team receives them: the controller and node agents export over
-//! OTLP to a real OpenTelemetry Collector (built by `e2e/k8s/build.sh otelcol`), whose file
-//! exporter writes what it received; the tests read that output, never ebb's own view.
+//! ebb's traces as a platform team receives them: the controller and node agents export to a
+//! real OpenTelemetry Collector, and the tests read what its file exporter wrote.
 //!
+//! The collector is built by `e2e/k8s/build.sh otelcol` (OTLP receiver, file exporter).
 //! One collector serves the whole test binary (the endpoint is process-wide environment of the
 //! spawned binaries); every test tells its spans apart by names of its own (policy, workload,
 //! node). Without Go or the module proxy the collector cannot be built and the tests fail with
