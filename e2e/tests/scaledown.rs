@@ -1423,6 +1423,19 @@ async fn real_apiserver_restart_mid_drain() {
                         .collect::<Vec<_>>())
             );
         }
+        for (name, n) in nodes(&env.client).await {
+            eprintln!(
+                "  node {name} conditions {:?} taints {:?}",
+                n.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .map(|cs| cs
+                        .iter()
+                        .map(|c| format!("{}={} {:?}", c.type_, c.status, c.last_transition_time))
+                        .collect::<Vec<_>>()),
+                n.spec.as_ref().and_then(|s| s.taints.clone())
+            );
+        }
         let rs: Api<k8s_openapi::api::apps::v1::ReplicaSet> =
             Api::namespaced(env.client.clone(), "default");
         for r in rs
