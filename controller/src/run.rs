@@ -111,9 +111,10 @@ impl Settings {
 /// `ebb-controller run`: telemetry, client from the environment, signals, then [`serve`].
 pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let _telemetry = crate::telemetry::init("ebb-controller", args.log_format, &args.log_filter)?;
-    let client = kube::Client::try_default().await.context(
+    let config = kube::Config::infer().await.context(
         "connecting to Kubernetes (in-cluster config or the current kubeconfig context)",
     )?;
+    let clients = Clients::new(config)?;
     let stop = CancellationToken::new();
     let sig_stop = stop.clone();
     tokio::spawn(async move {
@@ -121,17 +122,41 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         tracing::info!("signal received; stopping");
         sig_stop.cancel();
     });
-    serve(client, Settings::from_args(&args), stop).await
+    serve(clients, Settings::from_args(&args), stop).await
+}
+
+/// The controller's API clients: one for everything, with kube's retry of 429/503/504 answers,
+/// and one for evictions without it. A PodDisruptionBudget refuses an eviction with a 429; the
+/// drain must see that answer (to count it, trace it and retry on its own schedule,
+/// `evictionRetryInterval` within `maxPodEvictionTime`) instead of a client that silently backs
+/// off for minutes.
+#[derive(Clone)]
+pub struct Clients {
+    pub api: kube::Client,
+    pub evictions: kube::Client,
+}
+
+impl Clients {
+    pub fn new(config: kube::Config) -> anyhow::Result<Self> {
+        let mut no_retry = config.clone();
+        no_retry.default_retry = false;
+        Ok(Self {
+            api: kube::Client::try_from(config).context("building the Kubernetes client")?,
+            evictions: kube::Client::try_from(no_retry)
+                .context("building the Kubernetes client for evictions")?,
+        })
+    }
 }
 
 /// Run the controller with `client` until `stop` is cancelled (`Ok(Exit::Stopped)`) or
 /// leadership is lost (`Ok(Exit::LostLeadership)`). On return nothing of it runs any more (drains
 /// in flight are abandoned as a killed process would leave them: tainted, for the next leader).
 pub async fn serve(
-    client: kube::Client,
+    clients: Clients,
     settings: Settings,
     stop: CancellationToken,
 ) -> anyhow::Result<Exit> {
+    let client = clients.api;
     let metrics = Metrics::new();
     let readiness = Readiness::default();
     let stop = stop.child_token();
@@ -192,6 +217,7 @@ pub async fn serve(
         Tracker::default(),
         metrics.clone(),
     )
+    .with_eviction_client(clients.evictions)
     .with_recheck_delay(settings.recheck_delay)
     .notify_finished(finished_tx);
     let policies: Api<ScaleDownPolicy> = Api::all(client.clone());

@@ -886,6 +886,118 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
     drop(again);
 }
 
+/// A PodDisruptionBudget that allows no disruption yet: the drain's `evict` spans record the
+/// API server's refusals (`pdb=refused`, the 429s of the audit log) and then its acceptance.
+/// (The set-up of the scale-down test of PDB refusals: never-ready pods the budget protects
+/// until three more pods are ready.)
+async fn a_pdb_refusal_is_an_eviction_event_of_the_drain(backend) {
+    let col = collector();
+    let c = Cluster::start(backend, 20.0).await.unwrap();
+    let env = &c.env;
+    let b = backend_name(backend);
+    let pool = format!("trpdb-{b}");
+    let policy = format!("trpdb-{b}");
+    let prefix = format!("trpdb{b}-");
+    let tier = format!("web{b}");
+    c.add_nodes(&NodeGroup {
+        prefix: &prefix,
+        count: 2,
+        cpu: "2",
+        memory: "8Gi",
+        labels: json!({"pool": pool}),
+        taints: json!([{"key": "retiring", "value": "true", "effect": "PreferNoSchedule"}]),
+    })
+    .await
+    .unwrap();
+    c.add_apps(&Apps {
+        prefix: "flaky-",
+        replicas: 2,
+        labels: json!({"tier": tier}),
+        requests: json!({"cpu": "500m"}),
+        never_ready: true,
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    let pods_api: Api<Pod> = Api::all(env.client.clone());
+    wait_for("2 pods started (never ready)", Duration::from_secs(30), || async {
+        let l = pods_api
+            .list(&kube::api::ListParams::default().fields("status.phase=Running"))
+            .await
+            .ok()?;
+        let on: BTreeSet<String> = l.items.iter().map(node_of).collect();
+        (on.len() == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    c.create_pdb(json!({"metadata": {"name": tier, "namespace": "default"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"tier": tier}}}}))
+        .await
+        .unwrap();
+    c.add_nodes(&NodeGroup {
+        prefix: &format!("trpdbkeep{b}-"),
+        count: 2,
+        cpu: "32",
+        memory: "128Gi",
+        labels: json!({}),
+        taints: json!([]),
+    })
+    .await
+    .unwrap();
+    c.add_apps(&Apps {
+        prefix: "web-",
+        replicas: 3,
+        labels: json!({"tier": tier}),
+        requests: json!({"cpu": "500m"}),
+        ready_after: Some(Duration::from_secs(10)),
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    let _ctl = Controller::spawn(env, "ebb-controller", false, "200ms").unwrap();
+    apply_policy(&env.client, &policy, &pool).await;
+    let drains = col
+        .wait_spans("two drains of the policy, ended", Duration::from_secs(90), |spans| {
+            let d: Vec<Span> = spans
+                .iter()
+                .filter(|s| s.name == "drain" && s.str("policy") == Some(policy.as_str()))
+                .cloned()
+                .collect();
+            (d.len() == 2).then_some(d)
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let spans = col.spans();
+    let audit = env.audit().unwrap();
+    let refused_429 = audit
+        .iter()
+        .filter(|r| r.subresource == "eviction" && r.code == 429)
+        .count();
+    let mut refused_events = 0;
+    for d in &drains {
+        let show = tree(&spans, &d.trace);
+        assert_eq!(d.str("outcome"), Some("removed"), "{show}");
+        let evicts: Vec<&Span> = spans.iter().filter(|s| s.name == "evict" && s.parent == d.id).collect();
+        assert_eq!(evicts.len(), 1, "the flaky pod of the node:\n{show}");
+        let answers: Vec<&str> = evicts[0]
+            .events
+            .iter()
+            .filter(|(n, _)| n == "eviction")
+            .filter_map(|(_, a)| a.get("pdb")?.as_str())
+            .collect();
+        assert_eq!(answers.last(), Some(&"accepted"), "{show}");
+        assert!(answers[..answers.len() - 1].iter().all(|a| *a == "refused"), "{answers:?}");
+        assert_eq!(evicts[0].int("attempts"), Some(answers.len() as i64), "{show}");
+        refused_events += answers.len() - 1;
+    }
+    assert!(refused_429 > 0, "the budget refused evictions (429) first");
+    assert_eq!(
+        refused_events, refused_429,
+        "one refused event per 429 the API server answered"
+    );
+    eprintln!("a drain that waited on its budget:\n{}", tree(&spans, &drains[0].trace));
+}
+
 }
 
 /// Marks `node` NotReady: on ebb-sim directly; on the real control plane kwok is told to leave

@@ -61,6 +61,7 @@ pub enum StartError {
 /// Carries drains out. Cheap to clone.
 #[derive(Clone)]
 pub struct Actuator {
+    /// Sends evictions: a PDB's 429 must reach the drain, so no automatic retry here.
     client: kube::Client,
     nodes: NodeWriter,
     pods: Store<Pod>,
@@ -73,7 +74,8 @@ pub struct Actuator {
 }
 
 impl Actuator {
-    /// `pods` is the shared pod cache; `pod_changes` ticks on every pod event it sees.
+    /// `client` writes nodes and, unless [`Self::with_eviction_client`] says otherwise, sends
+    /// the evictions; `pods` is the shared pod cache; `pod_changes` ticks on every pod event.
     pub fn new(
         client: kube::Client,
         pods: Store<Pod>,
@@ -92,6 +94,13 @@ impl Actuator {
             finished: None,
             tasks: Arc::default(),
         }
+    }
+
+    /// Send evictions through `client` (one without kube's automatic retry of 429s, so that a
+    /// PodDisruptionBudget's refusal reaches the drain; see `run::Clients`).
+    pub fn with_eviction_client(mut self, client: kube::Client) -> Self {
+        self.client = client;
+        self
     }
 
     /// Wait between the taint and the re-check.

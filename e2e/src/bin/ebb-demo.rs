@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use ebb_api::ScaleDownPolicy;
 use ebb_controller::cli::RunArgs;
-use ebb_controller::run::{Exit, Settings, serve};
+use ebb_controller::run::{Clients, Exit, Settings, serve};
 use ebb_e2e::{Sim, SimConfig};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
@@ -191,8 +191,13 @@ async fn demo(cli: Cli) -> anyhow::Result<bool> {
 
     let stop = CancellationToken::new();
     let settings = controller_settings()?;
+    // The simulator's clients never retry on their own, so one serves both purposes.
+    let client_as_controller = sim.client_as(CONTROLLER).await?;
     let controller = tokio::spawn(serve(
-        sim.client_as(CONTROLLER).await?,
+        Clients {
+            api: client_as_controller.clone(),
+            evictions: client_as_controller,
+        },
         settings,
         stop.clone(),
     ));
