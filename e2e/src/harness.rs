@@ -65,18 +65,6 @@ pub struct TestEnv {
 }
 
 impl TestEnv {
-    /// Starts a simulator with `cfg`, or connects to the cluster in `EBB_E2E_KUBECONFIG`, or
-    /// (with `EBB_E2E_CLUSTER=real`) starts a real control plane without nodes.
-    pub async fn start(cfg: SimConfig) -> anyhow::Result<Self> {
-        if let Ok(path) = std::env::var(REAL_CLUSTER_ENV) {
-            return Self::connect(&path).await;
-        }
-        if std::env::var(CLUSTER_ENV).is_ok_and(|v| v == "real") {
-            return Self::start_real(0).await;
-        }
-        Self::start_sim(cfg).await
-    }
-
     /// Starts `backend`: a simulator with `cfg`, or a real control plane with `real_nodes` kwok
     /// nodes (`kwok-node-0..`). With `EBB_E2E_KUBECONFIG` set, `Real` connects to that cluster
     /// instead of starting one.
@@ -153,7 +141,7 @@ impl TestEnv {
     }
 
     /// A real control plane of its own (built and started by `e2e/k8s/`) with `nodes` kwok
-    /// nodes, whatever `EBB_E2E_CLUSTER` says: for tests of what only a real API server does
+    /// nodes, even with `EBB_E2E_KUBECONFIG` set: for tests of what only a real API server does
     /// (admission policies, RBAC, CEL). Fails, naming what is missing, when it cannot be built.
     pub async fn start_real(nodes: usize) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
@@ -179,17 +167,6 @@ impl TestEnv {
 
     /// The simulator, if this is one.
     pub fn sim(&self) -> Option<&Sim> {
-        self.sim.as_ref()
-    }
-
-    /// The simulator for a test that needs sim-only powers (time control, fault injection); on
-    /// a real cluster prints a notice and returns `None` so the test can return early.
-    pub fn require_sim(&self, test: &str) -> Option<&Sim> {
-        if self.sim.is_none() {
-            eprintln!(
-                "SKIPPED {test}: needs the simulator (time control or fault injection); {REAL_CLUSTER_ENV} is set"
-            );
-        }
         self.sim.as_ref()
     }
 
@@ -415,10 +392,6 @@ where
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
-
-/// The environment variable that picks the backend of [`TestEnv::start`]: `sim` (default) or
-/// `real` (a control plane started by `e2e/k8s/cluster.sh`).
-pub const CLUSTER_ENV: &str = "EBB_E2E_CLUSTER";
 
 /// A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) built by
 /// `e2e/k8s/build.sh` and started by `e2e/k8s/cluster.sh`; stopped when dropped.
