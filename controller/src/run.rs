@@ -137,6 +137,14 @@ pub struct Clients {
 }
 
 impl Clients {
+    /// One client for both, for a client that never retries on its own (ebb-sim's).
+    pub fn single(client: kube::Client) -> Self {
+        Self {
+            api: client.clone(),
+            evictions: client,
+        }
+    }
+
     pub fn new(config: kube::Config) -> anyhow::Result<Self> {
         let mut no_retry = config.clone();
         no_retry.default_retry = false;

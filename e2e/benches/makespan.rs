@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use ebb_api::ScaleDownPolicy;
-use ebb_controller::run::{Exit, Settings, serve};
+use ebb_controller::run::{Clients, Exit, Settings, serve};
 use ebb_e2e::scenario::Scenario;
 use ebb_e2e::{Sim, SimConfig};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -147,7 +147,7 @@ async fn makespan(parallelism: i32) -> Makespan {
         placement: Default::default(),
     };
     let controller = tokio::spawn(serve(
-        sim.client_as("ebb-controller").await.expect("client"),
+        Clients::single(sim.client_as("ebb-controller").await.expect("client")),
         settings,
         stop.clone(),
     ));

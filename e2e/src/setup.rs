@@ -663,6 +663,38 @@ impl Drop for Controller {
     }
 }
 
+/// The `/metrics` address a binary logged (`serving /metrics ... addr=<ip:port>`), if it did.
+pub fn metrics_address(log: &[String]) -> Option<String> {
+    log.iter()
+        .filter(|l| l.contains("serving /metrics"))
+        .find_map(|l| {
+            let l = strip_ansi(l);
+            let rest = &l[l.find("addr=")? + 5..];
+            let a: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+                .collect();
+            (!a.is_empty()).then_some(a)
+        })
+}
+
+/// The `/metrics` response at `addr`, headers and body, asking for `accept` (the classic text
+/// format when `None`; Prometheus asks `application/openmetrics-text;version=1.0.0`).
+pub async fn fetch_metrics(addr: &str, accept: Option<&str>) -> anyhow::Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("cannot connect to /metrics at {addr}"))?;
+    let accept = accept
+        .map(|a| format!("Accept: {a}\r\n"))
+        .unwrap_or_default();
+    conn.write_all(format!("GET /metrics HTTP/1.0\r\nHost: x\r\n{accept}\r\n").as_bytes())
+        .await?;
+    let mut body = String::new();
+    conn.read_to_string(&mut body).await?;
+    Ok(body)
+}
+
 /// `text` without ANSI escape sequences (`ESC [ ... letter`).
 pub fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

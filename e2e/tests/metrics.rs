@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ebb_e2e::harness::{Backend, wait_for};
-use ebb_e2e::setup::{Cluster, NodeGroup};
+use ebb_e2e::setup::{Cluster, NodeGroup, metrics_address};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every metric of the controller, with its type.
@@ -108,39 +108,10 @@ async fn get(addr: &str, path: &str, accept: &str) -> (String, String) {
     (ctype, body.to_string())
 }
 
-/// `text` without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The address a process logged with "serving /metrics".
 async fn served_at(who: &str, log: &Arc<Mutex<Vec<String>>>) -> String {
     let found = wait_for("the metrics address", Duration::from_secs(30), || async {
-        let log = log.lock().unwrap();
-        log.iter()
-            .filter(|l| l.contains("serving /metrics"))
-            .find_map(|l| {
-                let l = strip_ansi(l);
-                let rest = &l[l.find("addr=")? + 5..];
-                let a: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                    .collect();
-                (!a.is_empty()).then_some(a)
-            })
+        metrics_address(&log.lock().unwrap())
     })
     .await;
     found.unwrap_or_else(|e| panic!("{who}: {e}; its log:\n{}", log.lock().unwrap().join("\n")))

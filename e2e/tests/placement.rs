@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use ebb_api::placement::PlacementHistory;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, wait_for};
-use ebb_e2e::setup::{Cluster, NodeGroup};
+use ebb_e2e::setup::{Cluster, NodeGroup, fetch_metrics, metrics_address};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -143,44 +143,12 @@ impl Controller {
     /// The text of its `/metrics` (address from its log line).
     async fn metrics(&self) -> String {
         let addr = wait_for("the metrics address", Duration::from_secs(10), || async {
-            let log = self.log.lock().unwrap();
-            log.iter()
-                .filter(|l| l.contains("serving /metrics"))
-                .find_map(|l| {
-                    let l = strip_ansi(l);
-                    let rest = &l[l.find("addr=")? + 5..];
-                    Some(rest.split_whitespace().next()?.to_string())
-                })
+            metrics_address(&self.log.lock().unwrap())
         })
         .await
         .unwrap();
-        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        conn.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-            .await
-            .unwrap();
-        let mut body = String::new();
-        conn.read_to_string(&mut body).await.unwrap();
-        body
+        fetch_metrics(&addr, None).await.unwrap()
     }
-}
-
-/// `text` without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// The value of the first metric line starting with `prefix` (0 when absent).

@@ -15,7 +15,9 @@ use std::time::Duration;
 
 use ebb_api::ScaleDownPolicy;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for, workspace_binary};
-use ebb_e2e::setup::{Apps, Cluster, Controller, NodeGroup, node_of, wait_running};
+use ebb_e2e::setup::{
+    Apps, Cluster, Controller, NodeGroup, fetch_metrics, metrics_address, node_of, wait_running,
+};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
@@ -354,53 +356,17 @@ async fn apply_policy(client: &kube::Client, name: &str, pool: &str) {
     .unwrap();
 }
 
-/// `text` without terminal colour sequences (`ESC [ ... m`).
-fn strip_ansi(text: &str) -> String {
-    let mut out = String::new();
-    let mut chars = text.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c == 'm' {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The controller's `/metrics` text (address from its log line).
+/// The controller's `/metrics` text (address from its log line), as Prometheus asks for it:
+/// OpenMetrics, which carries the exemplars.
 async fn scrape(ctl: &Controller) -> String {
     let addr = wait_for("the metrics address", Duration::from_secs(10), || async {
-        let log = ctl.lines();
-        log.iter()
-            .filter(|l| l.contains("serving /metrics"))
-            .find_map(|l| {
-                let l = strip_ansi(l);
-                let rest = &l[l.find("addr=")? + 5..];
-                let a: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
-                    .collect();
-                (!a.is_empty()).then_some(a)
-            })
+        metrics_address(&ctl.lines())
     })
     .await
     .unwrap();
-    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    // As Prometheus asks: OpenMetrics, which carries the exemplars.
-    conn.write_all(
-        b"GET /metrics HTTP/1.0\r\nHost: x\r\nAccept: application/openmetrics-text;version=1.0.0\r\n\r\n",
-    )
+    fetch_metrics(&addr, Some("application/openmetrics-text;version=1.0.0"))
         .await
-        .unwrap();
-    let mut body = String::new();
-    conn.read_to_string(&mut body).await.unwrap();
-    body
+        .unwrap()
 }
 
 fn backend_name(b: Backend) -> &'static str {

@@ -192,12 +192,8 @@ async fn demo(cli: Cli) -> anyhow::Result<bool> {
     let stop = CancellationToken::new();
     let settings = controller_settings()?;
     // The simulator's clients never retry on their own, so one serves both purposes.
-    let client_as_controller = sim.client_as(CONTROLLER).await?;
     let controller = tokio::spawn(serve(
-        Clients {
-            api: client_as_controller.clone(),
-            evictions: client_as_controller,
-        },
+        Clients::single(sim.client_as(CONTROLLER).await?),
         settings,
         stop.clone(),
     ));
