@@ -23,7 +23,9 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-const WAIT: Duration = Duration::from_secs(40);
+/// How long a test waits for the agent to settle a resource: generous, because the suite runs
+/// two clusters at once on two cores; a healthy run settles in seconds.
+const WAIT: Duration = Duration::from_secs(90);
 const ROLE: &str = "r";
 
 /// A name part unique to this test run (tests may share a real cluster).
