@@ -663,6 +663,39 @@ impl Drop for Controller {
     }
 }
 
+/// Starts `ebb-node-agent` standing in for `node`: state and cache under `dir`, no Unix
+/// socket, probes and `/metrics` on a free loopback port, a report every second, token keys in
+/// `token_secret` (`namespace/name`); as the chart's ServiceAccount on the real backend.
+pub fn spawn_node_agent(
+    env: &TestEnv,
+    node: &str,
+    dir: &Path,
+    token_secret: &str,
+) -> anyhow::Result<ChildProcess> {
+    let state = dir.join("state");
+    let cache = dir.join("cache");
+    let (Some(state), Some(cache)) = (state.to_str(), cache.to_str()) else {
+        bail!("the agent's directory {} is not UTF-8", dir.display());
+    };
+    let args = [
+        "run",
+        "--node-name",
+        node,
+        "--state-dir",
+        state,
+        "--cache-dir",
+        cache,
+        "--no-socket",
+        "--listen-addr",
+        "127.0.0.1:0",
+        "--report-interval-secs",
+        "1",
+        "--token-secret",
+        token_secret,
+    ];
+    env.spawn_binary_as("ebb-node-agent", "ebb-node-agent", &args)
+}
+
 /// The `/metrics` address a binary logged (`serving /metrics ... addr=<ip:port>`), if it did.
 pub fn metrics_address(log: &[String]) -> Option<String> {
     log.iter()

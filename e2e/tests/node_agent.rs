@@ -11,7 +11,7 @@ use std::time::Duration;
 use ebb_api::NodeState;
 use ebb_api::nodestate::{RecoveryResult, RoleOutcomes};
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, wait_for, workspace_binary};
-use ebb_e2e::setup::{Cluster, NodeGroup};
+use ebb_e2e::setup::{Cluster, NodeGroup, spawn_node_agent};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -33,27 +33,7 @@ struct Agent {
 
 impl Agent {
     fn spawn(env: &TestEnv, node: &str, dir: &Path, log: Arc<Mutex<Vec<String>>>) -> Self {
-        let state = dir.join("state");
-        let cache = dir.join("cache");
-        let args = [
-            "run",
-            "--node-name",
-            node,
-            "--state-dir",
-            state.to_str().unwrap(),
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "--no-socket",
-            "--listen-addr",
-            "127.0.0.1:0",
-            "--report-interval-secs",
-            "1",
-            "--token-secret",
-            "ebb-system/ebb-token-keys",
-        ];
-        let mut child = env
-            .spawn_binary_as("ebb-node-agent", "ebb-node-agent", &args)
-            .unwrap();
+        let mut child = spawn_node_agent(env, node, dir, "ebb-system/ebb-token-keys").unwrap();
         for pipe in [
             child
                 .child

@@ -16,7 +16,8 @@ use std::time::Duration;
 use ebb_api::ScaleDownPolicy;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for, workspace_binary};
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, NodeGroup, fetch_metrics, metrics_address, node_of, wait_running,
+    Apps, Cluster, Controller, NodeGroup, fetch_metrics, metrics_address, node_of,
+    spawn_node_agent, wait_running,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
@@ -999,27 +1000,7 @@ async fn set_not_ready(env: &TestEnv, node: &str) {
 
 /// A node agent on `node` with its state in `dir`; its output is kept.
 fn spawn_agent(env: &TestEnv, node: &str, dir: &Path) -> (ChildProcess, Arc<Mutex<Vec<String>>>) {
-    let state = dir.join("state");
-    let cache = dir.join("cache");
-    let args = [
-        "run",
-        "--node-name",
-        node,
-        "--state-dir",
-        state.to_str().unwrap(),
-        "--cache-dir",
-        cache.to_str().unwrap(),
-        "--no-socket",
-        "--listen-addr",
-        "127.0.0.1:0",
-        "--report-interval-secs",
-        "1",
-        "--token-secret",
-        "ebb-system/ebb-node-agent-tokens",
-    ];
-    let mut child = env
-        .spawn_binary_as("ebb-node-agent", "ebb-node-agent", &args)
-        .unwrap();
+    let mut child = spawn_node_agent(env, node, dir, "ebb-system/ebb-node-agent-tokens").unwrap();
     let log = child.capture_output();
     (child, log)
 }
