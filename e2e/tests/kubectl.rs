@@ -350,11 +350,13 @@ ebb_e2e::on_both_backends! {
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
         };
         let name_of = |p: &Pod| p.metadata.name.clone().unwrap_or_default();
-        wait_for("2 web pods ready on the first node and the agent", T, || async {
+        // The DaemonSet pod must be on the first node too: without it the first drain below
+        // would have nothing to refuse and would evict the web pods.
+        wait_for("2 web pods ready and the agent pod on the first node", T, || async {
             let l = pods.list(&ListParams::default()).await.ok()?.items;
             let web = l.iter().filter(|p| name_of(p).starts_with("web-") && ready(p) && on(p) == first).count();
-            let agents = l.iter().filter(|p| name_of(p).starts_with("agent")).count();
-            (web == 2 && agents >= 1).then_some(())
+            let agents = l.iter().filter(|p| name_of(p).starts_with("agent") && on(p) == first).count();
+            (web == 2 && agents == 1).then_some(())
         })
         .await
         .unwrap();
@@ -365,17 +367,33 @@ ebb_e2e::on_both_backends! {
         })
         .await
         .unwrap();
-        nodes_api.patch(&second, &PatchParams::default(), &cordon(None)).await.unwrap();
-
         let (drained, text) = kubectl(&k, &env, &["drain", &first, "--timeout=10s"]).await;
         assert!(
             !drained && text.contains("DaemonSet-managed Pods"),
             "drain without --ignore-daemonsets refuses: {text}"
         );
-        let out = ok(&k, &env, &["drain", &first, "--ignore-daemonsets", "--timeout=60s"]).await;
+        // The second node stays cordoned while the drain starts, so the first evicted pod's
+        // replacement cannot run and the PDB must refuse the second eviction. (With room for
+        // the replacement, a real API server may let the second eviction through once the
+        // replacement is Ready: its eviction handler retries PDB conflicts for up to 10 s.)
+        let drain = tokio::process::Command::new(&k)
+            .args(["drain", &first, "--ignore-daemonsets", "--timeout=90s"])
+            .env("KUBECONFIG", &env.kubeconfig)
+            .stdin(Stdio::null())
+            .output();
+        let drain = tokio::spawn(drain);
+        let refused = |audit: &[ebb_e2e::AuditRecord]| {
+            audit.iter().any(|r| r.subresource == "eviction" && r.code == 429 && r.name.starts_with("web-"))
+        };
+        wait_for("the PDB refuses an eviction", T, || async { env.audit().ok().filter(|a| refused(a)) })
+            .await
+            .unwrap();
+        nodes_api.patch(&second, &PatchParams::default(), &cordon(None)).await.unwrap();
+        let out = drain.await.unwrap().expect("kubectl runs");
+        let out = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(
             out.contains("Cannot evict pod as it would violate the pod's disruption budget"),
-            "the second eviction waited on the PDB: {out}"
+            "kubectl reported the PDB's refusal: {out}"
         );
         assert!(out.contains(&format!("node/{first} drained")), "{out}");
         let unsched = nodes_api.get(&first).await.unwrap().spec.and_then(|s| s.unschedulable);
@@ -388,11 +406,13 @@ ebb_e2e::on_both_backends! {
             live.iter().map(|p| (name_of(p), on(p))).collect::<Vec<_>>()
         );
         let audit = env.audit().unwrap();
-        let evictions = |code: u16| {
-            audit.iter().filter(|r| r.subresource == "eviction" && r.code == code && r.name.starts_with("web-")).count()
-        };
-        assert_eq!(evictions(201), 2, "both web pods evicted");
-        assert!(evictions(429) >= 1, "an eviction was refused while the PDB allowed none");
+        let trail: Vec<String> = audit
+            .iter()
+            .filter(|r| r.subresource == "eviction")
+            .map(|r| format!("{} {} {}", r.time, r.name, r.code))
+            .collect();
+        let evicted = audit.iter().filter(|r| r.subresource == "eviction" && r.code == 201 && r.name.starts_with("web-"));
+        assert_eq!(evicted.count(), 2, "both web pods evicted:\n{}", trail.join("\n"));
         if let Some(sim) = env.sim() {
             assert!(sim.pdb_violations().is_empty(), "{:?}", sim.pdb_violations());
         }
