@@ -1,16 +1,13 @@
-//! ebb controller library: the parallel-drain planner and actuator, the placement history, and
-//! the command line of the `ebb-controller` binary.
+//! ebb controller library: the pure cores (`cluster` model, `scaledown` planner, `placement`
+//! history), `actuation` (drains), the two `reconcilers` over shared `state`, and the `cli`.
 
 pub mod actuation;
 pub mod cli;
 pub mod cluster;
-pub mod controller;
 pub mod http;
-pub mod leader;
 pub mod metrics;
 pub mod placement;
-pub mod placement_controller;
-pub mod plan;
-pub mod run;
+pub mod reconcilers;
 pub mod scaledown;
+pub mod state;
 pub mod telemetry;

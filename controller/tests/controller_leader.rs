@@ -7,7 +7,7 @@ mod controller_fake;
 use std::time::Duration;
 
 use controller_fake::FakeApi;
-use ebb_controller::leader::{Leader, LeaderConfig};
+use ebb_controller::state::lease::{Leader, LeaderConfig};
 
 fn cfg(identity: &str) -> LeaderConfig {
     LeaderConfig {

@@ -12,7 +12,7 @@ use ebb_api::names::FINALIZER_SCALEDOWN;
 use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
 use ebb_controller::actuation::{EbbTaint, taints};
 use ebb_controller::cluster::testkit::{node, pod};
-use ebb_controller::controller::{Context, reconcile};
+use ebb_controller::reconcilers::scaledown::{Context, reconcile};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use serde_json::Value;
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use ebb_api::ScaleDownPolicy;
-use ebb_controller::run::{Clients, Exit, Settings, serve};
+use ebb_controller::cli::run::{Clients, Exit, Settings, serve};
 use ebb_e2e::scenario::Scenario;
 use ebb_e2e::{Sim, SimConfig};
 use k8s_openapi::api::core::v1::{Node, Pod};

@@ -229,7 +229,7 @@ fn expected(spec: &[(&str, &str, &str, &str)]) -> BTreeSet<(String, String, Stri
 
 /// What the controller calls (controller/src: reflectors in controller/stores.rs, actuation/
 /// nodes.rs and evict.rs, the finalizer and status writes of controller/reconcile.rs, the pod
-/// patches and deletes, status writes and NodeState watch of placement_controller/, kube's event
+/// patches and deletes, status writes and NodeState watch of reconcilers/placement/, kube's event
 /// recorder).
 fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, String, String)> {
     let nodes = if node_delete {

@@ -411,7 +411,7 @@ fn planned_destinations(lines: &[String]) -> BTreeMap<String, String> {
 #[test]
 fn planned_destinations_are_read_from_the_log() {
     let lines = vec![
-        "2026-11-23T10:00:00Z  INFO loop{policy=pool}: ebb_controller::controller::reconcile: planned destination node=drain-0 pod=default/app-0-x-y to=keep-1".to_string(),
+        "2026-11-23T10:00:00Z  INFO loop{policy=pool}: ebb_controller::reconcilers::scaledown::reconcile: planned destination node=drain-0 pod=default/app-0-x-y to=keep-1".to_string(),
         "something else pod=a to=b".to_string(),
     ];
     assert_eq!(

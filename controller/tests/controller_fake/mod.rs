@@ -142,8 +142,8 @@ impl FakeApi {
     }
 
     /// The controller's caches over this fake (owner kinds and PDBs empty).
-    pub fn stores(&self) -> ebb_controller::controller::stores::Stores {
-        ebb_controller::controller::stores::Stores {
+    pub fn stores(&self) -> ebb_controller::state::Stores {
+        ebb_controller::state::Stores {
             nodes: self.node_store(),
             pods: self.pod_store(),
             pdbs: empty_store(),
@@ -509,7 +509,7 @@ impl FakeApi {
         &self,
         policies: &[&ebb_api::ScaleDownPolicy],
         daemon_set_nodes: i32,
-    ) -> Arc<ebb_controller::controller::Context> {
+    ) -> Arc<ebb_controller::reconcilers::scaledown::Context> {
         use ebb_controller::actuation::{Actuator, Tracker};
         use ebb_controller::cluster::testkit::{daemon_set, replica_set};
         use ebb_controller::metrics::Metrics;
@@ -527,14 +527,14 @@ impl FakeApi {
             Metrics::new(),
         )
         .with_recheck_delay(std::time::Duration::from_secs(1));
-        Arc::new(ebb_controller::controller::Context::new(
+        Arc::new(ebb_controller::reconcilers::scaledown::Context::new(
             self.client(),
             stores,
             store_of(policies.iter().map(|p| (*p).clone()).collect()),
             actuator,
             Metrics::new(),
             kube::runtime::events::Recorder::new(self.client(), "ebb-controller".into()),
-            ebb_controller::controller::Leadership::always(),
+            ebb_controller::state::Leadership::always(),
             tokio_util::sync::CancellationToken::new(),
         ))
     }

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use ebb_api::ScaleDownPolicy;
 use ebb_controller::cli::RunArgs;
-use ebb_controller::run::{Clients, Exit, Settings, serve};
+use ebb_controller::cli::run::{Clients, Exit, Settings, serve};
 use ebb_e2e::{Sim, SimConfig};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};

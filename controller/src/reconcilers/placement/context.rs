@@ -17,9 +17,9 @@ use kube::{Resource, ResourceExt};
 use super::keys::CurrentKey;
 use super::reconcile::PhState;
 use super::terminal::TerminalPods;
-use crate::controller::Leadership;
-use crate::controller::stores::Stores;
 use crate::metrics::Metrics;
+use crate::state::Leadership;
+use crate::state::Stores;
 
 /// Settings of placement (flags of `ebb-controller run`).
 #[derive(Clone, Debug)]

@@ -24,9 +24,9 @@ use tokio_util::sync::CancellationToken;
 
 pub use context::{Ctx, PlacementSettings};
 
-use crate::controller::Leadership;
-use crate::controller::stores::Stores;
 use crate::metrics::Metrics;
+use crate::state::Leadership;
+use crate::state::Stores;
 
 fn error_policy(_ph: Arc<PlacementHistory>, e: &reconcile::PassError, _ctx: Arc<Ctx>) -> Requeue {
     tracing::warn!(error = %e, "placement pass failed; retrying");

@@ -1,4 +1,4 @@
-//! The ScaleDownPolicy controller: shared reflectors, the per-policy loop (plan, soft taints,
+//! The ScaleDownPolicy reconciler: the per-policy loop (plan, soft taints,
 //! drains, status, events), overlap and bad-input detection, and start-up recovery.
 
 pub mod context;
@@ -8,7 +8,6 @@ pub mod reconcile;
 pub mod selection;
 pub mod startup;
 pub mod status;
-pub mod stores;
 
-pub use context::{Context, Leadership};
+pub use context::Context;
 pub use reconcile::{error_policy, reconcile};

@@ -2,8 +2,7 @@
 //! recorder, leadership, and per-policy memory (planner state, last status, last facts).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use ebb_api::{ScaleDownPolicy, ScaleDownPolicyStatus};
 use kube::runtime::events::Recorder;
@@ -12,29 +11,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::events::Facts;
 use super::permissions::NodeDeletion;
-use super::stores::Stores;
 use crate::actuation::Actuator;
 use crate::metrics::Metrics;
 use crate::scaledown::PlannerState;
-
-/// Whether this process may act (holds the Lease, or runs without leader election).
-#[derive(Clone, Default)]
-pub struct Leadership(Arc<AtomicBool>);
-
-impl Leadership {
-    /// Always the leader (leader election off).
-    pub fn always() -> Self {
-        let l = Self::default();
-        l.set(true);
-        l
-    }
-    pub fn set(&self, leader: bool) {
-        self.0.store(leader, Ordering::SeqCst);
-    }
-    pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
-}
+use crate::state::{Leadership, Stores};
 
 /// What the controller remembers of one policy between loops.
 #[derive(Default)]

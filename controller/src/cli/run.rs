@@ -15,12 +15,13 @@ use tokio_util::sync::DropGuard;
 
 use crate::actuation::{Actuator, Tracker};
 use crate::cli::RunArgs;
-use crate::controller::startup::recover_at_start;
-use crate::controller::{Context, Leadership, error_policy, reconcile, stores};
 use crate::http::{Readiness, router};
-use crate::leader::{Leader, LeaderConfig};
 use crate::metrics::Metrics;
-use crate::placement_controller::{self, PlacementSettings};
+use crate::reconcilers::placement::{self, PlacementSettings};
+use crate::reconcilers::scaledown::startup::recover_at_start;
+use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
+use crate::state::lease::{Leader, LeaderConfig};
+use crate::state::{Leadership, stores};
 
 /// How the controller ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -284,7 +285,7 @@ pub async fn serve(
         }
     }
     recover_at_start(&ctx).await;
-    let _placement_tasks = AbortOnDrop(placement_controller::start(
+    let _placement_tasks = AbortOnDrop(placement::start(
         client.clone(),
         watches.stores.clone(),
         watches.pod_changes.clone(),
