@@ -66,10 +66,10 @@ impl From<&crate::actuation::drain::Outcome> for DrainResult {
     }
 }
 
-/// How a gated pod was released.
+/// How a gated pod was released (the `outcome` label of `ebb_placements`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
-pub enum PlacementOutcome {
+pub enum Release {
     pinned,
     relaxed,
     anywhere,
@@ -114,13 +114,28 @@ pub struct FunctionLabels {
 pub struct PlacementLabels {
     pub namespace: String,
     pub placement_history: String,
-    pub outcome: PlacementOutcome,
+    pub outcome: Release,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PlacementHistoryLabels {
     pub namespace: String,
     pub placement_history: String,
+}
+
+/// Which reconciler failed a reconcile (the `controller` label of `ebb_reconcile_errors`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum Reconciler {
+    scaledown,
+    placement,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReconcileErrorLabels {
+    pub controller: Reconciler,
+    /// The error's reason: the name of its variant (`Kube`, `Store`, ...).
+    pub reason: &'static str,
 }
 
 /// Exemplar carrying the trace id of the span that was measured.
@@ -145,6 +160,18 @@ pub struct Metrics {
     pub placement_escalations: Family<PlacementHistoryLabels, Counter>,
     pub placement_hits: Family<PlacementHistoryLabels, Counter>,
     pub gate_wait: Family<PlacementHistoryLabels, Histogram>,
+    pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
+}
+
+/// Registers `metric` under `name` and returns it (a handle to the same series).
+fn register<M: prometheus_client::registry::Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
 }
 
 impl Default for Metrics {
@@ -156,88 +183,93 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ebb");
-        let unneeded_nodes = Family::<PolicyLabels, Gauge>::default();
-        registry.register(
+        let unneeded_nodes = register(
+            &mut registry,
             "unneeded_nodes",
             "Nodes in the candidate set (removable together)",
-            unneeded_nodes.clone(),
+            Family::<PolicyLabels, Gauge>::default(),
         );
-        let unremovable_nodes = Family::<PolicyReasonLabels, Gauge>::default();
-        registry.register(
+        let unremovable_nodes = register(
+            &mut registry,
             "unremovable_nodes",
             "Nodes that cannot be removed, by reason",
-            unremovable_nodes.clone(),
+            Family::<PolicyReasonLabels, Gauge>::default(),
         );
-        let nodes_scaled_down = Family::<ScaleDownLabels, Counter>::default();
-        registry.register(
+        let nodes_scaled_down = register(
+            &mut registry,
             "nodes_scaled_down",
             "Nodes removed (or drained in Drain mode), by kind",
-            nodes_scaled_down.clone(),
+            Family::<ScaleDownLabels, Counter>::default(),
         );
-        let evictions = Family::<EvictionLabels, Counter>::default();
-        registry.register(
+        let evictions = register(
+            &mut registry,
             "evictions",
             "Eviction API calls, by result",
-            evictions.clone(),
+            Family::<EvictionLabels, Counter>::default(),
         );
-        let drains_in_progress = Family::<PolicyLabels, Gauge>::default();
-        registry.register(
+        let drains_in_progress = register(
+            &mut registry,
             "drains_in_progress",
             "Nodes being drained now",
-            drains_in_progress.clone(),
+            Family::<PolicyLabels, Gauge>::default(),
         );
-        let throttled = Family::<PolicyReasonLabels, Gauge>::default();
-        registry.register(
+        let throttled = register(
+            &mut registry,
             "throttled_nodes",
             "Removable nodes held back by a limit, by reason",
-            throttled.clone(),
+            Family::<PolicyReasonLabels, Gauge>::default(),
         );
-        let function_duration =
-            Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
-                || HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),
-            );
-        registry.register(
+        let function_duration = register(
+            &mut registry,
             "function_duration_seconds",
             "Duration of controller functions",
-            function_duration.clone(),
+            Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
+                || HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),
+            ),
         );
-        let drain_duration =
-            Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
-                || HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),
-            );
-        registry.register(
+        let drain_duration = register(
+            &mut registry,
             "drain_duration_seconds",
             "Duration of node drains from the to-be-deleted taint to the node's removal or rollback, by outcome",
-            drain_duration.clone(),
+            Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
+                || HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),
+            ),
         );
-        let placements = Family::<PlacementLabels, Counter>::default();
-        registry.register(
+        let placements = register(
+            &mut registry,
             "placements",
             "Gated pods released, by outcome",
-            placements.clone(),
+            Family::<PlacementLabels, Counter>::default(),
         );
-        let placement_escalations = Family::<PlacementHistoryLabels, Counter>::default();
-        registry.register(
+        let placement_escalations = register(
+            &mut registry,
             "placement_escalations",
             "Pinned requests relaxed after their escalation timeout",
-            placement_escalations.clone(),
+            Family::<PlacementHistoryLabels, Counter>::default(),
         );
-        let placement_hits = Family::<PlacementHistoryLabels, Counter>::default();
-        registry.register(
+        let placement_hits = register(
+            &mut registry,
             "placement_hits",
             "Pods that landed on a node with history or warm data",
-            placement_hits.clone(),
+            Family::<PlacementHistoryLabels, Counter>::default(),
         );
-        let gate_wait = Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.05, 2.0, 14))
-        });
-        registry.register(
+        let gate_wait = register(
+            &mut registry,
             "placement_gate_wait_seconds",
             "Time pods spent behind the placement gate",
-            gate_wait.clone(),
+            Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.05, 2.0, 14))
+            }),
+        );
+        let reconcile_errors = register(
+            &mut registry,
+            "reconcile_errors",
+            "Failed reconciles (retried with back-off), by controller and reason",
+            Family::<ReconcileErrorLabels, Counter>::default(),
         );
         Self {
             registry: Arc::new(registry),
+            reconcile_errors,
             unneeded_nodes,
             unremovable_nodes,
             nodes_scaled_down,
@@ -251,6 +283,13 @@ impl Metrics {
             placement_hits,
             gate_wait,
         }
+    }
+
+    /// Count one failed reconcile of `controller`, by the error's reason.
+    pub fn reconcile_failed(&self, controller: Reconciler, reason: &'static str) {
+        self.reconcile_errors
+            .get_or_create(&ReconcileErrorLabels { controller, reason })
+            .inc();
     }
 
     /// Record how long a function took, with the current trace id as exemplar when exporting.
@@ -303,7 +342,15 @@ mod tests {
             })
             .inc_by(3);
         m.observe(Function::plan, Duration::from_millis(12));
+        m.reconcile_failed(Reconciler::placement, "Status");
+        m.reconcile_failed(Reconciler::placement, "Status");
         let text = m.encode();
+        assert!(
+            text.contains(
+                "ebb_reconcile_errors_total{controller=\"placement\",reason=\"Status\"} 2"
+            ),
+            "{text}"
+        );
         assert!(
             text.contains("ebb_unneeded_nodes{policy=\"workers\"} 7"),
             "{text}"

@@ -21,7 +21,7 @@ use super::facts::{lost_nodes, node_facts, selected};
 use super::patch;
 use crate::cluster::build::build_snapshot;
 use crate::cluster::predicates::PredicateChecker;
-use crate::metrics::{PlacementHistoryLabels, PlacementLabels, PlacementOutcome};
+use crate::metrics::{PlacementHistoryLabels, PlacementLabels, Release};
 use crate::placement::{
     Action, Decision, PlacementReason, PodRef, RoleHistory, Termination, warm_roles,
 };
@@ -282,15 +282,11 @@ pub async fn pass(ph: Arc<PlacementHistory>, ctx: Arc<Ctx>) -> Result<Requeue, P
                 continue;
             };
             let (body, outcome) = match &decision.action {
-                Action::Pin { node } => (patch::pin(pod, node, &token), PlacementOutcome::pinned),
-                Action::Relax(c) => (
-                    patch::relax(pod, c, "Relaxed", &token),
-                    PlacementOutcome::relaxed,
-                ),
-                Action::Anywhere(c) => (
-                    patch::relax(pod, c, "Anywhere", &token),
-                    PlacementOutcome::anywhere,
-                ),
+                Action::Pin { node } => (patch::pin(pod, node, &token), Release::pinned),
+                Action::Relax(c) => (patch::relax(pod, c, "Relaxed", &token), Release::relaxed),
+                Action::Anywhere(c) => {
+                    (patch::relax(pod, c, "Anywhere", &token), Release::anywhere)
+                }
                 Action::Wait { .. } => continue,
             };
             let api: Api<Pod> =
@@ -471,7 +467,7 @@ fn released(
     ph: &PlacementHistory,
     pod: &Pod,
     decision: &Decision,
-    outcome: PlacementOutcome,
+    outcome: Release,
     notices: &mut Vec<Notice>,
 ) {
     let pl = PlacementLabels {

@@ -10,7 +10,7 @@ use kube::{Api, ResourceExt};
 use super::context::{Ctx, Notice};
 use super::facts::selected;
 use super::patch;
-use crate::metrics::{PlacementLabels, PlacementOutcome};
+use crate::metrics::{PlacementLabels, Release};
 
 /// True when a valid PlacementHistory of the pod's namespace selects it with a known role.
 fn governed(ctx: &Ctx, pod: &Arc<Pod>) -> bool {
@@ -84,7 +84,7 @@ pub async fn sweep(ctx: &Ctx) -> usize {
                         .get_or_create(&PlacementLabels {
                             namespace: ns.clone(),
                             placement_history: String::new(),
-                            outcome: PlacementOutcome::ungoverned,
+                            outcome: Release::ungoverned,
                         })
                         .inc();
                 }

@@ -26,7 +26,7 @@ use crate::actuation::{DrainOrder, EvictionSettings, Outcome, Recheck};
 use crate::cluster::build::HOSTNAME_LABEL;
 use crate::cluster::model::{Operator, Requirement, Selector};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
-use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
+use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, Reconciler, ScaleDownKind};
 use crate::scaledown::budgets::Selection;
 use crate::scaledown::{InstantStopwatch, Plan, PlannerConfig, plan, select_deletions};
 
@@ -60,6 +60,18 @@ pub enum Error {
     NoName,
 }
 
+impl Error {
+    /// The `reason` label of `ebb_reconcile_errors`: the variant's name.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Snapshot { .. } => "Snapshot",
+            Error::Status { .. } => "Status",
+            Error::Finalizer { .. } => "Finalizer",
+            Error::NoName => "NoName",
+        }
+    }
+}
+
 /// kube-runtime entry point: the finalizer around [`apply`] and [`cleanup`].
 pub async fn reconcile(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = policy.metadata.name.clone().ok_or(Error::NoName)?;
@@ -83,8 +95,10 @@ pub async fn reconcile(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Resul
 }
 
 /// Logs the failure and retries later.
-pub fn error_policy(policy: Arc<ScaleDownPolicy>, error: &Error, _ctx: Arc<Context>) -> Action {
+pub fn error_policy(policy: Arc<ScaleDownPolicy>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(policy = %policy.name_any(), %error, "loop failed; retrying");
+    ctx.metrics
+        .reconcile_failed(Reconciler::scaledown, error.reason());
     Action::requeue(ERROR_REQUEUE)
 }
 
