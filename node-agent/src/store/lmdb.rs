@@ -7,12 +7,15 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use heed::types::{Bytes, Str};
-use heed::{CommitOrAbort, Database, EnvFlags, EnvOpenOptions, MdbError, RoTxn, WithoutTls};
+use heed::{
+    CommitOrAbort, Database, DatabaseOpenOptions, DatabaseOpener, EnvFlags, EnvOpenOptions,
+    MdbError, RoTxn, WithoutTls,
+};
 
 use super::codec::{self, Write};
 use super::keys;
 use super::records::*;
-use super::{LoadedState, SchemaVersion, StateStore, StoreError};
+use super::{SchemaVersion, StateStore, StoreError};
 
 type Db = Database<'static, Str, Bytes>;
 type Env = heed::Env<WithoutTls>;
@@ -78,6 +81,33 @@ fn open_err(dir: &Path, e: impl std::fmt::Display) -> StoreError {
     }
 }
 
+/// Options naming one of the store's databases (string keys, byte values).
+fn db_options<'e, 'n>(
+    opener: &'n DatabaseOpener<'e, WithoutTls>,
+    name: &'n str,
+) -> DatabaseOpenOptions<'e, 'n, WithoutTls, Str, Bytes> {
+    let mut options = opener.database_options().types::<Str, Bytes>();
+    options.name(name);
+    options
+}
+
+/// The schema version stamped in the meta database, if this build can read it.
+fn stamped_version(dir: &Path, bytes: &[u8]) -> Result<SchemaVersion, StoreError> {
+    let text = String::from_utf8_lossy(bytes).into_owned();
+    match SchemaVersion::parse(&text) {
+        Some(found) if found.major == SchemaVersion::CURRENT.major => Ok(found),
+        Some(found) => Err(StoreError::IncompatibleSchema {
+            dir: dir.to_path_buf(),
+            found,
+            supported: SchemaVersion::CURRENT,
+        }),
+        None => Err(open_err(
+            dir,
+            format!("schema version {text:?} is not major.minor"),
+        )),
+    }
+}
+
 impl LmdbStore {
     /// Opens (or creates) the store in `dir`. Never wipes anything: a store that cannot be read
     /// is an error naming the directory; see `reset_state_dir`.
@@ -122,36 +152,17 @@ impl LmdbStore {
         let mut opened = Opened::New;
         let result = env
             .create_databases_and_commit(wtxn, |opener, wtxn| {
-                let mut dbs = Vec::with_capacity(keys::ALL_DBS.len());
-                for name in keys::ALL_DBS {
-                    dbs.push(
-                        opener
-                            .database_options()
-                            .types::<Str, Bytes>()
-                            .name(name)
-                            .create(wtxn)?,
-                    );
-                }
+                let dbs = keys::ALL_DBS
+                    .iter()
+                    .map(|name| db_options(opener, name).create(wtxn))
+                    .collect::<heed::Result<Vec<_>>>()?;
                 let meta = dbs[0];
                 let stamp = meta.get(wtxn, keys::META_SCHEMA_VERSION)?;
                 match stamp {
-                    Some(bytes) => {
-                        let text = String::from_utf8_lossy(bytes).into_owned();
-                        let Some(found) = SchemaVersion::parse(&text) else {
-                            return Ok(CommitOrAbort::Abort(open_err(
-                                dir,
-                                format!("schema version {text:?} is not major.minor"),
-                            )));
-                        };
-                        if found.major != SchemaVersion::CURRENT.major {
-                            return Ok(CommitOrAbort::Abort(StoreError::IncompatibleSchema {
-                                dir: dir.to_path_buf(),
-                                found,
-                                supported: SchemaVersion::CURRENT,
-                            }));
-                        }
-                        opened = Opened::Existing { previous: found };
-                    }
+                    Some(bytes) => match stamped_version(dir, bytes) {
+                        Ok(found) => opened = Opened::Existing { previous: found },
+                        Err(e) => return Ok(CommitOrAbort::Abort(e)),
+                    },
                     None => {
                         for (db, name) in dbs.iter().zip(keys::ALL_DBS).skip(1) {
                             if !db.is_empty(wtxn)? {
@@ -183,37 +194,16 @@ impl LmdbStore {
         let mut opened = Opened::New;
         let result = env
             .open_databases_and_commit(rtxn, |opener, rtxn| {
-                let mut dbs = Vec::with_capacity(keys::ALL_DBS.len());
-                for name in keys::ALL_DBS {
-                    dbs.push(
-                        opener
-                            .database_options()
-                            .types::<Str, Bytes>()
-                            .name(name)
-                            .open(rtxn)?,
-                    );
-                }
+                let dbs = keys::ALL_DBS
+                    .iter()
+                    .map(|name| db_options(opener, name).open(rtxn))
+                    .collect::<heed::Result<Vec<_>>>()?;
                 if let Some(meta) = dbs[0]
                     && let Some(bytes) = meta.get(rtxn, keys::META_SCHEMA_VERSION)?
                 {
-                    let text = String::from_utf8_lossy(bytes).into_owned();
-                    match SchemaVersion::parse(&text) {
-                        Some(found) if found.major == SchemaVersion::CURRENT.major => {
-                            opened = Opened::Existing { previous: found }
-                        }
-                        Some(found) => {
-                            return Ok(CommitOrAbort::Abort(StoreError::IncompatibleSchema {
-                                dir: dir.to_path_buf(),
-                                found,
-                                supported: SchemaVersion::CURRENT,
-                            }));
-                        }
-                        None => {
-                            return Ok(CommitOrAbort::Abort(open_err(
-                                dir,
-                                format!("schema version {text:?} is not major.minor"),
-                            )));
-                        }
+                    match stamped_version(dir, bytes) {
+                        Ok(found) => opened = Opened::Existing { previous: found },
+                        Err(e) => return Ok(CommitOrAbort::Abort(e)),
                     }
                 }
                 let dbs = [dbs[0], dbs[1], dbs[2], dbs[3], dbs[4], dbs[5]];
@@ -417,16 +407,6 @@ impl StateStore for LmdbStore {
 
     fn load_deletion_tasks(&self) -> Result<BTreeMap<u64, DeletionTask>, StoreError> {
         self.read(keys::DB_DELETION, |it| codec::decode_deletion_tasks(it))
-    }
-
-    fn load_all(&self) -> Result<LoadedState, StoreError> {
-        Ok(LoadedState {
-            localization: self.load_localization()?,
-            applications: self.load_applications()?,
-            containers: self.load_containers()?,
-            tokens: self.load_tokens()?,
-            deletion_tasks: self.load_deletion_tasks()?,
-        })
     }
 }
 
