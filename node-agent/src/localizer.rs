@@ -788,32 +788,18 @@ mod tests {
             std::fs::read(cache.join(&inside.local_path)).unwrap(),
             CONTENT
         );
+        let under_root = |rest: &str| format!("file://{}{rest}", root.display());
         for (url, why) in [
             (
                 format!("file://{}", outside.display()),
                 Refusal::OutsideRoots,
             ),
-            (
-                format!("file://{}/link.bin", root.display()),
-                Refusal::Symlink,
-            ),
-            (
-                format!("file://{}/up/secret", root.display()),
-                Refusal::Symlink,
-            ),
-            (
-                format!("file://{}/../secret", root.display()),
-                Refusal::OutsideRoots,
-            ),
-            (
-                format!("file://{}/%2e%2e/secret", root.display()),
-                Refusal::OutsideRoots,
-            ),
-            (
-                format!("file://{}/a%2F..%2F..%2Fsecret", root.display()),
-                Refusal::NotPlainPath,
-            ),
-            (format!("file://{}", root.display()), Refusal::OutsideRoots),
+            (under_root("/link.bin"), Refusal::Symlink),
+            (under_root("/up/secret"), Refusal::Symlink),
+            (under_root("/../secret"), Refusal::OutsideRoots),
+            (under_root("/%2e%2e/secret"), Refusal::OutsideRoots),
+            (under_root("/a%2F..%2F..%2Fsecret"), Refusal::NotPlainPath),
+            (under_root(""), Refusal::OutsideRoots),
             (
                 format!("file://otherhost{}/src.bin", root.display()),
                 Refusal::NotPlainPath,

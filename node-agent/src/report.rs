@@ -216,7 +216,8 @@ impl Reporter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Completion, ContainerRequest};
+    use crate::store::ContainerRequest;
+    use crate::transitions::build::ended;
 
     fn done(
         ph: &str,
@@ -233,14 +234,7 @@ mod tests {
                 role: Some(role.into()),
                 ..ContainerRequest::default()
             }),
-            launched_at: Some(start),
-            completed: Some(Completion {
-                exit_code: code,
-                reason: reason.into(),
-                message: String::new(),
-                finished_at: end,
-            }),
-            ..ContainerRecord::default()
+            ..ended(reason, code, start, end)
         }
     }
 

@@ -212,6 +212,26 @@ pub fn classify(rec: &ContainerRecord, short_lived_ms: i64) -> Option<OutcomeCla
 }
 
 #[cfg(test)]
+pub mod build {
+    //! `ended("Error", 1, 0, 500)`: a requested container launched at 0 that exited 1 at 500.
+    use super::*;
+
+    pub fn ended(reason: &str, code: i32, start: UnixMillis, end: UnixMillis) -> ContainerRecord {
+        ContainerRecord {
+            requested: Some(ContainerRequest::default()),
+            launched_at: Some(start),
+            completed: Some(Completion {
+                exit_code: code,
+                reason: reason.into(),
+                message: String::new(),
+                finished_at: end,
+            }),
+            ..ContainerRecord::default()
+        }
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::livepod::build::pod;
@@ -339,17 +359,7 @@ mod tests {
 
     #[test]
     fn classification_follows_reason_exit_code_and_lifetime() {
-        let rec = |reason: &str, code: i32, start: i64, end: i64| ContainerRecord {
-            requested: Some(ContainerRequest::default()),
-            launched_at: Some(start),
-            completed: Some(Completion {
-                exit_code: code,
-                reason: reason.into(),
-                message: String::new(),
-                finished_at: end,
-            }),
-            ..ContainerRecord::default()
-        };
+        let rec = build::ended;
         let short = 60_000;
         assert_eq!(
             classify(&rec("Completed", 0, 0, 10), short),
