@@ -420,6 +420,14 @@ mod tests {
 
     const CONTENT: &[u8] = b"model weights, version 7\n";
 
+    /// Serves `app` on a loopback port of its own.
+    async fn listen(app: Router) -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        addr
+    }
+
     async fn serve() -> (SocketAddr, Arc<AtomicUsize>) {
         let flaky_calls = Arc::new(AtomicUsize::new(0));
         let calls = flaky_calls.clone();
@@ -440,9 +448,7 @@ mod tests {
                     }
                 }),
             );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = listen(app).await;
         (addr, flaky_calls)
     }
 
@@ -583,9 +589,7 @@ mod tests {
         let app = Router::new()
             .route("/down", get(|| async { StatusCode::SERVICE_UNAVAILABLE }))
             .route("/up", get(|| async { CONTENT }));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = listen(app).await;
         let dir = tempfile::tempdir().unwrap();
         cache_fs::prepare_root(dir.path(), false).unwrap();
         let mut cfg = FetcherConfig::new(dir.path().to_path_buf());
@@ -625,9 +629,7 @@ mod tests {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = listen(app).await;
         let dir = tempfile::tempdir().unwrap();
         cache_fs::prepare_root(dir.path(), false).unwrap();
         let mut cfg = FetcherConfig::new(dir.path().to_path_buf());
@@ -663,9 +665,7 @@ mod tests {
             h.fetch_add(1, Ordering::SeqCst);
             async { CONTENT }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let port = listen(app).await.port();
         let dir = tempfile::tempdir().unwrap();
         // The default policy: loopback is not allowed.
         let f = fetcher_with(

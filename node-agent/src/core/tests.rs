@@ -184,15 +184,12 @@ fn with_resource(url: &str, sha: &str) -> PlacementHistory {
 
 /// A recovered core over a fresh store and cache, whose one history asks for the resource a
 /// loopback server serves as `served`, under the digest of `expected`.
-struct Fetching {
-    _dir: tempfile::TempDir,
-    cache: PathBuf,
-    store: LmdbStore,
-    fetcher: Fetcher,
-    core: AgentCore,
-}
-
-async fn fetching(served: &'static [u8], expected: &[u8], t0: UnixMillis) -> Fetching {
+/// Returns the temporary directory (kept while in use), the cache root, store, fetcher and core.
+async fn fetching(
+    served: &'static [u8],
+    expected: &[u8],
+    t0: UnixMillis,
+) -> (tempfile::TempDir, PathBuf, LmdbStore, Fetcher, AgentCore) {
     let url = serve(served).await;
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
@@ -203,13 +200,7 @@ async fn fetching(served: &'static [u8], expected: &[u8], t0: UnixMillis) -> Fet
         &store,
         &core.set_histories(vec![with_resource(&url, &sha256_hex(expected))], t0),
     );
-    Fetching {
-        _dir: dir,
-        cache,
-        store,
-        fetcher,
-        core,
-    }
+    (dir, cache, store, fetcher, core)
 }
 
 async fn run_fetches(core: &mut AgentCore, store: &LmdbStore, fetcher: &Fetcher, step: Step) {
@@ -225,13 +216,7 @@ async fn run_fetches(core: &mut AgentCore, store: &LmdbStore, fetcher: &Fetcher,
 async fn resources_are_shared_by_reference_and_deleted_after_retention() {
     const CONTENT: &[u8] = b"region model";
     let t0 = 1_000_000;
-    let Fetching {
-        _dir,
-        cache,
-        store,
-        fetcher,
-        mut core,
-    } = fetching(CONTENT, CONTENT, t0).await;
+    let (_dir, cache, store, fetcher, mut core) = fetching(CONTENT, CONTENT, t0).await;
 
     let step = core.observe_pod(region("p1").running("main", t0), t0);
     assert_eq!(step.fetches.len(), 1);
@@ -285,13 +270,7 @@ async fn resources_are_shared_by_reference_and_deleted_after_retention() {
 #[tokio::test]
 async fn reuse_within_retention_cancels_the_deletion() {
     const CONTENT: &[u8] = b"warm data";
-    let Fetching {
-        _dir,
-        cache,
-        store,
-        fetcher,
-        mut core,
-    } = fetching(CONTENT, CONTENT, 0).await;
+    let (_dir, cache, store, fetcher, mut core) = fetching(CONTENT, CONTENT, 0).await;
     let step = core.observe_pod(region("p1").running("main", 0), 0);
     let path = step.fetches[0].local_path.clone();
     run_fetches(&mut core, &store, &fetcher, step).await;
@@ -346,13 +325,7 @@ async fn a_crash_mid_fetch_leaves_no_partial_file_and_the_fetch_is_requested_aga
 
 #[tokio::test]
 async fn a_digest_mismatch_is_reported_and_never_served() {
-    let Fetching {
-        _dir,
-        cache,
-        store,
-        fetcher,
-        mut core,
-    } = fetching(b"tampered", b"original", 0).await;
+    let (_dir, cache, store, fetcher, mut core) = fetching(b"tampered", b"original", 0).await;
     let step = core.observe_pod(region("p1").running("main", 0), 0);
     run_fetches(&mut core, &store, &fetcher, step).await;
     let view = core.api_pods();
