@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::Criterion;
-use ebb_controller::cluster::testkit::{node, objects, pdb_min_available, pod};
 use ebb_controller::cluster::{
     ClusterObjects, ClusterSnapshot, NodeId, PredicateChecker, build_snapshot,
 };
@@ -18,6 +17,7 @@ use ebb_controller::scaledown::drainability::pods_to_move;
 use ebb_controller::scaledown::eligibility::check_node;
 use ebb_controller::scaledown::pdb::PdbTracker;
 use ebb_controller::scaledown::{InstantStopwatch, Plan, PlannerConfig, PlannerState, plan};
+use ebb_controller::testkit::{node, objects, pdb_min_available, pod};
 
 /// Counts live bytes and remembers the peak.
 struct Counting;

@@ -11,3 +11,5 @@ pub mod reconcilers;
 pub mod scaledown;
 pub mod state;
 pub mod telemetry;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;

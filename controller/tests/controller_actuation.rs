@@ -14,12 +14,13 @@ use ebb_controller::actuation::drain::EvictionCall;
 use ebb_controller::actuation::evict::{EvictionObserver, evict_with_retry};
 use ebb_controller::actuation::pods::{PodRef, uids_on};
 use ebb_controller::actuation::taints;
-use ebb_controller::actuation::testkit::{node, pod};
 use ebb_controller::actuation::{
     Actuator, DrainOrder, EbbTaint, EvictionSettings, GiveUpReason, Outcome, Tracker, Written,
 };
 use ebb_controller::metrics::{Metrics, ScaleDownKind};
+use ebb_controller::testkit::{node, pod};
 use k8s_openapi::api::core::v1::Taint;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 fn settings() -> EvictionSettings {
@@ -42,7 +43,7 @@ fn pod_ref(name: &str, grace: Option<i64>) -> PodRef {
     PodRef {
         namespace: "default".into(),
         name: name.into(),
-        uid: format!("uid-{name}"),
+        uid: format!("uid-default-{name}"),
         grace,
     }
 }
@@ -81,7 +82,7 @@ async fn a_pdb_429_is_retried_every_interval_until_accepted() {
     assert_eq!(evictions[0].body["kind"], "Eviction");
     let opts = &evictions[0].body["deleteOptions"];
     assert_eq!(opts["gracePeriodSeconds"], 60, "grace capped: {opts}");
-    assert_eq!(opts["preconditions"]["uid"], "uid-web-1");
+    assert_eq!(opts["preconditions"]["uid"], "uid-default-web-1");
     let text = metrics.encode();
     assert!(
         text.contains("ebb_evictions_total{policy=\"p\",result=\"blocked_by_pdb\"} 2"),
@@ -205,6 +206,18 @@ fn order(api: &FakeApi, node: &str, mode: ScaleDownMode) -> DrainOrder {
     }
 }
 
+/// Starts `order`, which the actuator must accept and not find running already.
+async fn start(actuator: &Actuator, order: DrainOrder) -> JoinHandle<Outcome> {
+    actuator.start(order).await.unwrap().unwrap()
+}
+
+/// Node `n1` with one ReplicaSet pod `name` that stays after its eviction is accepted.
+fn node_with_lingering_pod(api: &FakeApi, name: &str) {
+    api.add_node(node("n1").build());
+    api.add_pod(pod(name).on("n1").owned_by("ReplicaSet", "s").build());
+    *api.keep_evicted_pods.lock().unwrap() = true;
+}
+
 fn has_hard_taint(api: &FakeApi, name: &str) -> bool {
     api.node(name)
         .is_some_and(|n| taints::has(&n, EbbTaint::ToBeDeleted))
@@ -255,11 +268,7 @@ async fn drain_mode_keeps_the_node_cordoned_labelled_and_untainted() {
     api.add_node(node("n1").build());
     api.add_pod(pod("web-1").on("n1").owned_by("ReplicaSet", "web").build());
     let (actuator, _) = setup(&api);
-    let handle = actuator
-        .start(order(&api, "n1", ScaleDownMode::Drain))
-        .await
-        .unwrap()
-        .unwrap();
+    let handle = start(&actuator, order(&api, "n1", ScaleDownMode::Drain)).await;
     assert_eq!(handle.await.unwrap(), Outcome::Removed);
     let n1 = api.node("n1").expect("node kept");
     assert_eq!(n1.spec.as_ref().unwrap().unschedulable, Some(true));
@@ -276,7 +285,7 @@ async fn a_pod_landing_after_the_plan_rolls_the_drain_back() {
     let o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
     // The pod arrives between the plan and the taint.
     api.add_pod(pod("late").ns("shop").on("n1").build());
-    let outcome = actuator.start(o).await.unwrap().unwrap().await.unwrap();
+    let outcome = start(&actuator, o).await.await.unwrap();
     assert_eq!(
         outcome,
         Outcome::GaveUp(GiveUpReason::PodsLanded(vec!["shop/late".into()]))
@@ -297,7 +306,7 @@ async fn the_planner_recheck_can_veto_the_drain() {
     let (actuator, _) = setup(&api);
     let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
     o.recheck = Arc::new(|n| Err(format!("{n}: NoPlaceToMovePods")));
-    let outcome = actuator.start(o).await.unwrap().unwrap().await.unwrap();
+    let outcome = start(&actuator, o).await.await.unwrap();
     assert!(
         matches!(outcome, Outcome::GaveUp(GiveUpReason::NoLongerRemovable(ref w)) if w.contains("NoPlaceToMovePods")),
         "{outcome:?}"
@@ -314,11 +323,8 @@ async fn evictions_refused_past_the_max_time_untaint_the_node() {
     api.add_pod(pod("web-1").on("n1").owned_by("ReplicaSet", "web").build());
     api.script_evictions("default/db-0", &[429; 100]);
     let (actuator, tracker) = setup(&api);
-    let outcome = actuator
-        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+    let outcome = start(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete))
         .await
-        .unwrap()
-        .unwrap()
         .await
         .unwrap();
     assert_eq!(
@@ -337,16 +343,11 @@ async fn evictions_refused_past_the_max_time_untaint_the_node() {
 #[tokio::test(start_paused = true)]
 async fn pods_that_never_terminate_fail_the_drain_after_their_grace() {
     let api = FakeApi::new();
-    api.add_node(node("n1").build());
-    api.add_pod(pod("stuck").on("n1").owned_by("ReplicaSet", "s").build());
-    *api.keep_evicted_pods.lock().unwrap() = true;
+    node_with_lingering_pod(&api, "stuck");
     let (actuator, _) = setup(&api);
     let t0 = tokio::time::Instant::now();
-    let outcome = actuator
-        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+    let outcome = start(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete))
         .await
-        .unwrap()
-        .unwrap()
         .await
         .unwrap();
     assert_eq!(
@@ -363,16 +364,10 @@ async fn pods_that_never_terminate_fail_the_drain_after_their_grace() {
 #[tokio::test(start_paused = true)]
 async fn waiting_ends_as_soon_as_the_watch_sees_the_pods_go() {
     let api = FakeApi::new();
-    api.add_node(node("n1").build());
-    api.add_pod(pod("slow").on("n1").owned_by("ReplicaSet", "s").build());
-    *api.keep_evicted_pods.lock().unwrap() = true;
+    node_with_lingering_pod(&api, "slow");
     let (actuator, _) = setup(&api);
     let t0 = tokio::time::Instant::now();
-    let handle = actuator
-        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
-        .await
-        .unwrap()
-        .unwrap();
+    let handle = start(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete)).await;
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert!(api.node("n1").is_some(), "still waiting for the pod");
     api.remove_pod("default", "slow");
@@ -390,7 +385,7 @@ async fn cancelling_a_drain_rolls_it_back() {
     let (actuator, _) = setup(&api);
     let o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
     let cancel = o.cancel.clone();
-    let handle = actuator.start(o).await.unwrap().unwrap();
+    let handle = start(&actuator, o).await;
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(has_hard_taint(&api, "n1"));
     cancel.cancel();
@@ -409,7 +404,7 @@ async fn a_resumed_drain_keeps_its_taint_and_start_time() {
     let (actuator, tracker) = setup(&api);
     let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
     o.resume_from = Some(started);
-    let handle = actuator.start(o).await.unwrap().unwrap();
+    let handle = start(&actuator, o).await;
     assert_eq!(tracker.get("n1").unwrap().started, started);
     assert!(
         api.requests("PATCH", "/nodes/n1").is_empty(),

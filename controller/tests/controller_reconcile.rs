@@ -7,12 +7,11 @@ mod controller_fake;
 use std::sync::Arc;
 use std::time::Duration;
 
-use controller_fake::{FakeApi, Logged};
-use ebb_api::names::FINALIZER_SCALEDOWN;
-use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
+use controller_fake::{FakeApi, Logged, fixtures};
+use ebb_api::{ScaleDownMode, ScaleDownPolicy};
 use ebb_controller::actuation::{EbbTaint, taints};
-use ebb_controller::cluster::testkit::{node, pod};
 use ebb_controller::reconcilers::scaledown::{Context, reconcile};
+use ebb_controller::testkit::{node, pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use serde_json::Value;
 
@@ -21,31 +20,14 @@ use serde_json::Value;
 fn cluster(api: &FakeApi) {
     for n in ["n1", "n2", "n3"] {
         api.add_node(node(n).cpu("4").mem("16Gi").label("pool", "a").build());
-        api.add_pod(
-            pod(&format!("logs-{n}"))
-                .on(n)
-                .cpu("100m")
-                .owned_by_ds("logs")
-                .build(),
-        );
+        api.add_pod(fixtures::logs_pod(n));
     }
     api.add_pod(pod("web-1").on("n2").cpu("3").owned_by_rs("web").build());
     api.add_pod(pod("web-2").on("n3").cpu("3").owned_by_rs("web").build());
 }
 
 fn policy(name: &str, mode: ScaleDownMode, pool: &str) -> ScaleDownPolicy {
-    let mut spec = ScaleDownPolicySpec {
-        mode,
-        node_selector: LabelSelector {
-            match_labels: Some([("pool".to_string(), pool.to_string())].into()),
-            ..Default::default()
-        },
-        ..ScaleDownPolicySpec::default()
-    };
-    spec.unneeded_time = Duration::ZERO.into();
-    let mut p = ScaleDownPolicy::new(name, spec);
-    p.metadata.finalizers = Some(vec![FINALIZER_SCALEDOWN.to_string()]);
-    p.metadata.generation = Some(1);
+    let mut p = fixtures::policy(name, mode, pool);
     p.metadata.uid = Some(format!("uid-{name}"));
     p
 }
@@ -314,15 +296,15 @@ async fn deleting_a_policy_removes_its_taints_and_its_finalizer() {
         node("n1")
             .cpu("4")
             .label("pool", "a")
-            .taint(&soft.key, soft.value.as_deref().unwrap(), &soft.effect)
-            .taint(&hard.key, hard.value.as_deref().unwrap(), &hard.effect)
+            .taint(soft.clone())
+            .taint(hard.clone())
             .build(),
     );
     api.add_node(
         node("n9")
             .cpu("4")
             .label("pool", "b")
-            .taint(&soft.key, soft.value.as_deref().unwrap(), &soft.effect)
+            .taint(soft.clone())
             .build(),
     );
     let mut p = policy("p", ScaleDownMode::DrainAndDelete, "a");

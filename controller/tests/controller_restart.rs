@@ -8,29 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use controller_fake::FakeApi;
-use ebb_api::names::FINALIZER_SCALEDOWN;
-use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
+use controller_fake::fixtures::{logs_pod, policy};
+use ebb_api::{ScaleDownMode, ScaleDownPolicy};
 use ebb_controller::actuation::{EbbTaint, taints};
-use ebb_controller::cluster::testkit::{node, pod};
 use ebb_controller::reconcilers::scaledown::startup::{Recovered, recover_at_start};
 use ebb_controller::reconcilers::scaledown::{Context, reconcile};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-
-fn policy(name: &str, mode: ScaleDownMode, pool: &str) -> ScaleDownPolicy {
-    let mut spec = ScaleDownPolicySpec {
-        mode,
-        node_selector: LabelSelector {
-            match_labels: Some([("pool".to_string(), pool.to_string())].into()),
-            ..Default::default()
-        },
-        ..ScaleDownPolicySpec::default()
-    };
-    spec.unneeded_time = Duration::ZERO.into();
-    let mut p = ScaleDownPolicy::new(name, spec);
-    p.metadata.finalizers = Some(vec![FINALIZER_SCALEDOWN.to_string()]);
-    p.metadata.generation = Some(1);
-    p
-}
+use ebb_controller::testkit::{node, pod};
 
 fn context(api: &FakeApi, policies: &[&ScaleDownPolicy]) -> Arc<Context> {
     api.context(policies, 4)
@@ -53,13 +36,7 @@ fn a_controller_killed_mid_drain_is_finished_by_the_next_one() {
     let api = FakeApi::new();
     api.add_node(node("n1").cpu("4").mem("16Gi").label("pool", "a").build());
     api.add_node(node("n2").cpu("4").mem("16Gi").label("pool", "a").build());
-    api.add_pod(
-        pod("logs-n1")
-            .on("n1")
-            .cpu("100m")
-            .owned_by_ds("logs")
-            .build(),
-    );
+    api.add_pod(logs_pod("n1"));
     // n1's pod needs 3 of n2's 4 cpus: n1 is removable, n2 is the destination.
     api.add_pod(pod("web-1").on("n1").cpu("1").owned_by_rs("web").build());
     api.add_pod(pod("web-2").on("n2").cpu("3").owned_by_rs("web").build());
@@ -115,35 +92,44 @@ async fn start_up_recovery_resumes_or_rolls_back_every_mark() {
     let t = jiff::Timestamp::from_second(1_700_000_000).unwrap();
     let hard = EbbTaint::ToBeDeleted.at(t);
     let soft = EbbTaint::Candidate.at(t);
-    let with = |b: ebb_controller::cluster::testkit::NodeBuilder,
-                taint: &k8s_openapi::api::core::v1::Taint| {
-        b.taint(&taint.key, taint.value.as_deref().unwrap(), &taint.effect)
-    };
     // n1: empty, governed by an acting policy -> resumed and removed.
-    api.add_node(with(node("n1").cpu("4").label("pool", "a"), &hard).build());
-    api.add_pod(
-        pod("logs-n1")
-            .on("n1")
-            .cpu("100m")
-            .owned_by_ds("logs")
+    api.add_node(
+        node("n1")
+            .cpu("4")
+            .label("pool", "a")
+            .taint(hard.clone())
             .build(),
     );
+    api.add_pod(logs_pod("n1"));
     // n4: governed by the same policy, but scale-down was disabled on it since -> resumed, the
     // planner's re-check refuses it, rolled back.
     api.add_node(
-        with(
-            node("n4").cpu("4").label("pool", "a").annotation(
+        node("n4")
+            .cpu("4")
+            .label("pool", "a")
+            .annotation(
                 "cluster-autoscaler.kubernetes.io/scale-down-disabled",
                 "true",
-            ),
-            &hard,
-        )
-        .build(),
+            )
+            .taint(hard.clone())
+            .build(),
     );
     // n2: its policy is DryRun -> rolled back at once.
-    api.add_node(with(node("n2").cpu("4").label("pool", "b"), &hard).build());
+    api.add_node(
+        node("n2")
+            .cpu("4")
+            .label("pool", "b")
+            .taint(hard.clone())
+            .build(),
+    );
     // n3: a soft taint nobody governs -> removed.
-    api.add_node(with(node("n3").cpu("4").label("pool", "c"), &soft).build());
+    api.add_node(
+        node("n3")
+            .cpu("4")
+            .label("pool", "c")
+            .taint(soft.clone())
+            .build(),
+    );
     let a = policy("a", ScaleDownMode::DrainAndDelete, "a");
     let b = policy("b", ScaleDownMode::DryRun, "b");
     let ctx = context(&api, &[&a, &b]);

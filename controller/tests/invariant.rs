@@ -5,9 +5,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ebb_controller::cluster::testkit::{node, objects, pdb_min_available, pod};
 use ebb_controller::cluster::{PredicateChecker, build_snapshot};
 use ebb_controller::scaledown::{PlannerConfig, PlannerState, StepStopwatch, plan};
+use ebb_controller::testkit::{node, objects, pdb_min_available, pod, taint};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -95,7 +95,7 @@ proptest! {
         let node_names: Vec<String> = (0..nodes.len()).map(|i| format!("n{i}")).collect();
         let k8s_nodes: Vec<_> = nodes.iter().zip(&node_names).map(|(n, name)| {
             let b = node(name).cpu(&format!("{}m", n.cpu_m)).mem(&format!("{}Mi", n.mem_mi)).pods(n.max_pods as u32).label("pool", n.pool);
-            if n.tainted { b.taint("dedicated", "db", "NoSchedule") } else { b }
+            if n.tainted { b.taint(taint("dedicated", "db", "NoSchedule")) } else { b }
         }).collect();
         let pod_names: Vec<String> = (0..pods.len()).map(|i| format!("p{i}")).collect();
         let k8s_pods: Vec<_> = pods.iter().zip(&pod_names).map(|(p, name)| {

@@ -8,7 +8,8 @@ pub mod pods;
 pub mod recover;
 pub mod runner;
 pub mod taints;
-pub mod testkit;
+#[cfg(test)]
+pub(crate) mod testkit;
 pub mod tracker;
 
 pub use drain::{Drain, DrainEvent, GiveUpReason, Outcome};

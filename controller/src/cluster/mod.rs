@@ -6,7 +6,6 @@ pub mod model;
 pub mod predicates;
 pub mod quantity;
 pub mod snapshot;
-pub mod testkit;
 pub mod undo;
 
 pub use build::{ClusterObjects, SnapshotError, build_snapshot};

@@ -345,7 +345,7 @@ fn check_inter_pod(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::testkit::{NodeBuilder, PodBuilder, node, pod, snapshot};
+    use crate::testkit::{NodeBuilder, PodBuilder, node, pod, snapshot, taint};
 
     /// Whether `candidate` (unplaced) fits node `target` among the placed pods.
     fn fits(
@@ -508,7 +508,7 @@ mod tests {
 
     #[test]
     fn taints_need_tolerations_except_prefer_no_schedule() {
-        let t = |effect: &str| vec![small().taint("dedicated", "db", effect)];
+        let t = |effect: &str| vec![small().taint(taint("dedicated", "db", effect))];
         assert_eq!(
             fits(t("NoSchedule"), vec![], pod("p"), "n1"),
             Err(Unfit::Taint)

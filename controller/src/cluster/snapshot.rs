@@ -318,7 +318,7 @@ impl ClusterSnapshot {
 
 #[cfg(test)]
 mod tests {
-    use crate::cluster::testkit::{node, pod, snapshot};
+    use crate::testkit::{node, pod, snapshot};
 
     #[test]
     fn nested_forks_revert_only_their_changes() {
@@ -370,7 +370,7 @@ mod tests {
 
     #[test]
     fn missing_node_and_bad_quantity_name_the_object() {
-        let e = crate::cluster::build_snapshot(&crate::cluster::testkit::objects(
+        let e = crate::cluster::build_snapshot(&crate::testkit::objects(
             [node("a").cpu("4")],
             [pod("p1").on("ghost")],
         ))
@@ -379,7 +379,7 @@ mod tests {
             e.to_string().contains("default/p1") && e.to_string().contains("ghost"),
             "{e}"
         );
-        let e = crate::cluster::build_snapshot(&crate::cluster::testkit::objects(
+        let e = crate::cluster::build_snapshot(&crate::testkit::objects(
             [node("a").cpu("4")],
             [pod("p1").on("a").cpu("lots")],
         ))
@@ -391,9 +391,9 @@ mod tests {
                 && msg.contains("lots"),
             "{msg}"
         );
-        let e = crate::cluster::build_snapshot(&crate::cluster::testkit::objects(
+        let e = crate::cluster::build_snapshot(&crate::testkit::objects(
             [node("a").mem("12XB")],
-            Vec::<crate::cluster::testkit::PodBuilder>::new(),
+            Vec::<crate::testkit::PodBuilder>::new(),
         ))
         .unwrap_err();
         assert!(e.to_string().contains("Node a"), "{e}");

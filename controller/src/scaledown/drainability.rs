@@ -123,8 +123,8 @@ pub fn pods_to_move(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::testkit::{PodBuilder, node, objects, pod};
     use crate::cluster::{ClusterObjects, build_snapshot};
+    use crate::testkit::{PodBuilder, node, objects, pod};
 
     fn classify_in(objs: ClusterObjects, rules: DrainRules) -> PodDisposition {
         let s = build_snapshot(&objs).unwrap();
@@ -237,7 +237,7 @@ mod tests {
                 .owned_by_rs("dns")
                 .on("n1")],
         );
-        let mut budget = crate::cluster::testkit::pdb_min_available("dns", "k8s-app", "dns", 0);
+        let mut budget = crate::testkit::pdb_min_available("dns", "k8s-app", "dns", 0);
         budget.metadata.namespace = Some("kube-system".into());
         objs.pdbs.push(budget);
         assert_eq!(

@@ -79,7 +79,7 @@ pub fn check_node(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::testkit::{NodeBuilder, node, pod, snapshot};
+    use crate::testkit::{NodeBuilder, node, pod, snapshot, taint};
 
     fn reason(n: NodeBuilder, deleted: &[&str]) -> Result<(), UnremovableReason> {
         let s = snapshot(
@@ -104,7 +104,7 @@ mod tests {
         assert_eq!(reason(n1(), &["n1"]), Err(CurrentlyBeingDeleted));
         assert_eq!(
             reason(
-                n1().taint(names::TAINT_TO_BE_DELETED, "1", "NoSchedule"),
+                n1().taint(taint(names::TAINT_TO_BE_DELETED, "1", "NoSchedule")),
                 &[]
             ),
             Err(CurrentlyBeingDeleted)

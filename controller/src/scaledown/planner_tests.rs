@@ -7,10 +7,10 @@ use jiff::Timestamp;
 
 use super::config::PlannerConfig;
 use super::planner::{Plan, PlannerState, StepStopwatch, plan};
-use crate::cluster::testkit::{
-    PodBuilder, node, node_state_warm, objects, pdb_min_available, pod, snapshot,
-};
 use crate::cluster::{ClusterSnapshot, PredicateChecker, build_snapshot};
+use crate::testkit::{
+    PodBuilder, node, node_state_warm, objects, pdb_min_available, pod, snapshot, taint,
+};
 
 fn t(min: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + min * 60).unwrap()
@@ -95,7 +95,7 @@ fn destinations_without_soft_taints_come_before_fuller_ones() {
         let full = node("full").cpu("10");
         [
             if soft {
-                full.taint("retiring", "true", "PreferNoSchedule")
+                full.taint(taint("retiring", "true", "PreferNoSchedule"))
             } else {
                 full
             },

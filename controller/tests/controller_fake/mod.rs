@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod fixtures;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
@@ -511,8 +513,8 @@ impl FakeApi {
         daemon_set_nodes: i32,
     ) -> Arc<ebb_controller::reconcilers::scaledown::Context> {
         use ebb_controller::actuation::{Actuator, Tracker};
-        use ebb_controller::cluster::testkit::{daemon_set, replica_set};
         use ebb_controller::metrics::Metrics;
+        use ebb_controller::testkit::{daemon_set, replica_set};
         for p in policies {
             self.add_policy(p);
         }
