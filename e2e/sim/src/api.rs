@@ -140,6 +140,30 @@ impl Deleted {
     }
 }
 
+/// Where a request lands: the resource, the object's namespace and name, and the subresource
+/// (`""` for the main endpoint).
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    ri: &'a ResourceInfo,
+    ns: &'a str,
+    name: &'a str,
+    sub: &'a str,
+}
+
+impl<'a> Target<'a> {
+    fn new(ri: &'a ResourceInfo, ns: &'a str, name: &'a str, sub: &'a str) -> Self {
+        Self { ri, ns, name, sub }
+    }
+
+    fn res(&self) -> ResKey {
+        (self.ri.group.clone(), self.ri.plural.clone())
+    }
+
+    fn key(&self) -> ObjKey {
+        (self.ns.to_string(), self.name.to_string())
+    }
+}
+
 /// The API server's state.
 #[derive(Debug)]
 pub struct Api {
@@ -298,17 +322,7 @@ impl Api {
 
     // ---- records ----
 
-    #[allow(clippy::too_many_arguments)]
-    fn audit(
-        &self,
-        ctx: &Ctx,
-        verb: &str,
-        ri: &ResourceInfo,
-        sub: &str,
-        ns: &str,
-        name: &str,
-        code: u16,
-    ) {
+    fn audit(&self, ctx: &Ctx, verb: &str, at: Target, code: u16) {
         if ctx.dry_run {
             return;
         }
@@ -321,37 +335,42 @@ impl Api {
             time,
             user: ctx.user.clone(),
             verb: verb.to_string(),
-            resource: ri.qualified(),
-            subresource: sub.to_string(),
-            namespace: ns.to_string(),
-            name: name.to_string(),
+            resource: at.ri.qualified(),
+            subresource: at.sub.to_string(),
+            namespace: at.ns.to_string(),
+            name: at.name.to_string(),
             code,
         });
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn audited<T>(
+    /// Records `r` in the audit log (`201` for a successful create) and passes it on.
+    fn audited<T>(&self, ctx: &Ctx, verb: &str, at: Target, r: ApiResult<T>) -> ApiResult<T> {
+        let code = match &r {
+            Ok(_) if verb == "create" => 201,
+            Ok(_) => 200,
+            Err(e) => e.code,
+        };
+        self.audit(ctx, verb, at, code);
+        r
+    }
+
+    /// Runs `write` under the store's lock, then wakes the watchers of stored changes.
+    fn locked<T>(&self, write: impl FnOnce(&mut Inner) -> ApiResult<T>) -> ApiResult<T> {
+        let r = write(&mut self.write());
+        self.changed.notify_waiters();
+        r
+    }
+
+    /// One request's write: under the lock, watchers woken, recorded in the audit log.
+    fn written<T>(
         &self,
         ctx: &Ctx,
         verb: &str,
-        ri: &ResourceInfo,
-        sub: &str,
-        ns: &str,
-        name: &str,
-        r: ApiResult<T>,
+        at: Target,
+        write: impl FnOnce(&mut Inner) -> ApiResult<T>,
     ) -> ApiResult<T> {
-        let code = match &r {
-            Ok(_) => {
-                if verb == "create" {
-                    201
-                } else {
-                    200
-                }
-            }
-            Err(e) => e.code,
-        };
-        self.audit(ctx, verb, ri, sub, ns, name, code);
-        r
+        let r = self.locked(write);
+        self.audited(ctx, verb, at, r)
     }
 
     fn next_suffix(&self) -> String {
@@ -498,17 +517,13 @@ impl Api {
         obj: Value,
     ) -> ApiResult<Arc<Value>> {
         let name = meta_str(&obj, "name").unwrap_or("").to_string();
-        let r = {
-            let mut inner = self.write();
-            self.create_in(&mut inner, ctx, ri, ns, obj, None)
-        };
+        let r = self.locked(|inner| self.create_in(inner, ctx, ri, ns, obj, None));
         let name = r
             .as_ref()
             .ok()
             .and_then(|o| meta_str(o, "name").map(str::to_string))
             .unwrap_or(name);
-        self.changed.notify_waiters();
-        self.audited(ctx, "create", ri, "", ns, &name, r)
+        self.audited(ctx, "create", Target::new(ri, ns, &name, ""), r)
     }
 
     fn create_in(
@@ -525,80 +540,11 @@ impl Api {
                 "the request body must be a JSON object",
             ));
         }
-        let ns = if ri.namespaced {
-            let body_ns = meta_str(&obj, "namespace").unwrap_or("").to_string();
-            let ns = if ns.is_empty() {
-                body_ns.clone()
-            } else {
-                ns.to_string()
-            };
-            if !body_ns.is_empty() && body_ns != ns {
-                return Err(ApiError::bad_request(format!(
-                    "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
-                )));
-            }
-            if ns.is_empty() {
-                return Err(ApiError::bad_request(format!(
-                    "{} must be created in a namespace",
-                    ri.kind
-                )));
-            }
-            if inner
-                .get(
-                    &(String::new(), "namespaces".into()),
-                    &(String::new(), ns.clone()),
-                )
-                .is_none()
-            {
-                let nsri = ResourceInfo {
-                    plural: "namespaces".into(),
-                    group: String::new(),
-                    ..ri.clone()
-                };
-                return Err(ApiError::not_found(&nsri, &ns));
-            }
-            ns
-        } else {
-            String::new()
-        };
-        if let Some(k) = obj.get("kind").and_then(Value::as_str)
-            && k != ri.kind
-        {
-            return Err(ApiError::bad_request(format!(
-                "the kind {k:?} of the body does not match the resource {} (kind {})",
-                ri.qualified(),
-                ri.kind
-            )));
-        }
+        let ns = create_namespace(inner, ri, ns, &obj)?;
+        check_kind(ri, &obj)?;
         obj["apiVersion"] = json!(ri.api_version());
         obj["kind"] = json!(ri.kind);
-        let mut name = meta_str(&obj, "name").unwrap_or("").to_string();
-        if name.is_empty() {
-            match meta_str(&obj, "generateName") {
-                Some(g) if !g.is_empty() => loop {
-                    name = format!("{g}{}", self.next_suffix());
-                    if inner
-                        .get(
-                            &(ri.group.clone(), ri.plural.clone()),
-                            &(ns.clone(), name.clone()),
-                        )
-                        .is_none()
-                    {
-                        break;
-                    }
-                },
-                _ => {
-                    return Err(ApiError::invalid(
-                        ri,
-                        "",
-                        vec![(
-                            "metadata.name".into(),
-                            "Required value: name or generateName is required".into(),
-                        )],
-                    ));
-                }
-            }
-        }
+        let name = self.create_name(inner, ri, &ns, &obj)?;
         let res = (ri.group.clone(), ri.plural.clone());
         let key = (ns.clone(), name.clone());
         if inner.get(&res, &key).is_some() {
@@ -606,24 +552,7 @@ impl Api {
         }
         let uid = self.new_uid();
         let now = self.clock.now_string();
-        {
-            let m = meta_mut(&mut obj);
-            m.insert("name".into(), json!(name));
-            if ri.namespaced {
-                m.insert("namespace".into(), json!(ns));
-            } else {
-                m.remove("namespace");
-            }
-            m.insert("uid".into(), json!(uid));
-            m.insert("creationTimestamp".into(), json!(now));
-            m.insert("generation".into(), json!(1));
-            m.remove("deletionTimestamp");
-            m.remove("deletionGracePeriodSeconds");
-            m.remove("selfLink");
-            if managed.is_none() {
-                m.remove("managedFields");
-            }
-        }
+        init_meta(&mut obj, ri, &name, &ns, &uid, &now, managed.is_some());
         let mut ip_seq = self.seq.fetch_add(1, Ordering::Relaxed);
         defaults::on_create(ri, &mut obj, &uid, || {
             ip_seq = ip_seq.wrapping_mul(2654435761);
@@ -645,7 +574,7 @@ impl Api {
             };
             apply::record_update(None, &mut obj, &w);
         }
-        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+        if is_crd(ri) {
             registry::from_crd(&obj)
                 .map_err(|e| ApiError::invalid(ri, &name, vec![("spec".into(), e)]))?;
             set_crd_status(&mut obj);
@@ -656,10 +585,41 @@ impl Api {
         let rv = inner.next_rv();
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(rv.to_string()));
         let stored = inner.put(&res, key, obj, rv);
-        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+        if is_crd(ri) {
             let _ = self.register_crd(&stored);
         }
         Ok(stored)
+    }
+
+    /// The new object's name: `metadata.name`, or `generateName` plus a free suffix.
+    fn create_name(
+        &self,
+        inner: &Inner,
+        ri: &ResourceInfo,
+        ns: &str,
+        obj: &Value,
+    ) -> ApiResult<String> {
+        let name = meta_str(obj, "name").unwrap_or("");
+        if !name.is_empty() {
+            return Ok(name.to_string());
+        }
+        match meta_str(obj, "generateName") {
+            Some(g) if !g.is_empty() => loop {
+                let name = format!("{g}{}", self.next_suffix());
+                let res = (ri.group.clone(), ri.plural.clone());
+                if inner.get(&res, &(ns.to_string(), name.clone())).is_none() {
+                    return Ok(name);
+                }
+            },
+            _ => Err(ApiError::invalid(
+                ri,
+                "",
+                vec![(
+                    "metadata.name".into(),
+                    "Required value: name or generateName is required".into(),
+                )],
+            )),
+        }
     }
 
     /// Schema defaults and validation (CRDs) and built-in admission checks.
@@ -703,27 +663,21 @@ impl Api {
         sub: &str,
         obj: Value,
     ) -> ApiResult<Arc<Value>> {
-        let r = {
-            let mut inner = self.write();
-            self.update_in(&mut inner, ctx, ri, ns, name, sub, obj)
-        };
-        self.changed.notify_waiters();
-        self.audited(ctx, "update", ri, sub, ns, name, r)
+        let at = Target::new(ri, ns, name, sub);
+        self.written(ctx, "update", at, |inner| {
+            self.update_in(inner, ctx, at, obj)
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn update_in(
         &self,
         inner: &mut Inner,
         ctx: &Ctx,
-        ri: &ResourceInfo,
-        ns: &str,
-        name: &str,
-        sub: &str,
+        at: Target,
         obj: Value,
     ) -> ApiResult<Arc<Value>> {
-        let res = (ri.group.clone(), ri.plural.clone());
-        let Some(old) = inner.get(&res, &(ns.to_string(), name.to_string())) else {
+        let Target { ri, name, sub, .. } = at;
+        let Some(old) = inner.get(&at.res(), &at.key()) else {
             return Err(ApiError::not_found(ri, name));
         };
         if let Some(n) = meta_str(&obj, "name")
@@ -751,7 +705,7 @@ impl Api {
         ctx: &Ctx,
         ri: &ResourceInfo,
         old: &Arc<Value>,
-        mut new: Value,
+        new: Value,
         sub: &str,
         applied: bool,
     ) -> ApiResult<Arc<Value>> {
@@ -762,83 +716,21 @@ impl Api {
         }
         let name = meta_str(old, "name").unwrap_or("").to_string();
         let ns = meta_str(old, "namespace").unwrap_or("").to_string();
-        if sub == "status" {
-            let mut n = (**old).clone();
-            match new.get("status") {
-                Some(s) => n["status"] = s.clone(),
-                None => {
-                    if let Some(o) = n.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-            }
-            if applied || new.pointer("/metadata/managedFields").is_some() {
-                meta_mut(&mut n).insert(
-                    "managedFields".into(),
-                    new.pointer("/metadata/managedFields")
-                        .cloned()
-                        .unwrap_or(json!([])),
-                );
-            }
-            new = n;
-        } else if ri.status_subresource {
-            match old.get("status") {
-                Some(s) => new["status"] = s.clone(),
-                None => {
-                    if let Some(o) = new.as_object_mut() {
-                        o.remove("status");
-                    }
-                }
-            }
-        }
+        let mut new = split_status(ri, old, new, sub, applied);
         new["apiVersion"] = json!(ri.api_version());
         new["kind"] = json!(ri.kind);
-        {
-            let om = old.get("metadata").cloned().unwrap_or(json!({}));
-            let m = meta_mut(&mut new);
-            for k in [
-                "name",
-                "namespace",
-                "uid",
-                "creationTimestamp",
-                "deletionTimestamp",
-                "deletionGracePeriodSeconds",
-                "generation",
-            ] {
-                match om.get(k) {
-                    Some(v) => m.insert(k.into(), v.clone()),
-                    None => m.remove(k),
-                };
-            }
-            m.insert(
-                "resourceVersion".into(),
-                om.get("resourceVersion").cloned().unwrap_or(Value::Null),
-            );
-            if !applied && sub != "status" {
-                m.insert(
-                    "managedFields".into(),
-                    om.get("managedFields").cloned().unwrap_or(json!([])),
-                );
-            }
-        }
-        let is_crd = ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions";
+        keep_server_meta(old, &mut new, !applied && sub != "status");
         if !internal_write(ctx) {
             self.admit(ri, &mut new, Some(old), &name)?;
         } else if let Some(schema) = &ri.schema {
             new = kube::core::cel::apply_defaults(schema, &new);
         }
-        if is_crd {
+        if is_crd(ri) {
             registry::from_crd(&new)
                 .map_err(|e| ApiError::invalid(ri, &name, vec![("spec".into(), e)]))?;
             set_crd_status(&mut new);
         }
-        if spec_part(&new) != spec_part(old) {
-            let g = old
-                .pointer("/metadata/generation")
-                .and_then(Value::as_i64)
-                .unwrap_or(1);
-            meta_mut(&mut new).insert("generation".into(), json!(g + 1));
-        }
+        bump_generation(old, &mut new);
         if !applied {
             let now = self.clock.now_string();
             let w = Writer {
@@ -855,26 +747,25 @@ impl Api {
         if ctx.dry_run {
             return Ok(Arc::new(new));
         }
-        let res = (ri.group.clone(), ri.plural.clone());
-        let key = (ns, name);
+        self.store_next(inner, ri, (ns, name), new)
+    }
+
+    /// Stores a changed object under the next resourceVersion, or removes it when its
+    /// deletion has nothing left to wait for.
+    fn store_next(
+        &self,
+        inner: &mut Inner,
+        ri: &ResourceInfo,
+        key: ObjKey,
+        mut new: Value,
+    ) -> ApiResult<Arc<Value>> {
         let rv = inner.next_rv();
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-        let done_deleting = new.pointer("/metadata/deletionTimestamp").is_some()
-            && finalizers(&new).is_empty()
-            && !(ri.group.is_empty()
-                && ri.plural == "pods"
-                && new
-                    .pointer("/metadata/deletionGracePeriodSeconds")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0)
-                    > 0
-                && new.pointer("/spec/nodeName").is_some());
-        if done_deleting {
-            let last = self.remove_obj(inner, ri, &key, new, rv);
-            return Ok(last);
+        if done_deleting(ri, &new) {
+            return Ok(self.remove_obj(inner, ri, &key, new, rv));
         }
-        let stored = inner.put(&res, key, new, rv);
-        if is_crd {
+        let stored = inner.put(&(ri.group.clone(), ri.plural.clone()), key, new, rv);
+        if is_crd(ri) {
             let _ = self.register_crd(&stored);
         }
         Ok(stored)
@@ -892,132 +783,80 @@ impl Api {
         kind: PatchKind,
         body: &[u8],
     ) -> ApiResult<Arc<Value>> {
-        let r = {
-            let mut inner = self.write();
-            self.patch_in(&mut inner, ctx, ri, ns, name, sub, kind, body)
-        };
-        self.changed.notify_waiters();
-        self.audited(ctx, "patch", ri, sub, ns, name, r)
+        let at = Target::new(ri, ns, name, sub);
+        self.written(ctx, "patch", at, |inner| {
+            self.patch_in(inner, ctx, at, kind, body)
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn patch_in(
         &self,
         inner: &mut Inner,
         ctx: &Ctx,
-        ri: &ResourceInfo,
-        ns: &str,
-        name: &str,
-        sub: &str,
+        at: Target,
         kind: PatchKind,
         body: &[u8],
     ) -> ApiResult<Arc<Value>> {
-        let res = (ri.group.clone(), ri.plural.clone());
-        let old = inner.get(&res, &(ns.to_string(), name.to_string()));
-        let parse_json = || -> ApiResult<Value> {
-            serde_json::from_slice(body).map_err(|e| {
-                ApiError::bad_request(format!("the patch body is not valid JSON: {e}"))
-            })
-        };
-        let now = self.clock.now_string();
+        let old = inner.get(&at.res(), &at.key());
         match kind {
-            PatchKind::Apply { force } => {
-                let text = std::str::from_utf8(body)
-                    .map_err(|_| ApiError::bad_request("the apply body is not UTF-8"))?;
-                let mut cfg: Value = serde_saphyr::from_str(text).map_err(|e| {
-                    ApiError::bad_request(format!("the apply body is not valid YAML: {e}"))
-                })?;
-                if !cfg.is_object() {
-                    return Err(ApiError::bad_request("the apply body must be an object"));
-                }
-                if let Some(n) = meta_str(&cfg, "name")
-                    && n != name
-                {
-                    return Err(ApiError::bad_request(format!(
-                        "the name of the object ({n}) does not match the name on the URL ({name})"
-                    )));
-                }
-                if cfg.get("apiVersion").is_none() || cfg.get("kind").is_none() {
-                    return Err(ApiError::bad_request(
-                        "apiVersion and kind are required in an apply configuration",
-                    ));
-                }
-                tracing::debug!(manager = %ctx.manager, config = %cfg, "server-side apply");
-                let precondition = meta_str(&cfg, "resourceVersion").map(str::to_string);
-                if let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.remove("resourceVersion");
-                    m.remove("managedFields");
-                }
-                if let Some(o) = cfg.as_object_mut() {
-                    if sub == "status" {
-                        o.retain(|k, _| {
-                            matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status")
-                        });
-                        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-                            m.retain(|k, _| k == "name" || k == "namespace");
-                        }
-                    } else if ri.status_subresource {
-                        o.remove("status");
-                    }
-                }
-                let w = Writer {
-                    manager: &ctx.manager,
-                    subresource: sub,
-                    api_version: &ri.api_version(),
-                    time: &now,
-                };
-                if ctx.manager.is_empty() {
-                    return Err(ApiError::bad_request(
-                        "PATCH /apply requires fieldManager to be set",
-                    ));
-                }
-                match old {
-                    None => {
-                        if sub == "status" {
-                            return Err(ApiError::not_found(ri, name));
-                        }
-                        let mut merged = apply::apply(None, &cfg, &w, force)
-                            .map_err(|c| conflicts(ri, name, &c))?;
-                        meta_mut(&mut merged).insert("name".into(), json!(name));
-                        self.create_in(inner, ctx, ri, ns, merged, Some(()))
-                    }
-                    Some(old) => {
-                        if let Some(p) = precondition
-                            && Some(p.as_str()) != meta_str(&old, "resourceVersion")
-                        {
-                            return Err(ApiError::conflict(ri, name));
-                        }
-                        let merged = apply::apply(Some(&old), &cfg, &w, force)
-                            .map_err(|c| conflicts(ri, name, &c))?;
-                        self.commit(inner, ctx, ri, &old, merged, sub, true)
-                    }
-                }
-            }
+            PatchKind::Apply { force } => self.apply_in(inner, ctx, at, old, body, force),
             other => {
                 let Some(old) = old else {
-                    return Err(ApiError::not_found(ri, name));
+                    return Err(ApiError::not_found(at.ri, at.name));
                 };
-                let mut doc = (*old).clone();
-                let p = parse_json()?;
-                match other {
-                    PatchKind::Merge => patch::merge(&mut doc, &p),
-                    PatchKind::Json => patch::json(&mut doc, &p)
-                        .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?,
-                    PatchKind::Strategic => {
-                        if !ri.builtin {
-                            return Err(ApiError::unsupported_media(
-                                "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
-                            ));
-                        }
-                        patch::strategic(&mut doc, &p)
-                            .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
-                    }
-                    PatchKind::Apply { .. } => {}
-                }
+                let doc = patched(at.ri, &old, other, body)?;
                 if meta_str(&doc, "resourceVersion") != meta_str(&old, "resourceVersion") {
+                    return Err(ApiError::conflict(at.ri, at.name));
+                }
+                self.commit(inner, ctx, at.ri, &old, doc, at.sub, false)
+            }
+        }
+    }
+
+    /// A server-side apply: merges the configuration into `old` (or creates the object).
+    fn apply_in(
+        &self,
+        inner: &mut Inner,
+        ctx: &Ctx,
+        at: Target,
+        old: Option<Arc<Value>>,
+        body: &[u8],
+        force: bool,
+    ) -> ApiResult<Arc<Value>> {
+        let Target { ri, ns, name, sub } = at;
+        let (cfg, precondition) = apply_config(at, body)?;
+        tracing::debug!(manager = %ctx.manager, config = %cfg, "server-side apply");
+        let now = self.clock.now_string();
+        let w = Writer {
+            manager: &ctx.manager,
+            subresource: sub,
+            api_version: &ri.api_version(),
+            time: &now,
+        };
+        if ctx.manager.is_empty() {
+            return Err(ApiError::bad_request(
+                "PATCH /apply requires fieldManager to be set",
+            ));
+        }
+        match old {
+            None => {
+                if sub == "status" {
+                    return Err(ApiError::not_found(ri, name));
+                }
+                let mut merged =
+                    apply::apply(None, &cfg, &w, force).map_err(|c| conflicts(ri, name, &c))?;
+                meta_mut(&mut merged).insert("name".into(), json!(name));
+                self.create_in(inner, ctx, ri, ns, merged, Some(()))
+            }
+            Some(old) => {
+                if let Some(p) = precondition
+                    && Some(p.as_str()) != meta_str(&old, "resourceVersion")
+                {
                     return Err(ApiError::conflict(ri, name));
                 }
-                self.commit(inner, ctx, ri, &old, doc, sub, false)
+                let merged = apply::apply(Some(&old), &cfg, &w, force)
+                    .map_err(|c| conflicts(ri, name, &c))?;
+                self.commit(inner, ctx, ri, &old, merged, sub, true)
             }
         }
     }
@@ -1031,80 +870,32 @@ impl Api {
         name: &str,
         opts: &DeleteOpts,
     ) -> ApiResult<Deleted> {
-        let r = {
-            let mut inner = self.write();
+        let at = Target::new(ri, ns, name, "");
+        self.written(ctx, "delete", at, |inner| {
             if ri.group.is_empty() && ri.plural == "pods" && !ctx.user.starts_with("system:") {
-                self.detect_violation(&inner, ctx, ns, name);
+                self.detect_violation(inner, ctx, ns, name);
             }
-            self.delete_in(&mut inner, ctx, ri, ns, name, opts)
-        };
-        self.changed.notify_waiters();
-        self.audited(ctx, "delete", ri, "", ns, name, r)
+            self.delete_in(inner, ctx, at, opts)
+        })
     }
 
     fn delete_in(
         &self,
         inner: &mut Inner,
         ctx: &Ctx,
-        ri: &ResourceInfo,
-        ns: &str,
-        name: &str,
+        at: Target,
         opts: &DeleteOpts,
     ) -> ApiResult<Deleted> {
-        let res = (ri.group.clone(), ri.plural.clone());
-        let key = (ns.to_string(), name.to_string());
-        let Some(old) = inner.get(&res, &key) else {
-            return Err(ApiError::not_found(ri, name));
+        let (ri, key) = (at.ri, at.key());
+        let Some(old) = inner.get(&at.res(), &key) else {
+            return Err(ApiError::not_found(ri, at.name));
         };
-        if let Some(u) = &opts.uid
-            && Some(u.as_str()) != meta_str(&old, "uid")
-        {
-            return Err(ApiError::conflict_msg(
-                ri,
-                name,
-                &format!(
-                    "Precondition failed: UID in precondition: {u}, UID in object meta: {}",
-                    meta_str(&old, "uid").unwrap_or("")
-                ),
-            ));
-        }
-        if let Some(v) = &opts.resource_version
-            && Some(v.as_str()) != meta_str(&old, "resourceVersion")
-        {
-            return Err(ApiError::conflict_msg(
-                ri,
-                name,
-                &format!(
-                    "Precondition failed: ResourceVersion in precondition: {v}, ResourceVersion in object meta: {}",
-                    meta_str(&old, "resourceVersion").unwrap_or("")
-                ),
-            ));
-        }
+        check_preconditions(at, &old, opts)?;
         if ctx.dry_run {
             return Ok(Deleted::Pending(old));
         }
         let is_pod = ri.group.is_empty() && ri.plural == "pods";
-        let terminal = matches!(
-            old.pointer("/status/phase").and_then(Value::as_str),
-            Some("Succeeded" | "Failed")
-        );
-        let bound = old
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .is_some_and(|n| !n.is_empty());
-        let mut grace = if is_pod && bound && !terminal {
-            opts.grace
-                .or_else(|| {
-                    old.pointer("/spec/terminationGracePeriodSeconds")
-                        .and_then(Value::as_i64)
-                })
-                .unwrap_or(30)
-        } else {
-            0
-        };
-        if grace < 0 {
-            grace = 0;
-        }
+        let grace = grace_period(is_pod, &old, opts);
         let uid = meta_str(&old, "uid").unwrap_or("").to_string();
         let already = old.pointer("/metadata/deletionTimestamp").is_some();
         let mut fins = finalizers(&old);
@@ -1113,22 +904,6 @@ impl Api {
             .clone()
             .unwrap_or_else(|| "Background".into());
         let has_deps = inner.dependents.get(&uid).is_some_and(|s| !s.is_empty());
-        if !already {
-            match propagation.as_str() {
-                "Orphan" if has_deps => self.orphan(inner, &uid),
-                "Foreground" if has_deps => {
-                    if !fins.iter().any(|f| f == "foregroundDeletion") {
-                        fins.push("foregroundDeletion".into());
-                    }
-                }
-                "Orphan" | "Foreground" | "Background" => {}
-                other => {
-                    return Err(ApiError::bad_request(format!(
-                        "unknown propagationPolicy {other:?}: use Orphan, Background or Foreground"
-                    )));
-                }
-            }
-        }
         if already {
             let cur_grace = old
                 .pointer("/metadata/deletionGracePeriodSeconds")
@@ -1137,8 +912,9 @@ impl Api {
             if !(is_pod && grace < cur_grace) {
                 return Ok(Deleted::Pending(old));
             }
+        } else {
+            self.propagate(inner, &propagation, has_deps, &uid, &mut fins)?;
         }
-        let now = self.clock.now();
         if fins.is_empty() && grace == 0 {
             let rv = inner.next_rv();
             let mut last = (*old).clone();
@@ -1147,25 +923,55 @@ impl Api {
             return Ok(Deleted::Gone(last));
         }
         let mut new = (*old).clone();
-        {
-            let m = meta_mut(&mut new);
-            let ts = now
-                .checked_add(jiff::SignedDuration::from_secs(grace))
-                .unwrap_or(now);
-            m.insert("deletionTimestamp".into(), json!(format_time(ts)));
-            m.insert("deletionGracePeriodSeconds".into(), json!(grace));
-            if !fins.is_empty() {
-                m.insert("finalizers".into(), json!(fins));
-            }
-        }
+        self.mark_deleted(&mut new, grace, &fins);
         let rv = inner.next_rv();
         meta_mut(&mut new).insert("resourceVersion".into(), json!(rv.to_string()));
-        let stored = inner.put(&res, key, new, rv);
+        let stored = inner.put(&at.res(), key, new, rv);
         if propagation == "Foreground" && has_deps && !already {
             self.delete_dependents(inner, &uid);
         }
-        let _ = ctx;
         Ok(Deleted::Pending(stored))
+    }
+
+    /// The first delete's propagation policy: orphans the dependents, or holds the owner
+    /// with the `foregroundDeletion` finalizer until they are gone.
+    fn propagate(
+        &self,
+        inner: &mut Inner,
+        propagation: &str,
+        has_deps: bool,
+        uid: &str,
+        fins: &mut Vec<String>,
+    ) -> ApiResult<()> {
+        match propagation {
+            "Orphan" if has_deps => self.orphan(inner, uid),
+            "Foreground" if has_deps => {
+                if !fins.iter().any(|f| f == "foregroundDeletion") {
+                    fins.push("foregroundDeletion".into());
+                }
+            }
+            "Orphan" | "Foreground" | "Background" => {}
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "unknown propagationPolicy {other:?}: use Orphan, Background or Foreground"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks an object for deletion `grace` seconds from now, holding `fins`.
+    fn mark_deleted(&self, obj: &mut Value, grace: i64, fins: &[String]) {
+        let now = self.clock.now();
+        let m = meta_mut(obj);
+        let ts = now
+            .checked_add(jiff::SignedDuration::from_secs(grace))
+            .unwrap_or(now);
+        m.insert("deletionTimestamp".into(), json!(format_time(ts)));
+        m.insert("deletionGracePeriodSeconds".into(), json!(grace));
+        if !fins.is_empty() {
+            m.insert("finalizers".into(), json!(fins));
+        }
     }
 
     /// Removes an object for good and runs what follows: garbage collection of dependents,
@@ -1194,44 +1000,18 @@ impl Api {
         for o in owners {
             self.finish_foreground(inner, &o);
         }
-        if ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions" {
+        if is_crd(ri) {
             if let Ok(infos) = registry::from_crd(&last)
                 && let Some(i) = infos.first()
             {
-                let r = (i.group.clone(), i.plural.clone());
-                let keys: Vec<ObjKey> = inner
-                    .tables
-                    .get(&r)
-                    .map(|t| t.objects.keys().cloned().collect())
-                    .unwrap_or_default();
-                for k in keys {
-                    if let Some(o) = inner.get(&r, &k) {
-                        let rv = inner.next_rv();
-                        let mut l = (*o).clone();
-                        meta_mut(&mut l).insert("resourceVersion".into(), json!(rv.to_string()));
-                        inner.remove(&r, &k, l, rv);
-                    }
-                }
+                purge(inner, &(i.group.clone(), i.plural.clone()), |_| true);
             }
             self.unregister_crd(&last);
         }
         if ri.group.is_empty() && ri.plural == "namespaces" {
-            let ns = key.1.clone();
             let tables: Vec<ResKey> = inner.tables.keys().cloned().collect();
             for r in tables {
-                let keys: Vec<ObjKey> = inner
-                    .tables
-                    .get(&r)
-                    .map(|t| t.objects.keys().filter(|k| k.0 == ns).cloned().collect())
-                    .unwrap_or_default();
-                for k in keys {
-                    if let Some(o) = inner.get(&r, &k) {
-                        let rv = inner.next_rv();
-                        let mut l = (*o).clone();
-                        meta_mut(&mut l).insert("resourceVersion".into(), json!(rv.to_string()));
-                        inner.remove(&r, &k, l, rv);
-                    }
-                }
+                purge(inner, &r, |k| k.0 == key.1);
             }
         }
         last
@@ -1274,8 +1054,9 @@ impl Api {
                 meta_mut(&mut n).insert("ownerReferences".into(), json!(kept));
                 let _ = self.commit(inner, &gc, &ri, &obj, n, "", false);
             } else if obj.pointer("/metadata/deletionTimestamp").is_none() {
-                let _ = self.delete_in(inner, &gc, &ri, &d.key.0, &d.key.1, &DeleteOpts::default());
-                self.audit(&gc, "delete", &ri, "", &d.key.0, &d.key.1, 200);
+                let at = Target::new(&ri, &d.key.0, &d.key.1, "");
+                let _ = self.delete_in(inner, &gc, at, &DeleteOpts::default());
+                self.audit(&gc, "delete", at, 200);
             }
         }
     }
@@ -1415,33 +1196,15 @@ impl Api {
         name: &str,
         body: &Value,
     ) -> ApiResult<Value> {
-        let r = {
-            let mut inner = self.write();
-            self.evict_in(&mut inner, ctx, pods, ns, name, body)
-        };
-        self.changed.notify_waiters();
-        let code = match &r {
-            Ok(_) => 201,
-            Err(e) => e.code,
-        };
-        self.audit(ctx, "create", pods, "eviction", ns, name, code);
-        r
+        let at = Target::new(pods, ns, name, "eviction");
+        self.written(ctx, "create", at, |inner| {
+            self.evict_in(inner, ctx, at, body)
+        })
     }
 
-    fn evict_in(
-        &self,
-        inner: &mut Inner,
-        ctx: &Ctx,
-        pods: &ResourceInfo,
-        ns: &str,
-        name: &str,
-        body: &Value,
-    ) -> ApiResult<Value> {
-        let Some(pod) = inner.get(
-            &(String::new(), "pods".into()),
-            &(ns.to_string(), name.to_string()),
-        ) else {
-            return Err(ApiError::not_found(pods, name));
+    fn evict_in(&self, inner: &mut Inner, ctx: &Ctx, at: Target, body: &Value) -> ApiResult<Value> {
+        let Some(pod) = inner.get(&(String::new(), "pods".into()), &at.key()) else {
+            return Err(ApiError::not_found(at.ri, at.name));
         };
         let opts = DeleteOpts::from_body(body.get("deleteOptions").unwrap_or(&Value::Null));
         let ok = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201});
@@ -1462,77 +1225,60 @@ impl Api {
                 ));
             }
             if let Some(pdb) = pdbs.first() {
-                let gen_ = pdb
-                    .pointer("/metadata/generation")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(1);
-                let observed = pdb
-                    .pointer("/status/observedGeneration")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let allowed = pdb
-                    .pointer("/status/disruptionsAllowed")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let healthy = pdb
-                    .pointer("/status/currentHealthy")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let desired = pdb
-                    .pointer("/status/desiredHealthy")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let pdb_name = meta_str(pdb, "name").unwrap_or("");
-                let unhealthy_ok = !pod_ready(&pod) && healthy >= desired;
-                if !unhealthy_ok {
-                    if observed < gen_ {
-                        let mut e = ApiError::new(
-                            429,
-                            "TooManyRequests",
-                            "Cannot evict pod as it would violate the pod's disruption budget.",
-                        );
-                        e.details = Some(
-                            json!({"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget is still being processed by the server."}]}),
-                        );
-                        return Err(e);
-                    }
-                    if allowed <= 0 {
-                        let mut e = ApiError::new(
-                            429,
-                            "TooManyRequests",
-                            "Cannot evict pod as it would violate the pod's disruption budget.",
-                        );
-                        e.details = Some(json!({"causes": [{"reason": "DisruptionBudget",
-                            "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently")}]}));
-                        return Err(e);
-                    }
-                    let mut n = (**pdb).clone();
-                    n["status"]["disruptionsAllowed"] = json!(allowed - 1);
-                    if !n["status"]["disruptedPods"].is_object() {
-                        n["status"]["disruptedPods"] = json!({});
-                    }
-                    n["status"]["disruptedPods"][name] = json!(self.clock.now_string());
-                    let Some(pri) = self.resolve("policy", "v1", "poddisruptionbudgets") else {
-                        return Err(ApiError::new(
-                            500,
-                            "InternalError",
-                            "poddisruptionbudgets are not served",
-                        ));
-                    };
-                    self.commit(
-                        inner,
-                        &Ctx::system("disruption-controller"),
-                        &pri,
-                        pdb,
-                        n,
-                        "status",
-                        false,
-                    )?;
-                }
+                self.take_disruption(inner, pdb, &pod, at.name)?;
             }
         }
-        self.delete_in(inner, ctx, pods, ns, name, &opts)?;
+        self.delete_in(inner, ctx, Target { sub: "", ..at }, &opts)?;
         Ok(ok)
+    }
+
+    /// Spends one of the budget's allowed disruptions on evicting `pod` (recorded in the
+    /// budget's `disruptedPods`), or refuses with `429`. An unready pod goes free while the
+    /// budget is met.
+    fn take_disruption(
+        &self,
+        inner: &mut Inner,
+        pdb: &Arc<Value>,
+        pod: &Value,
+        name: &str,
+    ) -> ApiResult<()> {
+        let status =
+            |f: &str, default: i64| pdb.pointer(f).and_then(Value::as_i64).unwrap_or(default);
+        let gen_ = status("/metadata/generation", 1);
+        let observed = status("/status/observedGeneration", 0);
+        let allowed = status("/status/disruptionsAllowed", 0);
+        let healthy = status("/status/currentHealthy", 0);
+        let desired = status("/status/desiredHealthy", 0);
+        let pdb_name = meta_str(pdb, "name").unwrap_or("");
+        if !pod_ready(pod) && healthy >= desired {
+            return Ok(());
+        }
+        if observed < gen_ {
+            return Err(budget_refusal(
+                "The disruption budget is still being processed by the server.".into(),
+            ));
+        }
+        if allowed <= 0 {
+            return Err(budget_refusal(format!(
+                "The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently"
+            )));
+        }
+        let mut n = (**pdb).clone();
+        n["status"]["disruptionsAllowed"] = json!(allowed - 1);
+        if !n["status"]["disruptedPods"].is_object() {
+            n["status"]["disruptedPods"] = json!({});
+        }
+        n["status"]["disruptedPods"][name] = json!(self.clock.now_string());
+        let Some(pri) = self.resolve("policy", "v1", "poddisruptionbudgets") else {
+            return Err(ApiError::new(
+                500,
+                "InternalError",
+                "poddisruptionbudgets are not served",
+            ));
+        };
+        let ctx = Ctx::system("disruption-controller");
+        self.commit(inner, &ctx, &pri, pdb, n, "status", false)?;
+        Ok(())
     }
 
     /// The Binding subresource: assigns a pending pod to a node.
@@ -1544,27 +1290,21 @@ impl Api {
         name: &str,
         node: &str,
     ) -> ApiResult<Arc<Value>> {
-        let r = {
-            let mut inner = self.write();
-            self.bind_in(&mut inner, ctx, pods, ns, name, node)
-        };
-        self.changed.notify_waiters();
-        self.audited(ctx, "create", pods, "binding", ns, name, r)
+        let at = Target::new(pods, ns, name, "binding");
+        self.written(ctx, "create", at, |inner| {
+            self.bind_in(inner, ctx, at, node)
+        })
     }
 
     fn bind_in(
         &self,
         inner: &mut Inner,
         ctx: &Ctx,
-        pods: &ResourceInfo,
-        ns: &str,
-        name: &str,
+        at: Target,
         node: &str,
     ) -> ApiResult<Arc<Value>> {
-        let Some(pod) = inner.get(
-            &(String::new(), "pods".into()),
-            &(ns.to_string(), name.to_string()),
-        ) else {
+        let (pods, name) = (at.ri, at.name);
+        let Some(pod) = inner.get(&(String::new(), "pods".into()), &at.key()) else {
             return Err(ApiError::not_found(pods, name));
         };
         if let Some(n) = pod
@@ -1664,38 +1404,351 @@ impl Api {
         subresource: &str,
     ) -> ApiResult<Arc<Value>> {
         let ctx = Ctx::new(&format!("{INTERNAL_PREFIX}system:{component}"), component);
-        let r = {
-            let mut inner = self.write();
-            let (ns, name) = (
-                meta_str(old, "namespace").unwrap_or(""),
-                meta_str(old, "name").unwrap_or(""),
-            );
-            match inner.get(
-                &(ri.group.clone(), ri.plural.clone()),
-                &(ns.to_string(), name.to_string()),
-            ) {
-                Some(cur)
-                    if meta_str(&cur, "resourceVersion") == meta_str(old, "resourceVersion") =>
-                {
-                    self.commit(&mut inner, &ctx, ri, &cur, new, subresource, false)
-                }
-                Some(_) => Err(ApiError::conflict(ri, name)),
-                None => Err(ApiError::not_found(ri, name)),
+        let (ns, name) = (
+            meta_str(old, "namespace").unwrap_or(""),
+            meta_str(old, "name").unwrap_or(""),
+        );
+        let at = Target::new(ri, ns, name, subresource);
+        let r = self.locked(|inner| match inner.get(&at.res(), &at.key()) {
+            Some(cur) if meta_str(&cur, "resourceVersion") == meta_str(old, "resourceVersion") => {
+                self.commit(inner, &ctx, ri, &cur, new, subresource, false)
             }
-        };
-        self.changed.notify_waiters();
+            Some(_) => Err(ApiError::conflict(ri, name)),
+            None => Err(ApiError::not_found(ri, name)),
+        });
         if let Ok(o) = &r {
-            self.audit(
-                &Ctx::system(component),
-                "update",
-                ri,
-                subresource,
+            let (ns, name) = (
                 meta_str(o, "namespace").unwrap_or(""),
                 meta_str(o, "name").unwrap_or(""),
-                200,
             );
+            let at = Target::new(ri, ns, name, subresource);
+            self.audit(&Ctx::system(component), "update", at, 200);
         }
         r
+    }
+}
+
+/// Whether `ri` is the CustomResourceDefinition resource.
+fn is_crd(ri: &ResourceInfo) -> bool {
+    ri.group == "apiextensions.k8s.io" && ri.plural == "customresourcedefinitions"
+}
+
+/// The namespace a create lands in (the URL's, else the body's), which must exist; `""` for a
+/// cluster-scoped resource.
+fn create_namespace(inner: &Inner, ri: &ResourceInfo, ns: &str, obj: &Value) -> ApiResult<String> {
+    if !ri.namespaced {
+        return Ok(String::new());
+    }
+    let body_ns = meta_str(obj, "namespace").unwrap_or("").to_string();
+    let ns = if ns.is_empty() {
+        body_ns.clone()
+    } else {
+        ns.to_string()
+    };
+    if !body_ns.is_empty() && body_ns != ns {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({ns})"
+        )));
+    }
+    if ns.is_empty() {
+        return Err(ApiError::bad_request(format!(
+            "{} must be created in a namespace",
+            ri.kind
+        )));
+    }
+    if inner
+        .get(
+            &(String::new(), "namespaces".into()),
+            &(String::new(), ns.clone()),
+        )
+        .is_none()
+    {
+        let nsri = ResourceInfo {
+            plural: "namespaces".into(),
+            group: String::new(),
+            ..ri.clone()
+        };
+        return Err(ApiError::not_found(&nsri, &ns));
+    }
+    Ok(ns)
+}
+
+/// A body's `kind`, when given, must be the resource's.
+fn check_kind(ri: &ResourceInfo, obj: &Value) -> ApiResult<()> {
+    match obj.get("kind").and_then(Value::as_str) {
+        Some(k) if k != ri.kind => Err(ApiError::bad_request(format!(
+            "the kind {k:?} of the body does not match the resource {} (kind {})",
+            ri.qualified(),
+            ri.kind
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The metadata the server owns on a new object; `managedFields` is kept only when `managed`.
+fn init_meta(
+    obj: &mut Value,
+    ri: &ResourceInfo,
+    name: &str,
+    ns: &str,
+    uid: &str,
+    now: &str,
+    managed: bool,
+) {
+    let m = meta_mut(obj);
+    m.insert("name".into(), json!(name));
+    if ri.namespaced {
+        m.insert("namespace".into(), json!(ns));
+    } else {
+        m.remove("namespace");
+    }
+    m.insert("uid".into(), json!(uid));
+    m.insert("creationTimestamp".into(), json!(now));
+    m.insert("generation".into(), json!(1));
+    m.remove("deletionTimestamp");
+    m.remove("deletionGracePeriodSeconds");
+    m.remove("selfLink");
+    if !managed {
+        m.remove("managedFields");
+    }
+}
+
+/// The status and main endpoints write separate parts: a status write keeps everything of
+/// `old` but the status (and managedFields when given); a main write of a resource with a
+/// status subresource keeps `old`'s status.
+fn split_status(ri: &ResourceInfo, old: &Value, mut new: Value, sub: &str, applied: bool) -> Value {
+    if sub == "status" {
+        let mut n = old.clone();
+        match new.get("status") {
+            Some(s) => n["status"] = s.clone(),
+            None => {
+                if let Some(o) = n.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+        if applied || new.pointer("/metadata/managedFields").is_some() {
+            meta_mut(&mut n).insert(
+                "managedFields".into(),
+                new.pointer("/metadata/managedFields")
+                    .cloned()
+                    .unwrap_or(json!([])),
+            );
+        }
+        return n;
+    }
+    if ri.status_subresource {
+        match old.get("status") {
+            Some(s) => new["status"] = s.clone(),
+            None => {
+                if let Some(o) = new.as_object_mut() {
+                    o.remove("status");
+                }
+            }
+        }
+    }
+    new
+}
+
+/// Copies the metadata only the server writes from `old` to `new` (`managedFields` too when
+/// `keep_managed`).
+fn keep_server_meta(old: &Value, new: &mut Value, keep_managed: bool) {
+    let om = old.get("metadata").cloned().unwrap_or(json!({}));
+    let m = meta_mut(new);
+    for k in [
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "generation",
+    ] {
+        match om.get(k) {
+            Some(v) => m.insert(k.into(), v.clone()),
+            None => m.remove(k),
+        };
+    }
+    m.insert(
+        "resourceVersion".into(),
+        om.get("resourceVersion").cloned().unwrap_or(Value::Null),
+    );
+    if keep_managed {
+        m.insert(
+            "managedFields".into(),
+            om.get("managedFields").cloned().unwrap_or(json!([])),
+        );
+    }
+}
+
+/// `generation` goes up by one when anything but metadata and status changed.
+fn bump_generation(old: &Value, new: &mut Value) {
+    if spec_part(new) != spec_part(old) {
+        let g = old
+            .pointer("/metadata/generation")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        meta_mut(new).insert("generation".into(), json!(g + 1));
+    }
+}
+
+/// Whether a written object marked for deletion can go now: no finalizer left, and not a
+/// bound pod still in its grace period.
+fn done_deleting(ri: &ResourceInfo, new: &Value) -> bool {
+    new.pointer("/metadata/deletionTimestamp").is_some()
+        && finalizers(new).is_empty()
+        && !(ri.group.is_empty()
+            && ri.plural == "pods"
+            && new
+                .pointer("/metadata/deletionGracePeriodSeconds")
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+                > 0
+            && new.pointer("/spec/nodeName").is_some())
+}
+
+/// `old` with a JSON, merge or strategic merge patch applied.
+fn patched(ri: &ResourceInfo, old: &Value, kind: PatchKind, body: &[u8]) -> ApiResult<Value> {
+    let mut doc = old.clone();
+    let p: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("the patch body is not valid JSON: {e}")))?;
+    match kind {
+        PatchKind::Merge => patch::merge(&mut doc, &p),
+        PatchKind::Json => {
+            patch::json(&mut doc, &p).map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
+        }
+        PatchKind::Strategic => {
+            if !ri.builtin {
+                return Err(ApiError::unsupported_media(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                ));
+            }
+            patch::strategic(&mut doc, &p)
+                .map_err(|e| ApiError::new(422, "Invalid", e.to_string()))?
+        }
+        PatchKind::Apply { .. } => {}
+    }
+    Ok(doc)
+}
+
+/// Reads an apply body: the configuration, trimmed to what `at.sub` may write, and its
+/// resourceVersion precondition.
+fn apply_config(at: Target, body: &[u8]) -> ApiResult<(Value, Option<String>)> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request("the apply body is not UTF-8"))?;
+    let mut cfg: Value = serde_saphyr::from_str(text)
+        .map_err(|e| ApiError::bad_request(format!("the apply body is not valid YAML: {e}")))?;
+    if !cfg.is_object() {
+        return Err(ApiError::bad_request("the apply body must be an object"));
+    }
+    if let Some(n) = meta_str(&cfg, "name")
+        && n != at.name
+    {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({n}) does not match the name on the URL ({})",
+            at.name
+        )));
+    }
+    if cfg.get("apiVersion").is_none() || cfg.get("kind").is_none() {
+        return Err(ApiError::bad_request(
+            "apiVersion and kind are required in an apply configuration",
+        ));
+    }
+    let precondition = meta_str(&cfg, "resourceVersion").map(str::to_string);
+    if let Some(m) = cfg.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+        m.remove("managedFields");
+    }
+    if let Some(o) = cfg.as_object_mut() {
+        if at.sub == "status" {
+            o.retain(|k, _| matches!(k.as_str(), "apiVersion" | "kind" | "metadata" | "status"));
+            if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.retain(|k, _| k == "name" || k == "namespace");
+            }
+        } else if at.ri.status_subresource {
+            o.remove("status");
+        }
+    }
+    Ok((cfg, precondition))
+}
+
+/// A delete's uid and resourceVersion preconditions.
+fn check_preconditions(at: Target, old: &Value, opts: &DeleteOpts) -> ApiResult<()> {
+    if let Some(u) = &opts.uid
+        && Some(u.as_str()) != meta_str(old, "uid")
+    {
+        return Err(ApiError::conflict_msg(
+            at.ri,
+            at.name,
+            &format!(
+                "Precondition failed: UID in precondition: {u}, UID in object meta: {}",
+                meta_str(old, "uid").unwrap_or("")
+            ),
+        ));
+    }
+    if let Some(v) = &opts.resource_version
+        && Some(v.as_str()) != meta_str(old, "resourceVersion")
+    {
+        return Err(ApiError::conflict_msg(
+            at.ri,
+            at.name,
+            &format!(
+                "Precondition failed: ResourceVersion in precondition: {v}, ResourceVersion in object meta: {}",
+                meta_str(old, "resourceVersion").unwrap_or("")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The grace period of a delete: a running pod on a node gets the requested one, else its
+/// own (30 s by default); anything else goes at once.
+fn grace_period(is_pod: bool, old: &Value, opts: &DeleteOpts) -> i64 {
+    let terminal = matches!(
+        old.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
+    let bound = old
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    if !(is_pod && bound && !terminal) {
+        return 0;
+    }
+    opts.grace
+        .or_else(|| {
+            old.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
+        .unwrap_or(30)
+        .max(0)
+}
+
+/// The `429` an eviction gets when a disruption budget refuses it, with the reason.
+fn budget_refusal(message: String) -> ApiError {
+    let mut e = ApiError::new(
+        429,
+        "TooManyRequests",
+        "Cannot evict pod as it would violate the pod's disruption budget.",
+    );
+    e.details = Some(json!({"causes": [{"reason": "DisruptionBudget", "message": message}]}));
+    e
+}
+
+/// Removes every object of `res` whose key `pick` accepts, each under its own resourceVersion.
+fn purge(inner: &mut Inner, res: &ResKey, pick: impl Fn(&ObjKey) -> bool) {
+    let keys: Vec<ObjKey> = inner
+        .tables
+        .get(res)
+        .map(|t| t.objects.keys().filter(|k| pick(k)).cloned().collect())
+        .unwrap_or_default();
+    for k in keys {
+        if let Some(o) = inner.get(res, &k) {
+            let rv = inner.next_rv();
+            let mut l = (*o).clone();
+            meta_mut(&mut l).insert("resourceVersion".into(), json!(rv.to_string()));
+            inner.remove(res, &k, l, rv);
+        }
     }
 }
 
