@@ -58,51 +58,21 @@ impl RoleHistory {
         let persisted = status.filter(|s| s.saved_at.is_some() || !s.nodes.is_empty());
         let Some(status) = persisted else {
             report.bootstrap = true;
-            let roles = RoleTable::from_spec(spec, &BTreeMap::new())?;
-            return Ok((
-                Self::from_parts(config, roles, NodeMap::default(), now)?,
-                report,
-            ));
+            return Self::empty(config, spec, now, report);
         };
-        let discard = if status.schema_version != SCHEMA_VERSION {
-            Some(format!(
-                "status.schemaVersion is {} but this controller reads version {SCHEMA_VERSION}",
-                status.schema_version
-            ))
-        } else if status.saved_at.is_none() {
-            Some("status.savedAt is missing, so lastUsed times cannot be restored".to_string())
-        } else {
-            None
-        };
-        if let Some(why) = discard {
+        if let Some(why) = discard_reason(status) {
             tracing::warn!(reason = %why, "discarding persisted placement history; starting empty");
             report.bootstrap = true;
             report.discarded = Some(why);
-            let roles = RoleTable::from_spec(spec, &BTreeMap::new())?;
-            return Ok((
-                Self::from_parts(config, roles, NodeMap::default(), now)?,
-                report,
-            ));
+            return Self::empty(config, spec, now, report);
         }
         let saved_at = status.saved_at.as_ref().map_or(now, |t| t.0);
         report.saved_at = Some(saved_at);
 
-        let mut by_name: BTreeMap<String, RoleId> = BTreeMap::new();
-        let mut by_id: BTreeMap<RoleId, String> = BTreeMap::new();
-        for role in &status.roles {
-            let Ok(id) = RoleId::try_from(role.id) else {
-                report.malformed += 1;
-                continue;
-            };
-            if by_name.contains_key(&role.name) || by_id.contains_key(&id) {
-                report.malformed += 1;
-                continue;
-            }
-            by_name.insert(role.name.clone(), id);
-            by_id.insert(id, role.name.clone());
-        }
-        let roles = RoleTable::from_spec(spec, &by_name)?;
-        report.roles_dropped = by_name
+        let persisted_roles = PersistedRoles::read(status, &mut report);
+        let roles = RoleTable::from_spec(spec, &persisted_roles.by_name)?;
+        report.roles_dropped = persisted_roles
+            .by_name
             .keys()
             .filter(|n| roles.by_name(n).is_none())
             .cloned()
@@ -111,51 +81,30 @@ impl RoleHistory {
         let cutoff = saved_at
             .saturating_sub(config.retention)
             .unwrap_or(Timestamp::MIN);
-        let mut nodes = NodeMap::default();
-        for node in &status.nodes {
-            for item in node.entries.split(',').filter(|s| !s.is_empty()) {
-                let Some((id, ago, active)) = decode_entry(item) else {
-                    report.malformed += 1;
-                    continue;
-                };
-                let Some(name) = by_id.get(&id) else {
-                    report.malformed += 1;
-                    continue;
-                };
-                let Some(role) = roles.by_name(name) else {
-                    report.entries_dropped += 1;
-                    continue;
-                };
-                let last_used = if active {
-                    report.active_at_save += 1;
-                    saved_at
-                } else {
-                    saved_at
-                        .saturating_sub(SignedDuration::from_secs(ago))
-                        .unwrap_or(Timestamp::MIN)
-                };
-                if last_used < cutoff {
-                    report.purged += 1;
-                    continue;
-                }
-                let entry = nodes.get_or_create(&node.node, role.id);
-                entry.last_used = entry.last_used.max(Some(last_used));
-                report.entries += 1;
-            }
-        }
+        let restore = Restore {
+            ids: &persisted_roles.by_id,
+            roles: &roles,
+            saved_at,
+            cutoff,
+        };
+        let nodes = restore.nodes(status, &mut report);
         report.nodes = nodes.len();
-        tracing::info!(
-            nodes = report.nodes,
-            entries = report.entries,
-            active_at_save = report.active_at_save,
-            roles_dropped = report.roles_dropped.len(),
-            entries_dropped = report.entries_dropped,
-            purged = report.purged,
-            malformed = report.malformed,
-            saved_at = %saved_at,
-            "rebuilt placement history"
-        );
+        report.log(saved_at);
         Ok((Self::from_parts(config, roles, nodes, now)?, report))
+    }
+
+    /// An empty history (nothing restored), with `report`.
+    fn empty(
+        config: HistoryConfig,
+        spec: &PlacementHistorySpec,
+        now: Timestamp,
+        report: RebuildReport,
+    ) -> Result<(Self, RebuildReport), HistoryError> {
+        let roles = RoleTable::from_spec(spec, &BTreeMap::new())?;
+        Ok((
+            Self::from_parts(config, roles, NodeMap::default(), now)?,
+            report,
+        ))
     }
 
     /// Write the history into `status`: schema version, `savedAt` (whole seconds, as the API
@@ -205,6 +154,120 @@ impl RoleHistory {
         status.nodes = nodes;
         status.hit_rate = (bound > 0).then(|| format!("{}%", hits * 100 / bound));
         self.mark_saved();
+    }
+}
+
+/// Why a persisted status cannot be read by this controller (it is then discarded).
+fn discard_reason(status: &PlacementHistoryStatus) -> Option<String> {
+    if status.schema_version != SCHEMA_VERSION {
+        Some(format!(
+            "status.schemaVersion is {} but this controller reads version {SCHEMA_VERSION}",
+            status.schema_version
+        ))
+    } else if status.saved_at.is_none() {
+        Some("status.savedAt is missing, so lastUsed times cannot be restored".to_string())
+    } else {
+        None
+    }
+}
+
+/// The role map of a persisted status, both ways; duplicate or unreadable records are skipped
+/// (counted as malformed).
+struct PersistedRoles {
+    by_name: BTreeMap<String, RoleId>,
+    by_id: BTreeMap<RoleId, String>,
+}
+
+impl PersistedRoles {
+    fn read(status: &PlacementHistoryStatus, report: &mut RebuildReport) -> Self {
+        let mut by_name: BTreeMap<String, RoleId> = BTreeMap::new();
+        let mut by_id: BTreeMap<RoleId, String> = BTreeMap::new();
+        for role in &status.roles {
+            let Ok(id) = RoleId::try_from(role.id) else {
+                report.malformed += 1;
+                continue;
+            };
+            if by_name.contains_key(&role.name) || by_id.contains_key(&id) {
+                report.malformed += 1;
+                continue;
+            }
+            by_name.insert(role.name.clone(), id);
+            by_id.insert(id, role.name.clone());
+        }
+        Self { by_name, by_id }
+    }
+}
+
+/// How persisted node entries are restored: role ids mapped to the spec's roles, `lastUsed`
+/// counted back from `saved_at`, entries older than `cutoff` purged.
+struct Restore<'a> {
+    ids: &'a BTreeMap<RoleId, String>,
+    roles: &'a RoleTable,
+    saved_at: Timestamp,
+    cutoff: Timestamp,
+}
+
+impl Restore<'_> {
+    /// The node map of the persisted entries (counted in `report`).
+    fn nodes(&self, status: &PlacementHistoryStatus, report: &mut RebuildReport) -> NodeMap {
+        let mut nodes = NodeMap::default();
+        for node in &status.nodes {
+            for item in node.entries.split(',').filter(|s| !s.is_empty()) {
+                let Some((role, last_used)) = self.entry(item, report) else {
+                    continue;
+                };
+                let entry = nodes.get_or_create(&node.node, role);
+                entry.last_used = entry.last_used.max(Some(last_used));
+                report.entries += 1;
+            }
+        }
+        nodes
+    }
+
+    /// One encoded entry as the role it belongs to and its `lastUsed`; `None` when it is
+    /// malformed, of a dropped role, or purged (counted in `report`).
+    fn entry(&self, item: &str, report: &mut RebuildReport) -> Option<(RoleId, Timestamp)> {
+        let Some((id, ago, active)) = decode_entry(item) else {
+            report.malformed += 1;
+            return None;
+        };
+        let Some(name) = self.ids.get(&id) else {
+            report.malformed += 1;
+            return None;
+        };
+        let Some(role) = self.roles.by_name(name) else {
+            report.entries_dropped += 1;
+            return None;
+        };
+        let last_used = if active {
+            report.active_at_save += 1;
+            self.saved_at
+        } else {
+            self.saved_at
+                .saturating_sub(SignedDuration::from_secs(ago))
+                .unwrap_or(Timestamp::MIN)
+        };
+        if last_used < self.cutoff {
+            report.purged += 1;
+            return None;
+        }
+        Some((role.id, last_used))
+    }
+}
+
+impl RebuildReport {
+    fn log(&self, saved_at: Timestamp) {
+        tracing::info!(
+            nodes = self.nodes,
+            entries = self.entries,
+            active_at_save = self.active_at_save,
+            roles_dropped = self.roles_dropped.len(),
+            entries_dropped = self.entries_dropped,
+            purged = self.purged,
+            malformed = self.malformed,
+            saved_at = %saved_at,
+            "rebuilt placement history"
+        );
     }
 }
 

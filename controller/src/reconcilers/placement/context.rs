@@ -8,103 +8,23 @@ use std::time::{Duration, Instant};
 use ebb_api::conditions::{READY, condition, set_condition};
 use ebb_api::nodestate::NodeState;
 use ebb_api::placement::PlacementHistory;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
-use kube::runtime::controller::Action as Requeue;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+use kube::runtime::events::Recorder;
 use kube::runtime::reflector::Store;
-use kube::{Resource, ResourceExt};
 
+use super::events::Notice;
 use super::keys::CurrentKey;
-use super::reconcile::PhState;
+use super::settings::PlacementSettings;
+use super::state::PhState;
+use super::status::write_status;
 use super::terminal::TerminalPods;
 use crate::metrics::Metrics;
 use crate::state::Leadership;
 use crate::state::Stores;
 
-/// Settings of placement (flags of `ebb-controller run`).
-#[derive(Clone, Debug)]
-pub struct PlacementSettings {
-    /// Gated pods no valid PlacementHistory governs are released after this.
-    pub grace: Duration,
-    /// Status writes per PlacementHistory at most this often.
-    pub status_interval: Duration,
-    /// Waiting pods are looked at again this often.
-    pub retry: Duration,
-    /// Tokens minted for pods are valid this long.
-    pub token_ttl: Duration,
-    /// The token key is replaced this often (the old one stays valid as the previous key).
-    pub key_rotation: Duration,
-    /// `namespace/name` of the token key Secret.
-    pub token_secret: (String, String),
-}
-
-impl Default for PlacementSettings {
-    fn default() -> Self {
-        Self {
-            grace: Duration::from_secs(10),
-            status_interval: Duration::from_secs(10),
-            retry: Duration::from_secs(1),
-            token_ttl: Duration::from_secs(24 * 3600),
-            key_rotation: Duration::from_secs(24 * 3600),
-            token_secret: ("ebb-system".into(), "ebb-token-keys".into()),
-        }
-    }
-}
-
-/// An Event to send after a pass.
-pub struct Notice {
-    reference: ObjectReference,
-    warning: bool,
-    reason: &'static str,
-    note: String,
-    /// The object the Event also concerns: repeats are folded into one series per related
-    /// object (keeping the first note), so notes naming a node or pod need it set.
-    related: Option<ObjectReference>,
-}
-
-impl Notice {
-    pub fn pod(pod: &Pod, warning: bool, reason: &'static str, note: String) -> Self {
-        Self {
-            reference: pod.object_ref(&()),
-            warning,
-            reason,
-            note,
-            related: None,
-        }
-    }
-    pub fn ph(ph: &PlacementHistory, warning: bool, reason: &'static str, note: String) -> Self {
-        Self {
-            reference: ph.object_ref(&()),
-            warning,
-            reason,
-            note,
-            related: None,
-        }
-    }
-    /// The Event concerns this node too.
-    pub fn about_node(mut self, node: &str) -> Self {
-        self.related = Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            ..Default::default()
-        });
-        self
-    }
-    /// The Event concerns this pod too.
-    pub fn about_pod(mut self, namespace: &str, pod: &str) -> Self {
-        self.related = Some(ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            namespace: Some(namespace.into()),
-            name: Some(pod.into()),
-            ..Default::default()
-        });
-        self
-    }
-}
-
-pub struct Ctx {
+/// The state placement passes and the ungoverned sweep share.
+pub struct Context {
     pub client: kube::Client,
     pub stores: Stores,
     pub histories: Store<PlacementHistory>,
@@ -127,11 +47,14 @@ pub struct Ctx {
     pub terminal: Arc<TerminalPods>,
 }
 
+/// An invalid PlacementHistory is looked at again this often.
+const INVALID_REQUEUE: Duration = Duration::from_secs(30);
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Ctx {
+impl Context {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         client: kube::Client,
@@ -205,7 +128,7 @@ impl Ctx {
 
     /// The PlacementHistory cannot be used: its gated pods are released by the ungoverned
     /// sweep. A warning Event when the reason is new.
-    pub async fn invalid(&self, ph: &PlacementHistory, key: &str, why: String) -> Requeue {
+    pub async fn invalid(&self, ph: &PlacementHistory, key: &str, why: String) -> Action {
         let fresh = lock(&self.invalid).insert(key.to_string(), why.clone()) != Some(why.clone());
         lock(&self.states).remove(key);
         if fresh {
@@ -221,7 +144,7 @@ impl Ctx {
                     jiff::Timestamp::now(),
                 ),
             );
-            if let Err(e) = super::reconcile::write_status(&self.client, ph, &status).await {
+            if let Err(e) = write_status(&self.client, ph, &status).await {
                 tracing::warn!(ph = %key, error = %e, "could not write the status");
             }
             tracing::warn!(ph = %key, %why, "PlacementHistory is invalid; its gated pods are released unchanged");
@@ -233,23 +156,13 @@ impl Ctx {
             )])
             .await;
         }
-        Requeue::requeue(Duration::from_secs(30))
+        Action::requeue(INVALID_REQUEUE)
     }
 
+    /// Publish the Events of a pass (a failure is logged).
     pub async fn notify(&self, notices: Vec<Notice>) {
         for n in notices {
-            let event = Event {
-                type_: if n.warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: n.reason.into(),
-                note: Some(n.note),
-                action: "Placement".into(),
-                secondary: n.related,
-            };
-            if let Err(e) = self.recorder.publish(&event, &n.reference).await {
+            if let Err(e) = self.recorder.publish(&n.event(), &n.reference).await {
                 tracing::warn!(reason = n.reason, error = %e, "could not publish an Event");
             }
         }

@@ -1,19 +1,21 @@
 //! Gated pods that no valid PlacementHistory governs (none selects them, theirs is invalid, or
 //! their role is not in its spec) are released unchanged after a grace period, with an Event.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
-use super::context::{Ctx, Notice};
+use super::context::Context;
+use super::events::Notice;
 use super::facts::selected;
 use super::patch;
-use crate::metrics::{PlacementLabels, Release};
+use crate::metrics::{PlacementHistoryLabels, PlacementLabels, Release};
 
 /// True when a valid PlacementHistory of the pod's namespace selects it with a known role.
-fn governed(ctx: &Ctx, pod: &Arc<Pod>) -> bool {
+fn governed(ctx: &Context, pod: &Arc<Pod>) -> bool {
     let ns = pod.namespace().unwrap_or_default();
     ctx.valid_in(&ns).iter().any(|ph| {
         selected(ph, std::slice::from_ref(pod)).is_ok_and(|s| {
@@ -23,87 +25,97 @@ fn governed(ctx: &Ctx, pod: &Arc<Pod>) -> bool {
     })
 }
 
+/// Gated, not bound to a node, not being deleted.
+fn waits_at_gate(pod: &Pod) -> bool {
+    patch::is_gated(pod)
+        && pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_none()
+        && pod.metadata.deletion_timestamp.is_none()
+}
+
 /// One sweep; returns how many pods were released.
-pub async fn sweep(ctx: &Ctx) -> usize {
+pub async fn sweep(ctx: &Context) -> usize {
     if !ctx.leadership.is_leader() {
         return 0;
     }
-    let mut released = 0;
     let pods = ctx.stores.pods.state();
-    let gated: std::collections::HashSet<String> = pods
+    let gated: HashSet<String> = pods
         .iter()
         .filter(|p| patch::is_gated(p))
         .filter_map(|p| p.uid())
         .collect();
     ctx.retain_gated(&gated);
+    let mut released = 0;
     for pod in pods {
-        if !patch::is_gated(&pod)
-            || pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some()
-            || pod.metadata.deletion_timestamp.is_some()
-        {
+        if !waits_at_gate(&pod) {
             continue;
         }
         let uid = pod.uid().unwrap_or_default();
         if ctx.gated_for(&uid) < ctx.settings.grace || governed(ctx, &pod) {
             continue;
         }
-        let name = pod.name_any();
-        let ns = pod.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-        match api
-            .patch(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&patch::unchanged(&pod)),
-            )
-            .await
-        {
-            Ok(_) => {
-                released += 1;
-                if let Some(waited) = ctx.ungated(&uid) {
-                    ctx.metrics
-                        .gate_wait
-                        .get_or_create(&crate::metrics::PlacementHistoryLabels {
-                            namespace: ns.clone(),
-                            placement_history: String::new(),
-                        })
-                        .observe(waited.as_secs_f64());
-                }
-                if ctx
-                    .released
-                    .lock()
-                    .map(|mut r| r.insert(uid))
-                    .unwrap_or(true)
-                {
-                    ctx.metrics
-                        .placements
-                        .get_or_create(&PlacementLabels {
-                            namespace: ns.clone(),
-                            placement_history: String::new(),
-                            outcome: Release::ungoverned,
-                        })
-                        .inc();
-                }
-                tracing::info!(pod = %format!("{ns}/{name}"), "gated pod governed by no valid PlacementHistory; released unchanged");
-                ctx.notify(vec![Notice::pod(
-                    &pod,
-                    true,
-                    "PlacementUngoverned",
-                    format!(
-                        "no valid PlacementHistory selects this pod with a known role; scheduling gate {} removed without placement",
-                        ebb_api::names::SCHEDULING_GATE_PLACEMENT
-                    ),
-                )])
-                .await;
-            }
-            Err(e) => {
-                tracing::warn!(pod = %name, error = %e, "could not release an ungoverned gated pod")
-            }
+        if release(ctx, &pod, uid).await {
+            released += 1;
         }
     }
     released
+}
+
+/// Remove the gate of an ungoverned pod; returns whether it was released.
+async fn release(ctx: &Context, pod: &Pod, uid: String) -> bool {
+    let name = pod.name_any();
+    let ns = pod.namespace().unwrap_or_default();
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let body = patch::unchanged(pod);
+    if let Err(e) = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+    {
+        tracing::warn!(pod = %name, error = %e, "could not release an ungoverned gated pod");
+        return false;
+    }
+    count_release(ctx, &ns, uid);
+    tracing::info!(pod = %format!("{ns}/{name}"), "gated pod governed by no valid PlacementHistory; released unchanged");
+    ctx.notify(vec![Notice::pod(
+        pod,
+        true,
+        "PlacementUngoverned",
+        format!(
+            "no valid PlacementHistory selects this pod with a known role; scheduling gate {} removed without placement",
+            ebb_api::names::SCHEDULING_GATE_PLACEMENT
+        ),
+    )])
+    .await;
+    true
+}
+
+/// The gate wait of a released pod, and the release itself once per pod.
+fn count_release(ctx: &Context, ns: &str, uid: String) {
+    if let Some(waited) = ctx.ungated(&uid) {
+        ctx.metrics
+            .gate_wait
+            .get_or_create(&PlacementHistoryLabels {
+                namespace: ns.to_string(),
+                placement_history: String::new(),
+            })
+            .observe(waited.as_secs_f64());
+    }
+    if ctx
+        .released
+        .lock()
+        .map(|mut r| r.insert(uid))
+        .unwrap_or(true)
+    {
+        ctx.metrics
+            .placements
+            .get_or_create(&PlacementLabels {
+                namespace: ns.to_string(),
+                placement_history: String::new(),
+                outcome: Release::ungoverned,
+            })
+            .inc();
+    }
 }

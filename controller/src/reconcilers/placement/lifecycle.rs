@@ -1,0 +1,140 @@
+//! The lifecycle step of a pass: feeds the RoleHistory the pods it selects (bound, running,
+//! releasing, terminated, gone) and collects the gated ones for placement.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+
+use super::events::Notice;
+use super::pass::{Pass, node_of, phase, terminal};
+use super::patch;
+use crate::placement::{PodRef, Termination};
+
+/// A selected pod with its role.
+pub type Selected<'p> = (&'p Arc<Pod>, String);
+/// A gated pod with its role.
+pub type Gated<'p> = (&'p Arc<Pod>, &'p str);
+
+impl Pass<'_> {
+    /// Feed the history every selected pod and the pods gone since the last pass; returns the
+    /// gated pods (of known roles) to place.
+    pub fn observe_pods<'p>(&mut self, mine: &'p [Selected<'p>], fresh: bool) -> Vec<Gated<'p>> {
+        let mut gated = Vec::new();
+        let mut seen_now: HashMap<String, Pod> = HashMap::new();
+        for (pod, role) in mine {
+            let uid = pod.uid().unwrap_or_default();
+            seen_now.insert(uid.clone(), (***pod).clone());
+            if self.state.history.roles().by_name(role).is_none() {
+                continue; // an unknown role: released by the ungoverned sweep
+            }
+            if terminal(pod) {
+                self.observe_terminal(pod, &uid);
+            } else if let Some(node) = node_of(pod) {
+                self.observe_bound(pod, &uid, role, node, fresh);
+            } else if patch::is_gated(pod) {
+                gated.push((*pod, role.as_str()));
+            }
+        }
+        self.observe_gone(&seen_now);
+        self.state.last_seen = seen_now;
+        gated
+    }
+
+    /// A pod in a terminal phase: its end is reported once.
+    fn observe_terminal(&mut self, pod: &Pod, uid: &str) {
+        self.ctx.terminal.take(uid);
+        if self.state.ended.insert(uid.to_string()) {
+            let t = Termination::from_pod(pod, self.node_lost(pod), false);
+            self.report_end(uid, &t);
+        }
+    }
+
+    /// A pod bound to `node`: replayed on the first pass, else recorded as bound (a hit when
+    /// it landed on a history node); then running and releasing.
+    fn observe_bound(&mut self, pod: &Pod, uid: &str, role: &str, node: &str, fresh: bool) {
+        let name = pod.name_any();
+        let r = PodRef {
+            uid,
+            name: &name,
+            role,
+        };
+        let history = &mut self.state.history;
+        let known = if fresh {
+            history.replay_pod(r, node, phase(pod) == "Running", self.now)
+        } else {
+            let before = history.counters(role).hits;
+            let added = history.on_bound(r, node, &self.facts, self.now);
+            if matches!(added, Ok(true)) && history.counters(role).hits > before {
+                self.ctx
+                    .metrics
+                    .placement_hits
+                    .get_or_create(&self.labels)
+                    .inc();
+            }
+            added
+        };
+        if let Err(e) = known {
+            tracing::debug!(pod = %name, error = %e, "pod not tracked");
+        }
+        if phase(pod) == "Running" {
+            history.on_running(uid, self.now);
+        }
+        if pod.metadata.deletion_timestamp.is_some() {
+            history.on_releasing(uid);
+        }
+    }
+
+    /// Pods gone from the cache since the last pass: an unbound one is cancelled, a bound one
+    /// ended (classified by its terminal state when it was seen, else its last state).
+    fn observe_gone(&mut self, seen_now: &HashMap<String, Pod>) {
+        let gone: Vec<(String, Pod)> = self
+            .state
+            .last_seen
+            .iter()
+            .filter(|(uid, _)| !seen_now.contains_key(*uid))
+            .map(|(u, p)| (u.clone(), p.clone()))
+            .collect();
+        for (uid, last) in gone {
+            if self.state.ended.remove(&uid) {
+                continue;
+            }
+            // Its terminal state, when the pass did not see it before it went.
+            let last = self.ctx.terminal.take(&uid).unwrap_or(last);
+            self.state.waiting.remove(&uid);
+            self.ctx.ungated(&uid);
+            if node_of(&last).is_none() {
+                self.state.history.cancel(&uid);
+                continue;
+            }
+            let node_lost = self.node_lost(&last);
+            let by_owner = last.metadata.deletion_timestamp.is_some() && phase(&last) == "Running";
+            let t = Termination::from_pod(&last, node_lost, by_owner && !node_lost);
+            self.report_end(&uid, &t);
+        }
+    }
+
+    /// Report a pod's end to the history; a warning Event when its node is now excluded.
+    fn report_end(&mut self, uid: &str, t: &Termination) {
+        let Some(report) = self.state.history.on_terminated(uid, t, self.now) else {
+            return;
+        };
+        tracing::info!(node = %report.node, role = %report.role, class = report.class.as_str(), "pod ended");
+        if report.node_excluded {
+            let until = self.state.history.next_failure_reset(self.now);
+            self.notices.push(
+                Notice::ph(
+                    self.ph,
+                    true,
+                    "NodeExcluded",
+                    format!(
+                        "node {} failed role {} too often; not pinned to until the failure window resets at {until}",
+                        report.node, report.role
+                    ),
+                )
+                .about_node(&report.node),
+            );
+        }
+    }
+}

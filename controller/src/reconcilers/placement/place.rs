@@ -1,0 +1,244 @@
+//! The placement step of a pass: a decision per gated pod (pin, wait, relax, anywhere) under
+//! the planner's fit check, the gate released by a patch carrying a token, Events and metrics.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::events::Notice;
+use super::lifecycle::Gated;
+use super::pass::{Pass, labels};
+use super::patch;
+use crate::cluster::{ClusterObjects, ClusterSnapshot, PredicateChecker, build_snapshot};
+use crate::metrics::{PlacementLabels, Release};
+use crate::placement::{Action as PlacementAction, Decision, PlacementReason, PodRef};
+
+/// The planner's fit check over one cluster snapshot, updated with the pods a pass pins.
+/// Without a snapshot every node fits.
+pub struct FitCheck {
+    snapshot: Mutex<Option<ClusterSnapshot>>,
+    checker: Mutex<PredicateChecker>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FitCheck {
+    pub fn new(objects: &ClusterObjects) -> Self {
+        let snapshot = build_snapshot(objects);
+        if let Err(e) = &snapshot {
+            tracing::warn!(error = %e, "cluster snapshot failed; placing without the fit check");
+        }
+        Self {
+            snapshot: Mutex::new(snapshot.ok()),
+            checker: Mutex::new(PredicateChecker::new()),
+        }
+    }
+
+    /// Whether the pod `uid` fits on `node`.
+    pub fn fits(&self, uid: &str, node: &str) -> bool {
+        let snap = lock(&self.snapshot);
+        let Some(snap) = snap.as_ref() else {
+            return true;
+        };
+        let (Some(p), Some(n)) = (snap.pod_by_uid(uid), snap.node_id(node)) else {
+            return false;
+        };
+        lock(&self.checker).check(snap, p, n).is_ok()
+    }
+
+    /// The pod `uid` was pinned to `node`: later checks of the pass see it there.
+    pub fn pinned(&self, uid: &str, node: &str) {
+        if let Some(snap) = lock(&self.snapshot).as_mut()
+            && let (Some(p), Some(n)) = (snap.pod_by_uid(uid), snap.node_id(node))
+        {
+            snap.place(p, Some(n));
+        }
+    }
+}
+
+impl Pass<'_> {
+    /// Place the gated pods; returns whether any still waits (for its node, a token key, or a
+    /// failed patch).
+    pub async fn place_gated(&mut self, gated: Vec<Gated<'_>>) -> bool {
+        if gated.is_empty() {
+            return false;
+        }
+        let fit = FitCheck::new(&self.ctx.stores.objects());
+        let mut any_waiting = false;
+        for (pod, role) in gated {
+            any_waiting |= self.place_pod(&fit, pod, role).await;
+        }
+        any_waiting
+    }
+
+    /// Decide for one gated pod and carry the decision out; returns whether it still waits.
+    async fn place_pod(&mut self, fit: &FitCheck, pod: &Arc<Pod>, role: &str) -> bool {
+        let uid = pod.uid().unwrap_or_default();
+        self.ctx.gated_for(&uid);
+        let name = pod.name_any();
+        let r = PodRef {
+            uid: &uid,
+            name: &name,
+            role,
+        };
+        let fits = |node: &str| fit.fits(&uid, node);
+        let decision = match self.state.history.place(r, &self.facts, &fits, self.now) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::debug!(pod = %name, error = %e, "not placed");
+                return false;
+            }
+        };
+        // One span per decision (a pod that keeps waiting gets one for its first wait).
+        let waits = matches!(decision.action, PlacementAction::Wait { .. });
+        let span = if !waits || !self.state.waiting.contains(&uid) {
+            decision_span(pod, role, &decision)
+        } else {
+            tracing::Span::none()
+        };
+        if let PlacementAction::Wait { node, .. } = &decision.action {
+            self.announce_wait(pod, &uid, node, &decision);
+            return true;
+        }
+        self.release(fit, pod, role, &decision, span).await
+    }
+
+    /// The pod waits for `node`: a Normal Event the first time.
+    fn announce_wait(&mut self, pod: &Pod, uid: &str, node: &str, decision: &Decision) {
+        if self.state.waiting.insert(uid.to_string()) {
+            self.notices.push(Notice::pod(
+                pod,
+                false,
+                "PlacementWaiting",
+                format!(
+                    "waiting for node {node} ({}) until the escalation timeout",
+                    decision.reason
+                ),
+            ));
+        }
+    }
+
+    /// Release the pod's gate as decided, with a token; returns whether it still waits (no
+    /// token key yet, or the patch failed).
+    async fn release(
+        &mut self,
+        fit: &FitCheck,
+        pod: &Pod,
+        role: &str,
+        decision: &Decision,
+        span: tracing::Span,
+    ) -> bool {
+        let uid = pod.uid().unwrap_or_default();
+        let name = pod.name_any();
+        let ttl = self.ctx.settings.token_ttl;
+        let Some(token) = self.ctx.keys.mint(&uid, role, self.now, ttl) else {
+            span.record("released", false);
+            tracing::info!(parent: &span, pod = %name, "no token key yet; placement waits for it");
+            return true;
+        };
+        let Some((body, outcome)) = release_patch(pod, &decision.action, &token) else {
+            return false;
+        };
+        let api: Api<Pod> = Api::namespaced(
+            self.ctx.client.clone(),
+            &pod.namespace().unwrap_or_default(),
+        );
+        let patched = api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+            .instrument(span.clone())
+            .await;
+        span.record("released", patched.is_ok());
+        match patched {
+            Ok(_) => {
+                self.state.waiting.remove(&uid);
+                self.record_release(pod, decision, outcome);
+                if let Some(node) = decision.pinned_node() {
+                    fit.pinned(&uid, node);
+                }
+                false
+            }
+            Err(e) => {
+                tracing::warn!(parent: &span, pod = %name, error = %e, "could not release the pod's gate; retrying");
+                true
+            }
+        }
+    }
+
+    /// Count a released pod (outcome, gate wait, escalation) and announce it.
+    fn record_release(&mut self, pod: &Pod, decision: &Decision, outcome: Release) {
+        let metrics = &self.ctx.metrics;
+        let pl = PlacementLabels {
+            namespace: self.ph.namespace().unwrap_or_default(),
+            placement_history: self.ph.name_any(),
+            outcome,
+        };
+        metrics.placements.get_or_create(&pl).inc();
+        if let Some(waited) = self.ctx.ungated(&pod.uid().unwrap_or_default()) {
+            metrics
+                .gate_wait
+                .get_or_create(&labels(self.ph))
+                .observe(waited.as_secs_f64());
+        }
+        let note = match &decision.action {
+            PlacementAction::Pin { node } => format!("pinned to node {node} ({})", decision.reason),
+            _ => format!(
+                "released {} ({})",
+                decision.outcome().as_str(),
+                decision.reason
+            ),
+        };
+        let escalated = decision.reason == PlacementReason::EscalationTimeout;
+        if escalated {
+            metrics
+                .placement_escalations
+                .get_or_create(&labels(self.ph))
+                .inc();
+        }
+        let reason = if escalated {
+            "PlacementEscalated"
+        } else {
+            "Placed"
+        };
+        self.notices.push(Notice::pod(pod, escalated, reason, note));
+    }
+}
+
+/// The merge patch releasing the pod's gate as decided, and its outcome label; `None` for a
+/// wait (the gate stays).
+pub fn release_patch(pod: &Pod, action: &PlacementAction, token: &str) -> Option<(Value, Release)> {
+    Some(match action {
+        PlacementAction::Pin { node } => (patch::pin(pod, node, token), Release::pinned),
+        PlacementAction::Relax(c) => (patch::relax(pod, c, "Relaxed", token), Release::relaxed),
+        PlacementAction::Anywhere(c) => {
+            (patch::relax(pod, c, "Anywhere", token), Release::anywhere)
+        }
+        PlacementAction::Wait { .. } => return None,
+    })
+}
+
+/// The span of one placement decision: `decision` is `pin`, `wait`, `relax` or `release`
+/// (gate removed without a node), `node` the chosen (or awaited) node, `released` whether the
+/// gate came off.
+fn decision_span(pod: &Pod, role: &str, decision: &Decision) -> tracing::Span {
+    let (kind, node) = match &decision.action {
+        PlacementAction::Pin { node } => ("pin", node.as_str()),
+        PlacementAction::Wait { node, .. } => ("wait", node.as_str()),
+        PlacementAction::Relax(_) => ("relax", ""),
+        PlacementAction::Anywhere(_) => ("release", ""),
+    };
+    tracing::info_span!(
+        "placement",
+        pod = %format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any()),
+        role,
+        decision = kind,
+        node,
+        reason = %decision.reason,
+        released = false,
+    )
+}
