@@ -250,12 +250,7 @@ impl AgentCore {
                 .cache
                 .unused_untracked()
                 .into_iter()
-                .filter(|p| {
-                    self.cache.get(p).is_some_and(|e| {
-                        matches!(&e.scope, CacheScope::Application { namespace, placement_history }
-                            if *namespace == app.namespace && *placement_history == app.placement_history)
-                    })
-                })
+                .filter(|p| self.cache.get(p).is_some_and(|e| app.owns(&e.scope)))
                 .collect();
             for p in paths {
                 let (task, op) = self.deletions.create(

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::deletion::{DeletionGraph, MissingSuccessor};
 use crate::livepod::LivePod;
 use crate::store::{
-    AppId, CacheScope, ContainerId, ContainerRecord, LoadedState, LocalizationState,
-    LocalizedRecord, Op, TokenState, UnixMillis,
+    AppId, AppRecord, CacheScope, ContainerId, ContainerRecord, ContainersState, LoadedState,
+    LocalizationEntry, LocalizationState, LocalizedRecord, Op, TokenState, UnixMillis,
 };
 use crate::transitions::{GoneOutcome, Membership, container_ops, gone_ops};
 
@@ -50,7 +50,7 @@ pub struct RecoveryPlan {
     pub delete_files: Vec<String>,
     /// Completed resources re-registered, verified present on disk.
     pub localized: BTreeMap<(CacheScope, String), LocalizedRecord>,
-    pub applications: BTreeMap<AppId, crate::store::AppRecord>,
+    pub applications: BTreeMap<AppId, AppRecord>,
     /// Container records after the ops above.
     pub containers: BTreeMap<ContainerId, ContainerRecord>,
     pub tokens: TokenState,
@@ -69,134 +69,27 @@ pub fn plan(input: RecoveryInput<'_>) -> RecoveryPlan {
         cache_files,
         now,
     } = input;
-    let mut ops = Vec::new();
-    let mut summary = RecoverySummary::default();
-
+    let mut planner = Planner {
+        ops: Vec::new(),
+        summary: RecoverySummary::default(),
+        now,
+    };
     // 1. localization: completed and present → re-registered; completed but gone → forgotten;
     //    in progress → deleted and forgotten; unknown files → deleted.
-    let mut localized = BTreeMap::new();
-    for entry in state.localization {
-        match entry.state {
-            LocalizationState::Completed(rec) => {
-                if cache_files.contains(&entry.local_path) {
-                    localized.insert((entry.scope, entry.local_path), rec);
-                } else {
-                    summary.missing_files += 1;
-                    ops.push(Op::LocalizationRemoved {
-                        scope: entry.scope,
-                        local_path: entry.local_path,
-                    });
-                }
-            }
-            LocalizationState::Started(_) => {
-                summary.discarded_fetches += 1;
-                ops.push(Op::LocalizationRemoved {
-                    scope: entry.scope,
-                    local_path: entry.local_path,
-                });
-            }
-        }
-    }
-    summary.localized = localized.len();
-    let known: BTreeSet<&String> = localized.keys().map(|(_, p)| p).collect();
-    let delete_files: Vec<String> = cache_files
-        .iter()
-        .filter(|f| !known.contains(f))
-        .cloned()
-        .collect();
-    summary.unknown_files = delete_files.len();
-
+    let localized = planner.localization(state.localization, cache_files);
+    let delete_files = planner.unknown_files(&localized, cache_files);
     // 5 (graph first, since applications add tasks). deletion tasks: rebuilt from successors.
     let (mut deletions, missing_successors) = DeletionGraph::rebuild(state.deletion_tasks);
-    summary.deletions_resumed = deletions.pending();
-
+    planner.summary.deletions_resumed = deletions.pending();
     // 2. applications: finished ones are removed; their app-scoped resources scheduled for
     //    deletion at once.
-    let mut applications = BTreeMap::new();
-    for (app, rec) in state.applications {
-        if rec.finished_at.is_some() {
-            summary.finished_applications += 1;
-            let paths: Vec<String> = localized
-                .keys()
-                .filter(|(scope, _)| {
-                    matches!(scope, CacheScope::Application { namespace, placement_history }
-                        if *namespace == app.namespace && *placement_history == app.placement_history)
-                })
-                .map(|(_, p)| p.clone())
-                .filter(|p| !deletions.holds_path(p))
-                .collect();
-            if !paths.is_empty() {
-                let (_, op) = deletions.create(paths, now, vec![], REASON_APP_FINISHED);
-                ops.push(op);
-            }
-            ops.push(Op::ApplicationRemoved(app));
-        } else {
-            applications.insert(app, rec);
-        }
-    }
-
+    let applications = planner.applications(state.applications, &localized, &mut deletions);
     // 3. containers: compared with the live pods.
-    let mut containers = BTreeMap::new();
-    for id in state.containers.discarded {
-        summary.discarded_records += 1;
-        ops.push(Op::ContainerRemoved(id));
-    }
-    for (id, mut rec) in state.containers.containers {
-        summary.containers += 1;
-        let new_ops = match live_pods.get(&id.pod_uid) {
-            Some(pod) => {
-                let membership = rec.requested.as_ref().and_then(|r| {
-                    Some(Membership {
-                        placement_history: r.placement_history.clone()?,
-                        role: r.role.clone()?,
-                    })
-                });
-                let o = container_ops(&id, Some(&rec), pod, membership.as_ref(), now);
-                if rec.completed.is_none()
-                    && o.iter().any(|op| matches!(op, Op::ContainerCompleted(..)))
-                {
-                    summary.completed_while_down += 1;
-                }
-                o
-            }
-            None => {
-                let (outcome, o) = gone_ops(&id, &rec, now);
-                match outcome {
-                    GoneOutcome::Lost => summary.lost += 1,
-                    GoneOutcome::KilledBeforeLaunch => summary.killed_before_launch += 1,
-                    GoneOutcome::Killed => summary.killed_while_down += 1,
-                    GoneOutcome::NeverLaunched => summary.never_launched += 1,
-                    GoneOutcome::AlreadyDone => {}
-                }
-                o
-            }
-        };
-        let removed = new_ops
-            .iter()
-            .any(|o| matches!(o, Op::ContainerRemoved(..)));
-        crate::state::apply_container_ops(&mut rec, &new_ops);
-        ops.extend(new_ops);
-        if !removed {
-            containers.insert(id, rec);
-        }
-    }
-
+    let containers = planner.containers(state.containers, live_pods);
     // 4. tokens: keys restored; expired per-container records dropped.
-    let mut tokens = state.tokens;
-    let expired: Vec<String> = tokens
-        .containers
-        .iter()
-        .filter(|(_, t)| t.expires_at <= now)
-        .map(|(uid, _)| uid.clone())
-        .collect();
-    summary.expired_tokens = expired.len();
-    for uid in expired {
-        tokens.containers.remove(&uid);
-        ops.push(Op::ContainerTokenRemoved(uid));
-    }
-
+    let tokens = planner.tokens(state.tokens);
     RecoveryPlan {
-        ops,
+        ops: planner.ops,
         delete_files,
         localized,
         applications,
@@ -204,7 +97,170 @@ pub fn plan(input: RecoveryInput<'_>) -> RecoveryPlan {
         tokens,
         deletions,
         missing_successors,
-        summary,
+        summary: planner.summary,
+    }
+}
+
+type Localized = BTreeMap<(CacheScope, String), LocalizedRecord>;
+
+/// The transitions and counts gathered subsystem by subsystem, in recovery order.
+struct Planner {
+    ops: Vec<Op>,
+    summary: RecoverySummary,
+    now: UnixMillis,
+}
+
+impl Planner {
+    /// Completed resources whose file is present; every other entry is forgotten.
+    fn localization(
+        &mut self,
+        entries: Vec<LocalizationEntry>,
+        cache_files: &BTreeSet<String>,
+    ) -> Localized {
+        let mut localized = BTreeMap::new();
+        for entry in entries {
+            match entry.state {
+                LocalizationState::Completed(rec) if cache_files.contains(&entry.local_path) => {
+                    localized.insert((entry.scope, entry.local_path), rec);
+                    continue;
+                }
+                LocalizationState::Completed(_) => self.summary.missing_files += 1,
+                LocalizationState::Started(_) => self.summary.discarded_fetches += 1,
+            }
+            self.ops.push(Op::LocalizationRemoved {
+                scope: entry.scope,
+                local_path: entry.local_path,
+            });
+        }
+        self.summary.localized = localized.len();
+        localized
+    }
+
+    /// Cache files no re-registered resource accounts for (to be deleted).
+    fn unknown_files(
+        &mut self,
+        localized: &Localized,
+        cache_files: &BTreeSet<String>,
+    ) -> Vec<String> {
+        let known: BTreeSet<&String> = localized.keys().map(|(_, p)| p).collect();
+        let unknown: Vec<String> = cache_files
+            .iter()
+            .filter(|f| !known.contains(f))
+            .cloned()
+            .collect();
+        self.summary.unknown_files = unknown.len();
+        unknown
+    }
+
+    /// Applications still running; finished ones are removed, their resources deleted at once.
+    fn applications(
+        &mut self,
+        apps: BTreeMap<AppId, AppRecord>,
+        localized: &Localized,
+        deletions: &mut DeletionGraph,
+    ) -> BTreeMap<AppId, AppRecord> {
+        let mut running = BTreeMap::new();
+        for (app, rec) in apps {
+            if rec.finished_at.is_none() {
+                running.insert(app, rec);
+                continue;
+            }
+            self.summary.finished_applications += 1;
+            let paths: Vec<String> = localized
+                .keys()
+                .filter(|(scope, _)| app.owns(scope))
+                .map(|(_, p)| p.clone())
+                .filter(|p| !deletions.holds_path(p))
+                .collect();
+            if !paths.is_empty() {
+                let (_, op) = deletions.create(paths, self.now, vec![], REASON_APP_FINISHED);
+                self.ops.push(op);
+            }
+            self.ops.push(Op::ApplicationRemoved(app));
+        }
+        running
+    }
+
+    /// Container records brought in line with the live pods (or ended, for vanished pods).
+    fn containers(
+        &mut self,
+        state: ContainersState,
+        live_pods: &BTreeMap<String, LivePod>,
+    ) -> BTreeMap<ContainerId, ContainerRecord> {
+        let mut containers = BTreeMap::new();
+        for id in state.discarded {
+            self.summary.discarded_records += 1;
+            self.ops.push(Op::ContainerRemoved(id));
+        }
+        for (id, mut rec) in state.containers {
+            self.summary.containers += 1;
+            let new_ops = match live_pods.get(&id.pod_uid) {
+                Some(pod) => self.live_container_ops(&id, &rec, pod),
+                None => self.gone_container_ops(&id, &rec),
+            };
+            let removed = new_ops
+                .iter()
+                .any(|o| matches!(o, Op::ContainerRemoved(..)));
+            crate::state::apply_container_ops(&mut rec, &new_ops);
+            self.ops.extend(new_ops);
+            if !removed {
+                containers.insert(id, rec);
+            }
+        }
+        containers
+    }
+
+    /// A container whose pod still runs: what its status shows now.
+    fn live_container_ops(
+        &mut self,
+        id: &ContainerId,
+        rec: &ContainerRecord,
+        pod: &LivePod,
+    ) -> Vec<Op> {
+        let membership = rec.requested.as_ref().and_then(|r| {
+            Some(Membership {
+                placement_history: r.placement_history.clone()?,
+                role: r.role.clone()?,
+            })
+        });
+        let ops = container_ops(id, Some(rec), pod, membership.as_ref(), self.now);
+        if rec.completed.is_none()
+            && ops
+                .iter()
+                .any(|op| matches!(op, Op::ContainerCompleted(..)))
+        {
+            self.summary.completed_while_down += 1;
+        }
+        ops
+    }
+
+    /// A container whose pod is gone: how it ended.
+    fn gone_container_ops(&mut self, id: &ContainerId, rec: &ContainerRecord) -> Vec<Op> {
+        let (outcome, ops) = gone_ops(id, rec, self.now);
+        match outcome {
+            GoneOutcome::Lost => self.summary.lost += 1,
+            GoneOutcome::KilledBeforeLaunch => self.summary.killed_before_launch += 1,
+            GoneOutcome::Killed => self.summary.killed_while_down += 1,
+            GoneOutcome::NeverLaunched => self.summary.never_launched += 1,
+            GoneOutcome::AlreadyDone => {}
+        }
+        ops
+    }
+
+    /// Keys as stored; per-container token records that expired are dropped.
+    fn tokens(&mut self, mut tokens: TokenState) -> TokenState {
+        let expired: Vec<String> = tokens
+            .containers
+            .iter()
+            .filter(|(_, t)| t.expires_at <= self.now)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        self.summary.expired_tokens = expired.len();
+        for uid in expired {
+            tokens.containers.remove(&uid);
+            self.ops.push(Op::ContainerTokenRemoved(uid));
+        }
+        tokens
     }
 }
 

@@ -35,31 +35,52 @@ pub fn container_ops(
     let empty = ContainerRecord::default();
     let rec = existing.unwrap_or(&empty);
     if existing.is_none() {
-        ops.push(Op::ContainerRequested(
-            id.clone(),
-            ContainerRequest {
-                namespace: pod.namespace.clone(),
-                pod_name: pod.name.clone(),
-                image: pod.images.get(&id.container).cloned().unwrap_or_default(),
-                placement_history: membership.map(|m| m.placement_history.clone()),
-                role: membership.map(|m| m.role.clone()),
-                requested_at: now,
-            },
-        ));
+        ops.push(requested_op(id, pod, membership, now));
     }
-    if let Some(&restarts) = pod.restart_counts.get(&id.container)
-        && restarts != rec.restart_count
-    {
-        ops.push(Op::ContainerRestarts(id.clone(), restarts));
-    }
+    ops.extend(restarts_op(id, rec, pod));
+    ops.extend(status_ops(id, rec, pod));
+    ops.extend(kill_op(id, rec, pod, &ops, now));
+    ops
+}
+
+/// The first record of a container: what was asked for, and by which role.
+fn requested_op(
+    id: &ContainerId,
+    pod: &LivePod,
+    membership: Option<&Membership>,
+    now: UnixMillis,
+) -> Op {
+    Op::ContainerRequested(
+        id.clone(),
+        ContainerRequest {
+            namespace: pod.namespace.clone(),
+            pod_name: pod.name.clone(),
+            image: pod.images.get(&id.container).cloned().unwrap_or_default(),
+            placement_history: membership.map(|m| m.placement_history.clone()),
+            role: membership.map(|m| m.role.clone()),
+            requested_at: now,
+        },
+    )
+}
+
+/// A changed restart count.
+fn restarts_op(id: &ContainerId, rec: &ContainerRecord, pod: &LivePod) -> Option<Op> {
+    let &restarts = pod.restart_counts.get(&id.container)?;
+    (restarts != rec.restart_count).then(|| Op::ContainerRestarts(id.clone(), restarts))
+}
+
+/// Launches, relaunches and endings the container's status shows that are not recorded yet.
+fn status_ops(id: &ContainerId, rec: &ContainerRecord, pod: &LivePod) -> Vec<Op> {
     match pod.containers.get(&id.container) {
-        None | Some(LiveContainer::Waiting) => {}
+        None | Some(LiveContainer::Waiting) => vec![],
         Some(LiveContainer::Running { started_at }) => {
             let restarted = rec.completed.is_some() && rec.launched_at != Some(*started_at);
             if restarted {
-                ops.push(Op::ContainerRelaunched(id.clone(), *started_at));
+                vec![Op::ContainerRelaunched(id.clone(), *started_at)]
             } else if rec.launched_at.is_none() {
-                ops.push(Op::ContainerLaunched(id.clone(), *started_at));
+                vec![Op::ContainerLaunched(id.clone(), *started_at)]
+            } else {
+                vec![]
             }
         }
         Some(LiveContainer::Terminated {
@@ -73,42 +94,55 @@ pub fn container_ops(
                 .completed
                 .as_ref()
                 .is_some_and(|c| c.finished_at == *finished_at);
-            if !recorded {
-                if let Some(s) = started_at
-                    && rec.launched_at != Some(*s)
-                {
-                    ops.push(Op::ContainerLaunched(id.clone(), *s));
-                }
-                let reason = if pod.disrupted && *exit_code != 0 {
-                    REASON_PREEMPTED.to_string()
-                } else {
-                    reason.clone()
-                };
-                ops.push(Op::ContainerCompleted(
-                    id.clone(),
-                    Completion {
-                        exit_code: *exit_code,
-                        reason,
-                        message: message.clone(),
-                        finished_at: *finished_at,
-                    },
-                ));
+            if recorded {
+                return vec![];
             }
+            let mut ops = Vec::new();
+            if let Some(s) = started_at
+                && rec.launched_at != Some(*s)
+            {
+                ops.push(Op::ContainerLaunched(id.clone(), *s));
+            }
+            let reason = if pod.disrupted && *exit_code != 0 {
+                REASON_PREEMPTED.to_string()
+            } else {
+                reason.clone()
+            };
+            ops.push(Op::ContainerCompleted(
+                id.clone(),
+                Completion {
+                    exit_code: *exit_code,
+                    reason,
+                    message: message.clone(),
+                    finished_at: *finished_at,
+                },
+            ));
+            ops
         }
     }
+}
+
+/// The kill written ahead when the pod is being deleted and the container has not ended (nor
+/// ends with `ops`).
+fn kill_op(
+    id: &ContainerId,
+    rec: &ContainerRecord,
+    pod: &LivePod,
+    ops: &[Op],
+    now: UnixMillis,
+) -> Option<Op> {
     let ended = ops.iter().any(|o| matches!(o, Op::ContainerCompleted(..)))
         || (rec.completed.is_some()
             && !ops.iter().any(|o| matches!(o, Op::ContainerRelaunched(..))));
-    if pod.deleting && rec.killed.is_none() && !ended {
-        ops.push(Op::ContainerKilled(
+    (pod.deleting && rec.killed.is_none() && !ended).then(|| {
+        Op::ContainerKilled(
             id.clone(),
             KillRecord {
                 at: now,
                 reason: KILL_POD_DELETED.to_string(),
             },
-        ));
-    }
-    ops
+        )
+    })
 }
 
 /// What became of a container whose pod no longer exists.

@@ -140,6 +140,12 @@ impl AppId {
             placement_history: placement_history.into(),
         }
     }
+
+    /// Whether `scope` is this application's own cache scope.
+    pub fn owns(&self, scope: &CacheScope) -> bool {
+        matches!(scope, CacheScope::Application { namespace, placement_history }
+            if *namespace == self.namespace && *placement_history == self.placement_history)
+    }
 }
 
 /// Application state: when it was first seen, and whether it finished.
