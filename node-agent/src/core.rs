@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use ebb_api::PlacementHistory;
-use ebb_api::placement::ResourceScope;
+use ebb_api::placement::{LocalResource, ResourceScope};
 
 use crate::api::{PodView, ResourceView};
 use crate::cache::{Acquire, Cache, CacheLimits, EntryState, RoleKey};
@@ -23,7 +23,7 @@ use crate::store::{
     StateStore, StoreError, TokenRecord, UnixMillis,
 };
 use crate::tokens::Keys;
-use crate::transitions::{container_ops, gone_ops};
+use crate::transitions::{Membership, container_ops, gone_ops};
 
 /// Default time an unused resource stays cached when no PlacementHistory says otherwise.
 pub const DEFAULT_CACHE_RETENTION_MS: i64 = 3_600_000;
@@ -272,110 +272,19 @@ impl AgentCore {
     /// A pod on this node was added or changed.
     pub fn observe_pod(&mut self, pod: LivePod, now: UnixMillis) -> Step {
         let mut step = Step::default();
-        let found =
-            membership::find(&pod.namespace, &pod.labels, &self.histories).map(|(m, ph, role)| {
-                (
-                    m,
-                    ph.metadata.uid.clone().unwrap_or_default(),
-                    role.clone(),
-                    ph.spec.clone(),
-                )
-            });
-        let names: BTreeSet<&String> = pod.images.keys().chain(pod.containers.keys()).collect();
-        for name in names {
-            let id = ContainerId::new(&pod.uid, name);
-            let existing = self.containers.get(&id);
-            let ops = container_ops(&id, existing, &pod, found.as_ref().map(|f| &f.0), now);
-            if !ops.is_empty() {
-                apply_container_ops(self.containers.entry(id).or_default(), &ops);
-                step.ops.extend(ops);
-            }
-        }
-        if let Some(token) = &pod.token
-            && let Ok(claims) = self.keys.validate(token, now / 1000)
-            && claims.pod_uid == pod.uid
-        {
-            let rec = TokenRecord {
-                role: claims.role,
-                expires_at: claims.expires_at_secs * 1000,
-            };
-            if self.tokens.get(&pod.uid) != Some(&rec) {
-                self.tokens.insert(pod.uid.clone(), rec.clone());
-                step.ops
-                    .push(Op::ContainerTokenStored(pod.uid.clone(), rec));
-            }
-        }
-        if let Some((m, ph_uid, role, _spec)) = &found {
-            let app = AppId::new(&pod.namespace, &m.placement_history);
-            if !self.applications.contains_key(&app) {
-                let rec = AppRecord {
-                    uid: ph_uid.clone(),
-                    init_at: now,
-                    finished_at: None,
-                };
-                self.applications.insert(app.clone(), rec.clone());
-                step.ops.push(Op::ApplicationStored(app, rec));
-            }
-            let key = RoleKey {
-                namespace: pod.namespace.clone(),
-                placement_history: m.placement_history.clone(),
-                role: m.role.clone(),
-            };
-            self.pod_roles.insert(pod.uid.clone(), key.clone());
+        let found = membership::find(&pod.namespace, &pod.labels, &self.histories)
+            .map(|(m, ph, role)| (m, ph.metadata.uid.clone().unwrap_or_default(), role.clone()));
+        let membership = found.as_ref().map(|f| &f.0);
+        step.ops
+            .extend(self.record_containers(&pod, membership, now));
+        step.ops.extend(self.record_token(&pod, now));
+        if let Some((m, ph_uid, role)) = &found {
+            step.ops
+                .extend(self.record_application(&pod, m, ph_uid, now));
+            let key = self.remember_role(&pod, m);
             if !pod.terminal && !pod.deleting {
                 for res in &role.local_resources {
-                    let scope = match res.scope {
-                        ResourceScope::Public => CacheScope::Public,
-                        ResourceScope::Namespace => CacheScope::Namespace {
-                            namespace: pod.namespace.clone(),
-                        },
-                        ResourceScope::Application => CacheScope::Application {
-                            namespace: pod.namespace.clone(),
-                            placement_history: m.placement_history.clone(),
-                        },
-                    };
-                    let limit = u64::try_from(res.max_bytes)
-                        .ok()
-                        .filter(|b| *b > 0)
-                        .map_or(self.cfg.max_resource_bytes, |b| {
-                            b.min(self.cfg.max_resource_bytes)
-                        });
-                    let req = FetchRequest {
-                        local_path: local_path(&scope, &res.sha256, &res.name),
-                        scope,
-                        name: res.name.clone(),
-                        url: res.url.clone(),
-                        sha256: res.sha256.clone(),
-                        max_bytes: limit,
-                        namespace: pod.namespace.clone(),
-                    };
-                    match self
-                        .cache
-                        .acquire(&pod.uid, &key, &req, now, &self.cfg.limits)
-                    {
-                        Acquire::Fetch => {
-                            step.ops.push(Op::LocalizationStarted {
-                                scope: req.scope.clone(),
-                                local_path: req.local_path.clone(),
-                                request: crate::store::ResourceRequest {
-                                    name: req.name.clone(),
-                                    url: req.shown_url(),
-                                    sha256: req.sha256.clone(),
-                                    started_at: now,
-                                },
-                            });
-                            step.fetches.push(req);
-                        }
-                        Acquire::InUse { cancel_task } => {
-                            if let Some(op) = cancel_task.and_then(|t| self.deletions.cancel(t)) {
-                                step.ops.push(op);
-                            }
-                        }
-                        Acquire::Refused(reason) => {
-                            tracing::warn!(namespace = %pod.namespace, placement_history = %key.placement_history,
-                                resource = %req.name, url = %req.shown_url(), "{reason}");
-                        }
-                    }
+                    step.extend(self.localize(&pod, &key, res, now));
                 }
             }
         }
@@ -386,6 +295,146 @@ impl AgentCore {
             step.ops.extend(self.release(&uid, now));
         }
         step
+    }
+
+    /// The transitions of each of the pod's containers, applied to the records.
+    fn record_containers(
+        &mut self,
+        pod: &LivePod,
+        membership: Option<&Membership>,
+        now: UnixMillis,
+    ) -> Vec<Op> {
+        let mut all = Vec::new();
+        let names: BTreeSet<&String> = pod.images.keys().chain(pod.containers.keys()).collect();
+        for name in names {
+            let id = ContainerId::new(&pod.uid, name);
+            let existing = self.containers.get(&id);
+            let ops = container_ops(&id, existing, pod, membership, now);
+            if !ops.is_empty() {
+                apply_container_ops(self.containers.entry(id).or_default(), &ops);
+                all.extend(ops);
+            }
+        }
+        all
+    }
+
+    /// Stores the pod's token when it is valid, names this pod and is new or changed.
+    fn record_token(&mut self, pod: &LivePod, now: UnixMillis) -> Option<Op> {
+        let token = pod.token.as_ref()?;
+        let claims = self.keys.validate(token, now / 1000).ok()?;
+        if claims.pod_uid != pod.uid {
+            return None;
+        }
+        let rec = TokenRecord {
+            role: claims.role,
+            expires_at: claims.expires_at_secs * 1000,
+        };
+        if self.tokens.get(&pod.uid) == Some(&rec) {
+            return None;
+        }
+        self.tokens.insert(pod.uid.clone(), rec.clone());
+        Some(Op::ContainerTokenStored(pod.uid.clone(), rec))
+    }
+
+    /// Records the pod's application the first time one of its pods is seen.
+    fn record_application(
+        &mut self,
+        pod: &LivePod,
+        m: &Membership,
+        ph_uid: &str,
+        now: UnixMillis,
+    ) -> Option<Op> {
+        let app = AppId::new(&pod.namespace, &m.placement_history);
+        if self.applications.contains_key(&app) {
+            return None;
+        }
+        let rec = AppRecord {
+            uid: ph_uid.to_string(),
+            init_at: now,
+            finished_at: None,
+        };
+        self.applications.insert(app.clone(), rec.clone());
+        Some(Op::ApplicationStored(app, rec))
+    }
+
+    /// Remembers which role the pod plays (for its resources' retention).
+    fn remember_role(&mut self, pod: &LivePod, m: &Membership) -> RoleKey {
+        let key = RoleKey {
+            namespace: pod.namespace.clone(),
+            placement_history: m.placement_history.clone(),
+            role: m.role.clone(),
+        };
+        self.pod_roles.insert(pod.uid.clone(), key.clone());
+        key
+    }
+
+    /// What the pod needs for one of its role's resources: a fetch, a cancelled deletion, or
+    /// nothing (cached, or refused).
+    fn localize(
+        &mut self,
+        pod: &LivePod,
+        key: &RoleKey,
+        res: &LocalResource,
+        now: UnixMillis,
+    ) -> Step {
+        let mut step = Step::default();
+        let req = self.fetch_request(pod, key, res);
+        match self
+            .cache
+            .acquire(&pod.uid, key, &req, now, &self.cfg.limits)
+        {
+            Acquire::Fetch => {
+                step.ops.push(Op::LocalizationStarted {
+                    scope: req.scope.clone(),
+                    local_path: req.local_path.clone(),
+                    request: crate::store::ResourceRequest {
+                        name: req.name.clone(),
+                        url: req.shown_url(),
+                        sha256: req.sha256.clone(),
+                        started_at: now,
+                    },
+                });
+                step.fetches.push(req);
+            }
+            Acquire::InUse { cancel_task } => {
+                step.ops
+                    .extend(cancel_task.and_then(|t| self.deletions.cancel(t)));
+            }
+            Acquire::Refused(reason) => {
+                tracing::warn!(namespace = %pod.namespace, placement_history = %key.placement_history,
+                    resource = %req.name, url = %req.shown_url(), "{reason}");
+            }
+        }
+        step
+    }
+
+    /// The fetch of `res` for a pod of `key`'s role, within the agent's size limit.
+    fn fetch_request(&self, pod: &LivePod, key: &RoleKey, res: &LocalResource) -> FetchRequest {
+        let scope = match res.scope {
+            ResourceScope::Public => CacheScope::Public,
+            ResourceScope::Namespace => CacheScope::Namespace {
+                namespace: pod.namespace.clone(),
+            },
+            ResourceScope::Application => CacheScope::Application {
+                namespace: pod.namespace.clone(),
+                placement_history: key.placement_history.clone(),
+            },
+        };
+        let limit = u64::try_from(res.max_bytes)
+            .ok()
+            .filter(|b| *b > 0)
+            .map_or(self.cfg.max_resource_bytes, |b| {
+                b.min(self.cfg.max_resource_bytes)
+            });
+        FetchRequest {
+            local_path: local_path(&scope, &res.sha256, &res.name),
+            scope,
+            name: res.name.clone(),
+            url: res.url.clone(),
+            sha256: res.sha256.clone(),
+            max_bytes: limit,
+            namespace: pod.namespace.clone(),
+        }
     }
 
     fn release(&mut self, uid: &str, now: UnixMillis) -> Vec<Op> {
