@@ -251,3 +251,50 @@ fn bad_input_is_named() {
     let out = plan(&["--snapshot", &data("mixed.json"), "--now", "yesterday"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("--now"));
 }
+
+/// `-o json` carries everything the table shows: each kept node's blocking pod and its reason,
+/// and each candidate's throttle or wait reason.
+#[test]
+fn json_carries_what_the_table_shows() {
+    let args = [
+        "--snapshot",
+        &data("mixed.json"),
+        "--now",
+        "2026-11-22T06:00:00Z",
+    ];
+    let text = String::from_utf8(plan(&args).stdout).unwrap();
+    let doc = plan_json(&["--snapshot", &data("mixed.json")]);
+    let gpu = doc["unremovable"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["node"] == "gpu-1")
+        .unwrap_or_else(|| panic!("gpu-1 not in unremovable: {doc}"));
+    assert_eq!(gpu["podReason"], "NotReplicated", "{gpu}");
+    for u in doc["unremovable"].as_array().unwrap() {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{} ", u["node"].as_str().unwrap())))
+            .unwrap_or_else(|| panic!("{u} has no table row: {text}"));
+        for field in ["reason", "pod", "podReason"] {
+            if let Some(v) = u[field].as_str() {
+                assert!(row.contains(v), "table row {row:?} shows {field} {v}");
+            }
+        }
+    }
+    for c in doc["candidates"].as_array().unwrap() {
+        let row = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{} ", c["node"].as_str().unwrap())))
+            .unwrap_or_else(|| panic!("{c} has no table row: {text}"));
+        for field in ["throttled", "waiting"] {
+            if let Some(v) = c[field].as_str() {
+                assert!(row.contains(v), "table row {row:?} shows {field} {v}");
+            }
+        }
+        let detail_shown =
+            row.contains("throttled:") || row.contains("Unneeded") || row.contains("Unready");
+        let in_json = c.get("throttled").is_some() || c.get("waiting").is_some();
+        assert_eq!(detail_shown, in_json, "table row {row:?} vs JSON {c}");
+    }
+}

@@ -38,9 +38,10 @@ pub struct RunArgs {
     /// Name of the leader-election Lease.
     #[arg(long, env = "EBB_LEASE_NAME", default_value = "ebb-controller")]
     pub lease_name: String,
-    /// Namespace of the Lease and of the token Secret (the controller's own namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "ebb-system")]
-    pub namespace: String,
+    /// Namespace of the Lease and of the token Secret (the controller's own namespace). Defaults
+    /// to the pod's namespace in a cluster, else the kubeconfig context's namespace, else `default`.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: Option<String>,
     /// Identity in the Lease; defaults to the pod name, else the host name.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,

@@ -4,6 +4,7 @@
 pub mod args;
 pub mod crds;
 pub mod plan;
+pub mod report;
 pub mod run;
 
 pub use args::*;

@@ -87,13 +87,14 @@ pub struct Settings {
 pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
 
 impl Settings {
-    pub fn from_args(args: &RunArgs) -> Self {
+    /// Settings from the command line; `namespace` is `--namespace` or the client's default.
+    pub fn from_args(args: &RunArgs, namespace: &str) -> Self {
         let identity = identity(args);
         Self {
             metrics_addr: args.metrics_addr,
             leader: args
                 .leader_election
-                .then(|| LeaderConfig::new(&args.lease_name, &args.namespace, &identity)),
+                .then(|| LeaderConfig::new(&args.lease_name, namespace, &identity)),
             recheck_delay: args.recheck_delay.as_duration(),
             identity,
             debounce: DEFAULT_DEBOUNCE,
@@ -102,7 +103,7 @@ impl Settings {
                 status_interval: args.placement_status_interval.as_duration(),
                 token_ttl: args.token_ttl.as_duration(),
                 key_rotation: args.token_rotation.as_duration(),
-                token_secret: (args.namespace.clone(), args.token_secret.clone()),
+                token_secret: (namespace.to_string(), args.token_secret.clone()),
                 ..PlacementSettings::default()
             },
         }
@@ -115,6 +116,12 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
     let config = kube::Config::infer().await.context(
         "connecting to Kubernetes (in-cluster config or the current kubeconfig context)",
     )?;
+    // Like kubectl: the pod's namespace in a cluster, else the kubeconfig context's, else `default`.
+    let namespace = args
+        .namespace
+        .clone()
+        .unwrap_or_else(|| config.default_namespace.clone());
+    tracing::info!(%namespace, "Lease and token Secret namespace");
     let clients = Clients::new(config)?;
     let stop = CancellationToken::new();
     let sig_stop = stop.clone();
@@ -123,7 +130,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<Exit> {
         tracing::info!("signal received; stopping");
         sig_stop.cancel();
     });
-    serve(clients, Settings::from_args(&args), stop).await
+    serve(clients, Settings::from_args(&args, &namespace), stop).await
 }
 
 /// The controller's API clients: one for everything, with kube's retry of 429/503/504 answers,
@@ -165,37 +172,117 @@ pub async fn serve(
     settings: Settings,
     stop: CancellationToken,
 ) -> anyhow::Result<Exit> {
-    let client = clients.api;
     let metrics = Metrics::new();
     let readiness = Readiness::default();
     let stop = stop.child_token();
     let _stop_on_exit: DropGuard = stop.clone().drop_guard();
-
     // HTTP endpoints first, so liveness holds while we campaign and sync.
+    serve_http(&settings, metrics.clone(), readiness.clone(), stop.clone()).await?;
+    let Some(watches) = sync_caches(&clients.api, &readiness, &stop).await? else {
+        return Ok(Exit::Stopped);
+    };
+    let stores::Watches {
+        stores,
+        pod_changes,
+        node_changes,
+        tasks,
+    } = watches;
+    let _watch_tasks = AbortOnDrop(tasks);
+    let Some(mut leader) = campaign(&clients.api, &settings, &readiness, &stop).await? else {
+        return Ok(Exit::Stopped);
+    };
+    // The reconcilers do not act until start-up recovery is done (the leadership flag).
+    let shared = Shared {
+        stores,
+        pod_changes,
+        metrics,
+        leadership: Leadership::default(),
+        stop,
+    };
+    let scaledown = ScaleDown::start(clients, &settings, &shared, node_changes);
+    if !wait_for_policy_cache(&scaledown.ctx, &shared.stop).await? {
+        return Ok(Exit::Stopped);
+    }
+    recover_at_start(&scaledown.ctx).await;
+    let client = scaledown.ctx.client.clone();
+    let _placement_tasks = AbortOnDrop(placement::start(
+        client.clone(),
+        shared.stores.clone(),
+        shared.pod_changes.clone(),
+        shared.metrics.clone(),
+        Recorder::new(client, reporter(&settings)),
+        shared.leadership.clone(),
+        settings.placement.clone(),
+        shared.stop.clone(),
+    ));
+    shared.leadership.set(true);
+    tracing::info!("acting");
+    let exit = until_exit(leader.as_mut(), &shared.stop).await;
+    // Stop acting at once; in-flight drains are picked up from their taints by the next leader.
+    shared.leadership.set(false);
+    shared.stop.cancel();
+    scaledown.shut_down(exit, leader).await;
+    Ok(exit)
+}
+
+/// What both reconcilers share, built once by [`serve`].
+struct Shared {
+    stores: stores::Stores,
+    /// Ticks on every pod event.
+    pod_changes: tokio::sync::watch::Receiver<u64>,
+    metrics: Metrics,
+    leadership: Leadership,
+    stop: CancellationToken,
+}
+
+/// This replica in Events.
+fn reporter(settings: &Settings) -> Reporter {
+    Reporter {
+        controller: "ebb-controller".into(),
+        instance: Some(settings.identity.clone()),
+    }
+}
+
+/// Binds `--metrics-addr` and serves `/metrics`, `/healthz`, `/readyz` until `stop`.
+async fn serve_http(
+    settings: &Settings,
+    metrics: Metrics,
+    readiness: Readiness,
+    stop: CancellationToken,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
         .await
         .with_context(|| format!("binding --metrics-addr {}", settings.metrics_addr))?;
     let bound = listener.local_addr().unwrap_or(settings.metrics_addr);
     tracing::info!(addr = %bound, "serving /metrics, /healthz, /readyz");
-    let app = router(metrics.clone(), readiness.clone());
-    let http_stop = stop.clone();
+    let app = router(metrics, readiness);
     tokio::spawn(async move {
         let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { http_stop.cancelled().await })
+            .with_graceful_shutdown(async move { stop.cancelled().await })
             .await;
         if let Err(e) = served {
             tracing::error!(error = %e, "HTTP server stopped");
         }
     });
+    Ok(())
+}
 
-    // Shared caches, on every replica (a standby is ready to take over at once, and ready for
-    // rollouts: /readyz does not wait for leadership, only for it to be known).
+/// Starts the shared caches and waits for them to sync (`None`: stopped first). They run on
+/// every replica: a standby is ready to take over at once, and ready for rollouts (`/readyz`
+/// does not wait for leadership, only for it to be known).
+async fn sync_caches(
+    client: &kube::Client,
+    readiness: &Readiness,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<stores::Watches>> {
     let watches = stores::start(client.clone()).await;
-    let _watch_tasks = AbortOnDrop(watches.tasks);
     tracing::info!("waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
-        _ = stop.cancelled() => return Ok(Exit::Stopped),
+        _ = stop.cancelled() => {
+            AbortOnDrop(watches.tasks);
+            return Ok(None);
+        }
     }
     readiness.set_caches_synced(true);
     tracing::info!(
@@ -203,108 +290,47 @@ pub async fn serve(
         pods = watches.stores.pods.state().len(),
         "caches synced"
     );
+    Ok(Some(watches))
+}
 
-    // Leader election.
-    let mut leader = if let Some(cfg) = &settings.leader {
-        let ready = readiness.clone();
-        tokio::select! {
-            l = Leader::acquire(client.clone(), cfg, move || ready.set_leadership_known(true)) => Some(l?),
-            _ = stop.cancelled() => return Ok(Exit::Stopped),
-        }
-    } else {
+/// Leader election: `Some(Some(lease))` once leader, `Some(None)` without leader election,
+/// `None` when stopped while campaigning.
+async fn campaign(
+    client: &kube::Client,
+    settings: &Settings,
+    readiness: &Readiness,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Option<Leader>>> {
+    let Some(cfg) = &settings.leader else {
         readiness.set_leadership_known(true);
-        None
+        return Ok(Some(None));
     };
+    let ready = readiness.clone();
+    tokio::select! {
+        l = Leader::acquire(client.clone(), cfg, move || ready.set_leadership_known(true)) => Ok(Some(Some(l?))),
+        _ = stop.cancelled() => Ok(None),
+    }
+}
 
-    // The controller. It does not act until start-up recovery is done (leadership flag).
-    let leadership = Leadership::default();
-    let (finished_tx, finished_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    let actuator = Actuator::new(
-        client.clone(),
-        watches.stores.pods.clone(),
-        watches.pod_changes.clone(),
-        Tracker::default(),
-        metrics.clone(),
-    )
-    .with_eviction_client(clients.evictions)
-    .with_recheck_delay(settings.recheck_delay)
-    .notify_finished(finished_tx);
-    let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
-    // Debounced: the node events our own taint writes cause do not re-run every policy at once.
-    let controller = Controller::new(policies, watcher::Config::default().any_semantic())
-        .with_config(kube::runtime::controller::Config::default().debounce(settings.debounce));
-    let reporter = Reporter {
-        controller: "ebb-controller".into(),
-        instance: Some(settings.identity.clone()),
-    };
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        watches.stores.clone(),
-        controller.store(),
-        actuator,
-        metrics.clone(),
-        Recorder::new(client.clone(), reporter),
-        leadership.clone(),
-        CancellationToken::new(),
-    ));
-    let mut node_rx = watches.node_changes;
-    let node_changes = futures::stream::poll_fn(move |cx| node_rx.poll_recv(cx));
-    let mut finished_rx = finished_rx;
-    // A finished drain wakes the policies at once rather than at their next scan.
-    let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());
-    let wake = futures::stream::select(node_changes, finished);
-    let ctrl_stop = stop.clone();
-    let controller_task = tokio::spawn(
-        controller
-            .reconcile_all_on(wake)
-            .graceful_shutdown_on(async move { ctrl_stop.cancelled().await })
-            .run(reconcile, error_policy, ctx.clone())
-            .for_each(|r| async move {
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "reconcile");
-                }
-            }),
-    );
-
-    // Start-up recovery once the policy cache is there, then act.
-    // The controller's own runner waits on the same store. kube-runtime 5.0 keeps only the last
-    // waiter's waker, so a single long wait here can miss the moment: wait in short slices.
-    let policy_store = ctx.policies.clone();
+/// Waits for the ScaleDownPolicy cache (`false`: stopped first). The controller's own runner
+/// waits on the same store, and kube-runtime 5.0 keeps only the last waiter's waker, so a single
+/// long wait here can miss the moment: wait in short slices.
+async fn wait_for_policy_cache(ctx: &Context, stop: &CancellationToken) -> anyhow::Result<bool> {
     loop {
         if stop.is_cancelled() {
-            return Ok(Exit::Stopped);
+            return Ok(false);
         }
-        match tokio::time::timeout(Duration::from_millis(200), policy_store.wait_until_ready())
-            .await
-        {
-            Ok(ready) => {
-                ready.context("the ScaleDownPolicy cache stopped before it synced")?;
-                break;
-            }
-            Err(_) => continue,
+        let slice = Duration::from_millis(200);
+        if let Ok(ready) = tokio::time::timeout(slice, ctx.policies.wait_until_ready()).await {
+            ready.context("the ScaleDownPolicy cache stopped before it synced")?;
+            return Ok(true);
         }
     }
-    recover_at_start(&ctx).await;
-    let _placement_tasks = AbortOnDrop(placement::start(
-        client.clone(),
-        watches.stores.clone(),
-        watches.pod_changes.clone(),
-        metrics.clone(),
-        Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "ebb-controller".into(),
-                instance: Some(settings.identity.clone()),
-            },
-        ),
-        leadership.clone(),
-        settings.placement.clone(),
-        stop.clone(),
-    ));
-    leadership.set(true);
-    tracing::info!("acting");
+}
 
-    let exit = match leader.as_mut() {
+/// Runs until the Lease is lost or `stop` is cancelled.
+async fn until_exit(leader: Option<&mut Leader>, stop: &CancellationToken) -> Exit {
+    match leader {
         Some(l) => tokio::select! {
             why = l.lost() => {
                 tracing::error!(%why, "leadership lost");
@@ -316,23 +342,85 @@ pub async fn serve(
             stop.cancelled().await;
             Exit::Stopped
         }
-    };
-    // Stop acting at once; in-flight drains are picked up from their taints by the next leader.
-    leadership.set(false);
-    stop.cancel();
-    match exit {
-        Exit::LostLeadership => {
-            tracing::error!("leadership lost; exiting so this replica campaigns again");
-        }
-        Exit::Stopped => {
-            let _ = tokio::time::timeout(Duration::from_secs(10), controller_task).await;
-            if let Some(l) = leader {
-                l.release().await;
+    }
+}
+
+/// The running ScaleDownPolicy reconciler.
+struct ScaleDown {
+    ctx: Arc<Context>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ScaleDown {
+    /// Builds the actuator and the context and runs the reconciler, woken by node changes and
+    /// finished drains besides policy events.
+    fn start(
+        clients: Clients,
+        settings: &Settings,
+        shared: &Shared,
+        mut node_changes: tokio::sync::mpsc::Receiver<()>,
+    ) -> Self {
+        let client = clients.api;
+        let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let actuator = Actuator::new(
+            client.clone(),
+            shared.stores.pods.clone(),
+            shared.pod_changes.clone(),
+            Tracker::default(),
+            shared.metrics.clone(),
+        )
+        .with_eviction_client(clients.evictions)
+        .with_recheck_delay(settings.recheck_delay)
+        .notify_finished(finished_tx);
+        let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
+        // Debounced: the node events our own taint writes cause do not re-run every policy at once.
+        let controller = Controller::new(policies, watcher::Config::default().any_semantic())
+            .with_config(kube::runtime::controller::Config::default().debounce(settings.debounce));
+        let ctx = Arc::new(Context::new(
+            client.clone(),
+            shared.stores.clone(),
+            controller.store(),
+            actuator,
+            shared.metrics.clone(),
+            Recorder::new(client.clone(), reporter(settings)),
+            shared.leadership.clone(),
+            CancellationToken::new(),
+        ));
+        let node_changes = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx));
+        // A finished drain wakes the policies at once rather than at their next scan.
+        let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());
+        let wake = futures::stream::select(node_changes, finished);
+        let ctrl_stop = shared.stop.clone();
+        let task = tokio::spawn(
+            controller
+                .reconcile_all_on(wake)
+                .graceful_shutdown_on(async move { ctrl_stop.cancelled().await })
+                .run(reconcile, error_policy, ctx.clone())
+                .for_each(|r| async move {
+                    if let Err(e) = r {
+                        tracing::debug!(error = %e, "reconcile");
+                    }
+                }),
+        );
+        Self { ctx, task }
+    }
+
+    /// After a stop: let the reconciler finish its loop and release the Lease; after a lost
+    /// Lease: exit at once so this replica campaigns again. Drains in flight are abandoned.
+    async fn shut_down(self, exit: Exit, leader: Option<Leader>) {
+        match exit {
+            Exit::LostLeadership => {
+                tracing::error!("leadership lost; exiting so this replica campaigns again");
+            }
+            Exit::Stopped => {
+                let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+                if let Some(l) = leader {
+                    l.release().await;
+                }
             }
         }
+        self.ctx.actuator.abort_all();
     }
-    ctx.actuator.abort_all();
-    Ok(exit)
 }
 
 /// Aborts the watch tasks when `serve` returns, whichever way.

@@ -41,7 +41,7 @@ impl LeaderConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum LeaderError {
     #[error(
-        "cannot use Lease {namespace}/{name}: {source} (check that the namespace exists and the service account may create leases there and get and patch this one)"
+        "cannot use Lease {namespace}/{name} (check that the namespace exists and the service account may create leases there and get and patch this one)"
     )]
     Lease {
         namespace: String,

@@ -83,7 +83,8 @@ fn controller_settings() -> anyhow::Result<Settings> {
         "300ms",
     ])
     .context("the in-process controller's flags do not parse")?;
-    let mut settings = Settings::from_args(&args.run);
+    // The demo cluster has the chart's namespace for the token Secret.
+    let mut settings = Settings::from_args(&args.run, "ebb-system");
     settings.debounce = Duration::from_millis(200);
     Ok(settings)
 }

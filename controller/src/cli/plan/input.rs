@@ -69,89 +69,101 @@ pub struct SnapshotFile {
 
 /// Sorts the items of a `List` into [`ClusterObjects`]; unknown kinds become warnings.
 pub fn objects_from_value(path: &str, doc: Value) -> Result<SnapshotFile, InputError> {
-    let items = match doc {
-        Value::Object(mut o) if o.contains_key("items") => match o.remove("items") {
-            Some(Value::Array(items)) => items,
-            Some(Value::Null) => Vec::new(),
-            _ => return Err(InputError::NotAList { path: path.into() }),
-        },
-        Value::Object(o) if o.contains_key("kind") => vec![Value::Object(o)],
-        Value::Array(items) => items,
-        _ => return Err(InputError::NotAList { path: path.into() }),
-    };
     let mut out = SnapshotFile::default();
-    for (index, item) in items.into_iter().enumerate() {
-        let kind = item
-            .get("kind")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let name = {
-            let meta = item.get("metadata");
-            let ns = meta
-                .and_then(|m| m.get("namespace"))
-                .and_then(Value::as_str);
-            let n = meta
-                .and_then(|m| m.get("name"))
+    for (index, item) in list_items(path, doc)?.into_iter().enumerate() {
+        let item = Item {
+            path,
+            index,
+            kind: item
+                .get("kind")
                 .and_then(Value::as_str)
-                .unwrap_or("(unnamed)");
-            match ns {
-                Some(ns) => format!("{ns}/{n}"),
-                None => n.to_string(),
-            }
+                .unwrap_or("")
+                .to_string(),
+            name: display_name(&item),
+            value: item,
         };
-        fn take<T: DeserializeOwned>(
-            item: Value,
-            path: &str,
-            index: usize,
-            kind: &str,
-            name: &str,
-        ) -> Result<T, InputError> {
-            serde_path_to_error::deserialize(item).map_err(|e| InputError::Object {
-                path: path.into(),
-                index,
-                kind: kind.into(),
-                name: name.into(),
-                why: format!("field `{}`: {}", e.path(), e.inner()),
-            })
-        }
-        let o = &mut out.objects;
-        let args = (path, index, kind.as_str(), name.as_str());
-        match kind.as_str() {
-            "Node" => o.nodes.push(take(item, args.0, args.1, args.2, args.3)?),
-            "Pod" => o.pods.push(take(item, args.0, args.1, args.2, args.3)?),
-            "PodDisruptionBudget" => o.pdbs.push(take(item, args.0, args.1, args.2, args.3)?),
-            "ReplicaSet" => o
-                .replica_sets
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "StatefulSet" => o
-                .stateful_sets
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "DaemonSet" => o
-                .daemon_sets
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "Job" => o.jobs.push(take(item, args.0, args.1, args.2, args.3)?),
-            "ReplicationController" => o
-                .replication_controllers
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "PersistentVolume" => o
-                .persistent_volumes
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "PersistentVolumeClaim" => o
-                .persistent_volume_claims
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "NodeState" => o
-                .node_states
-                .push(take(item, args.0, args.1, args.2, args.3)?),
-            "" => out.warnings.push(format!(
-                "{path}: items[{index}] ({name}) has no kind; skipped"
-            )),
-            other => out.warnings.push(format!(
-                "{path}: items[{index}] is a {other} ({name}), which plan does not use; skipped"
-            )),
-        }
+        item.sort_into(&mut out)?;
     }
     Ok(out)
+}
+
+/// The objects of a document: a `List`'s items, one object, or a bare array.
+fn list_items(path: &str, doc: Value) -> Result<Vec<Value>, InputError> {
+    match doc {
+        Value::Object(mut o) if o.contains_key("items") => match o.remove("items") {
+            Some(Value::Array(items)) => Ok(items),
+            Some(Value::Null) => Ok(Vec::new()),
+            _ => Err(InputError::NotAList { path: path.into() }),
+        },
+        Value::Object(o) if o.contains_key("kind") => Ok(vec![Value::Object(o)]),
+        Value::Array(items) => Ok(items),
+        _ => Err(InputError::NotAList { path: path.into() }),
+    }
+}
+
+/// `namespace/name` (or `name`) of an object, for messages.
+fn display_name(item: &Value) -> String {
+    let meta = item.get("metadata");
+    let ns = meta
+        .and_then(|m| m.get("namespace"))
+        .and_then(Value::as_str);
+    let n = meta
+        .and_then(|m| m.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("(unnamed)");
+    match ns {
+        Some(ns) => format!("{ns}/{n}"),
+        None => n.to_string(),
+    }
+}
+
+/// One item of a snapshot file, with where it came from for error messages.
+struct Item<'a> {
+    path: &'a str,
+    index: usize,
+    kind: String,
+    name: String,
+    value: Value,
+}
+
+impl Item<'_> {
+    /// Deserializes the item as `T`, naming the field that does not fit.
+    fn take<T: DeserializeOwned>(self) -> Result<T, InputError> {
+        serde_path_to_error::deserialize(self.value).map_err(|e| InputError::Object {
+            path: self.path.into(),
+            index: self.index,
+            kind: self.kind,
+            name: self.name,
+            why: format!("field `{}`: {}", e.path(), e.inner()),
+        })
+    }
+
+    /// Adds the item to its kind's list, or a warning when plan does not use its kind.
+    fn sort_into(self, out: &mut SnapshotFile) -> Result<(), InputError> {
+        let o = &mut out.objects;
+        match self.kind.as_str() {
+            "Node" => o.nodes.push(self.take()?),
+            "Pod" => o.pods.push(self.take()?),
+            "PodDisruptionBudget" => o.pdbs.push(self.take()?),
+            "ReplicaSet" => o.replica_sets.push(self.take()?),
+            "StatefulSet" => o.stateful_sets.push(self.take()?),
+            "DaemonSet" => o.daemon_sets.push(self.take()?),
+            "Job" => o.jobs.push(self.take()?),
+            "ReplicationController" => o.replication_controllers.push(self.take()?),
+            "PersistentVolume" => o.persistent_volumes.push(self.take()?),
+            "PersistentVolumeClaim" => o.persistent_volume_claims.push(self.take()?),
+            "NodeState" => o.node_states.push(self.take()?),
+            "" => out.warnings.push(format!(
+                "{}: items[{}] ({}) has no kind; skipped",
+                self.path, self.index, self.name
+            )),
+            other => out.warnings.push(format!(
+                "{}: items[{}] is a {other} ({}), which plan does not use; skipped",
+                self.path, self.index, self.name
+            )),
+        }
+        Ok(())
+    }
 }
 
 /// Reads a snapshot file.

@@ -19,6 +19,13 @@ pub struct CandidateOut {
     pub node: String,
     pub empty: bool,
     pub moves: Vec<MoveOut>,
+    /// The limit that holds this candidate back now (`ebb_api::reasons::ThrottledReason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub throttled: Option<String>,
+    /// Why this candidate is not deleted yet although it is removable (its unneeded or unready
+    /// time is still running: `ebb_api::reasons::UnremovableReason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 /// Nodes whose deletion would start now.
@@ -30,11 +37,16 @@ pub struct ToDeleteOut {
 
 /// A node that stays, and why.
 #[derive(Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
 pub struct UnremovableOut {
     pub node: String,
     pub reason: String,
+    /// The pod that blocks the node (`ns/name`), when one does.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
+    /// Why that pod blocks it (`NotReplicated`, `LocalStorage`, ...: `BlockingPodReason`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_reason: Option<String>,
 }
 
 /// Figures of the simulation.
@@ -74,6 +86,16 @@ impl PlanOut {
                             to: m.to.clone(),
                         })
                         .collect(),
+                    throttled: sel
+                        .throttled
+                        .iter()
+                        .find(|(n, _)| n == &c.node)
+                        .map(|(_, r)| r.to_string()),
+                    waiting: sel
+                        .waiting
+                        .iter()
+                        .find(|(n, _)| n == &c.node)
+                        .map(|(_, r)| r.to_string()),
                 })
                 .collect(),
             to_delete: ToDeleteOut {
@@ -87,6 +109,7 @@ impl PlanOut {
                     node: u.node.clone(),
                     reason: u.reason.to_string(),
                     pod: u.pod.clone(),
+                    pod_reason: u.pod_reason.map(|r| r.to_string()),
                 })
                 .collect(),
             throttled: !sel.throttled.is_empty(),
