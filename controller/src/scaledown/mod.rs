@@ -7,6 +7,7 @@ pub mod drainability;
 pub mod eligibility;
 pub mod pdb;
 pub mod planner;
+mod simulation;
 
 pub use config::{PlannerConfig, PolicyError};
 pub use planner::{

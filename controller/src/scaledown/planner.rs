@@ -11,12 +11,12 @@ use k8s_openapi::api::core::v1::Pod;
 
 use super::budgets::{self, InFlight, Removable, Selection};
 use super::config::PlannerConfig;
-use super::drainability::{PodDisposition, classify, pods_to_move};
+use super::drainability::{PodDisposition, classify};
 use super::eligibility::{being_deleted, check_node, utilization};
 use super::pdb::PdbTracker;
-use crate::cluster::build::{VolumeIndex, parse_pod};
+use super::simulation::{Greedy, Inputs, Sim};
 use crate::cluster::model::TaintEffect;
-use crate::cluster::{ClassId, ClusterSnapshot, NodeId, PodId, PredicateChecker};
+use crate::cluster::{ClusterSnapshot, NodeId, PredicateChecker};
 
 /// Elapsed time since the loop started; injected so tests control the time bound.
 pub trait Stopwatch {
@@ -210,69 +210,91 @@ pub struct Plan {
     pub simulation: SimulationStats,
 }
 
-/// Working data of one loop.
-struct Sim<'a> {
-    snap: &'a mut ClusterSnapshot,
-    checker: &'a mut PredicateChecker,
-    pdbs: PdbTracker,
-    not_dest: Vec<bool>,
-    dest_order: Vec<NodeId>,
-    cursor: HashMap<ClassId, usize>,
-    failed: HashMap<ClassId, u64>,
-    epoch: u64,
-    new_hints: HashMap<String, HashMap<String, String>>,
+/// What one loop knows of every node before it simulates: utilisation, node group, which
+/// nodes the policy governs, and the governed nodes per group (all, and being deleted).
+pub(super) struct NodeFacts {
+    pub util: Vec<f64>,
+    pub groups: Vec<Option<String>>,
+    pub governed: Vec<NodeId>,
+    pub group_sizes: BTreeMap<Option<String>, i64>,
+    pub deleting_per_group: BTreeMap<Option<String>, i64>,
 }
 
-impl Sim<'_> {
-    /// A destination for `pod`: its hint first, then the first fitting node from the class's
-    /// cyclic pointer. Classes that fit nowhere are remembered until capacity is freed.
-    fn find_place(
-        &mut self,
-        pod: PodId,
-        source: Option<&str>,
-        hints: &DestinationHints,
-    ) -> Option<NodeId> {
-        let uid = &self.snap.pod(pod).uid;
-        if let Some(dest) = source
-            .and_then(|s| hints.get(s, uid))
-            .and_then(|d| self.snap.node_id(d))
-            && !self.not_dest[dest as usize]
-            && self.checker.check(self.snap, pod, dest).is_ok()
-        {
-            return Some(dest);
-        }
-        let class = self.snap.pod(pod).class;
-        let inter = self.snap.class(class).is_inter_pod();
-        if !inter && self.failed.get(&class) == Some(&self.epoch) {
-            return None;
-        }
-        let len = self.dest_order.len();
-        let start = self.cursor.get(&class).copied().unwrap_or(0);
-        for i in 0..len {
-            let idx = (start + i) % len;
-            let n = self.dest_order[idx];
-            if self.not_dest[n as usize] {
-                continue;
-            }
-            if self.checker.check(self.snap, pod, n).is_ok() {
-                self.cursor.insert(class, idx);
-                return Some(n);
+impl NodeFacts {
+    fn gather(snap: &ClusterSnapshot, cfg: &PlannerConfig, deleted: &BTreeSet<String>) -> Self {
+        let nodes = 0..snap.node_count() as NodeId;
+        let util = nodes
+            .clone()
+            .map(|n| utilization(snap, n, cfg.utilization))
+            .collect();
+        let governed: Vec<NodeId> = nodes
+            .clone()
+            .filter(|n| cfg.node_selector.matches(&snap.node(*n).labels))
+            .collect();
+        let groups: Vec<Option<String>> = nodes
+            .map(|n| {
+                cfg.node_group_label
+                    .as_ref()
+                    .and_then(|l| snap.node(n).labels.get(l).cloned())
+            })
+            .collect();
+        let mut group_sizes = BTreeMap::new();
+        let mut deleting_per_group = BTreeMap::new();
+        for &n in &governed {
+            *group_sizes.entry(groups[n as usize].clone()).or_insert(0) += 1;
+            if being_deleted(snap, n, deleted) {
+                *deleting_per_group
+                    .entry(groups[n as usize].clone())
+                    .or_insert(0) += 1;
             }
         }
-        if !inter {
-            self.failed.insert(class, self.epoch);
+        NodeFacts {
+            util,
+            groups,
+            governed,
+            group_sizes,
+            deleting_per_group,
         }
-        None
     }
 
-    fn hint(&mut self, source: &str, pod: PodId, dest: NodeId) {
-        let uid = self.snap.pod(pod).uid.clone();
-        let to = self.snap.node(dest).name.clone();
-        self.new_hints
-            .entry(source.to_string())
-            .or_default()
-            .insert(uid, to);
+    pub fn group_of(&self, n: NodeId) -> Option<String> {
+        self.groups[n as usize].clone()
     }
+
+    /// Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
+    /// TaintToleration score steers pods away from them, ebb's own deletion-candidate taint
+    /// included: most pods tolerate none), then fullest first (binpacking from the other end of
+    /// the list).
+    fn destination_order(&self, snap: &ClusterSnapshot) -> Vec<NodeId> {
+        let soft_taints: Vec<usize> = (0..snap.node_count() as NodeId)
+            .map(|n| {
+                snap.node(n)
+                    .taints
+                    .iter()
+                    .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
+                    .count()
+            })
+            .collect();
+        let util = &self.util;
+        let mut order: Vec<NodeId> = (0..snap.node_count() as NodeId).collect();
+        order.sort_by(|a, b| {
+            soft_taints[*a as usize]
+                .cmp(&soft_taints[*b as usize])
+                .then_with(|| util[*b as usize].total_cmp(&util[*a as usize]))
+                .then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
+        });
+        order
+    }
+}
+
+/// Nodes no pod may move to: not ready, cordoned or being deleted.
+fn not_destinations(snap: &ClusterSnapshot, deleted: &BTreeSet<String>) -> Vec<bool> {
+    (0..snap.node_count() as NodeId)
+        .map(|n| {
+            let info = snap.node(n);
+            !info.ready || info.unschedulable || being_deleted(snap, n, deleted)
+        })
+        .collect()
 }
 
 /// Candidate order: f64 utilisation compared totally; at equal utilisation, nodes holding warm
@@ -285,6 +307,51 @@ fn by_util(snap: &ClusterSnapshot, util: &[f64], a: NodeId, b: NodeId) -> std::c
         .then_with(|| na.name.cmp(&nb.name))
 }
 
+/// Step 3: the governed nodes that may be removed, previous candidates first, then least
+/// utilised. The others are recorded as unremovable (all of them while pods are pending).
+fn eligible_nodes(
+    snap: &ClusterSnapshot,
+    facts: &NodeFacts,
+    cfg: &PlannerConfig,
+    deleted: &BTreeSet<String>,
+    pending: bool,
+    previous: &BTreeMap<String, Timestamp>,
+    unremovable: &mut Vec<Unremovable>,
+) -> Vec<NodeId> {
+    let mut eligible: Vec<NodeId> = Vec::new();
+    for &n in &facts.governed {
+        let check = check_node(snap, n, deleted, cfg.utilization_threshold, cfg.utilization);
+        match check {
+            Ok(()) if pending => unremovable.push(Unremovable::node(
+                snap,
+                n,
+                UnremovableReason::PendingReschedule,
+            )),
+            Ok(()) => eligible.push(n),
+            Err(reason) => unremovable.push(Unremovable::node(snap, n, reason)),
+        }
+    }
+    eligible.sort_by(|a, b| {
+        let was = |n: &NodeId| !previous.contains_key(&snap.node(*n).name);
+        was(a)
+            .cmp(&was(b))
+            .then_with(|| by_util(snap, &facts.util, *a, *b))
+    });
+    eligible
+}
+
+impl Unremovable {
+    /// `node` is unremovable for `reason`, no pod to blame.
+    pub(super) fn node(snap: &ClusterSnapshot, node: NodeId, reason: UnremovableReason) -> Self {
+        Unremovable {
+            node: snap.node(node).name.clone(),
+            reason,
+            pod: None,
+            pod_reason: None,
+        }
+    }
+}
+
 /// One planner loop (`UpdateUnneededNodes`). The snapshot is forked and left exactly as it was;
 /// `checker` must belong to this snapshot. Updates `state` and returns the decisions.
 pub fn plan(
@@ -295,314 +362,45 @@ pub fn plan(
     state: &mut PlannerState,
     watch: &mut dyn Stopwatch,
 ) -> Plan {
-    let node_count = snap.node_count();
     state.deleted.retain(|n, _| snap.node_id(n).is_some());
     let deleted: BTreeSet<String> = state.deleted.keys().cloned().collect();
-    let util: Vec<f64> = (0..node_count as NodeId)
-        .map(|n| utilization(snap, n, cfg.utilization))
-        .collect();
-
-    // Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
-    // TaintToleration score steers pods away from them, ebb's own deletion-candidate taint
-    // included: most pods tolerate none), then fullest first (binpacking from the other end of
-    // the list).
-    let soft_taints: Vec<usize> = (0..node_count as NodeId)
-        .map(|n| {
-            snap.node(n)
-                .taints
-                .iter()
-                .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
-                .count()
-        })
-        .collect();
-    let mut dest_order: Vec<NodeId> = (0..node_count as NodeId).collect();
-    dest_order.sort_by(|a, b| {
-        soft_taints[*a as usize]
-            .cmp(&soft_taints[*b as usize])
-            .then_with(|| util[*b as usize].total_cmp(&util[*a as usize]))
-            .then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
-    });
-    let not_dest: Vec<bool> = (0..node_count as NodeId)
-        .map(|n| {
-            let info = snap.node(n);
-            !info.ready || info.unschedulable || being_deleted(snap, n, &deleted)
-        })
-        .collect();
-
-    let governed: Vec<NodeId> = (0..node_count as NodeId)
-        .filter(|n| cfg.node_selector.matches(&snap.node(*n).labels))
-        .collect();
-    let groups: Vec<Option<String>> = (0..node_count as NodeId)
-        .map(|n| {
-            cfg.node_group_label
-                .as_ref()
-                .and_then(|l| snap.node(n).labels.get(l).cloned())
-        })
-        .collect();
-    let group_of = |n: NodeId| groups[n as usize].clone();
-    let mut group_sizes: BTreeMap<Option<String>, i64> = BTreeMap::new();
-    let mut deleting_per_group: BTreeMap<Option<String>, i64> = BTreeMap::new();
-    for n in &governed {
-        *group_sizes.entry(group_of(*n)).or_insert(0) += 1;
-        if being_deleted(snap, *n, &deleted) {
-            *deleting_per_group.entry(group_of(*n)).or_insert(0) += 1;
-        }
-    }
+    let facts = NodeFacts::gather(snap, cfg, &deleted);
+    let dest_order = facts.destination_order(snap);
+    let not_dest = not_destinations(snap, &deleted);
 
     snap.fork();
-    let mut sim = Sim {
-        pdbs: PdbTracker::new(snap),
-        snap,
-        checker,
-        not_dest,
-        dest_order,
-        cursor: HashMap::new(),
-        failed: HashMap::new(),
-        epoch: 0,
-        new_hints: HashMap::new(),
-    };
-    let mut pending = false;
-
-    // 1. Pods left on nodes being deleted must still fit elsewhere (PDBs counted, not checked).
-    for name in &deleted {
-        let Some(node) = sim.snap.node_id(name) else {
-            continue;
-        };
-        let pods: Vec<PodId> = sim.snap.pods_on(node).to_vec();
-        for pod in pods {
-            if classify(sim.snap, pod, &cfg.rules, &mut sim.pdbs) == PodDisposition::Stays {
-                continue;
-            }
-            match sim.find_place(pod, Some(name), &state.hints) {
-                Some(d) => {
-                    sim.snap.place(pod, Some(d));
-                    sim.pdbs.evict(sim.snap, pod);
-                    sim.hint(name, pod, d);
-                }
-                None => {
-                    tracing::info!(node = %name, pod = %sim.snap.pod(pod).key(), "pod of a node being deleted fits nowhere");
-                    pending = true;
-                }
-            }
-        }
-    }
-
-    // 2. Recently evicted pods whose owners have not replaced them yet.
+    let mut sim = Sim::new(snap, checker, not_dest, dest_order);
+    let deleted_pending = sim.reverify_deleted(&deleted, &cfg.rules, &state.hints);
     let window = cfg.recent_eviction_window;
     state
         .recent_evictions
         .retain(|e| now.duration_since(e.evicted_at) < window);
-    if !state.recent_evictions.is_empty() {
-        let mut live: HashMap<(String, String, String), i64> = HashMap::new();
-        for p in 0..sim.snap.pod_count() as PodId {
-            let info = sim.snap.pod(p);
-            if let Some(o) = &info.owner
-                && !info.terminal
-                && !info.terminating
-            {
-                *live
-                    .entry((o.kind.clone(), info.namespace.clone(), o.name.clone()))
-                    .or_insert(0) += 1;
-            }
-        }
-        let mut evictions: Vec<&RecentEviction> = state.recent_evictions.iter().collect();
-        evictions.sort_by(|a, b| {
-            a.evicted_at
-                .cmp(&b.evicted_at)
-                .then_with(|| a.pod.metadata.uid.cmp(&b.pod.metadata.uid))
-        });
-        let no_volumes = VolumeIndex::new();
-        for e in evictions {
-            let Ok((mut info, req)) = parse_pod(&e.pod, &no_volumes) else {
-                tracing::warn!(pod = ?e.pod.metadata.name, "recently evicted pod cannot be parsed; ignored");
-                continue;
-            };
-            if sim.snap.pod_by_uid(&info.uid).is_some() {
-                continue; // still there (terminating): already accounted for
-            }
-            if let Some(o) = &info.owner
-                && let Some(owner) = sim.snap.owner(&o.kind, &info.namespace, &o.name)
-            {
-                let key = (o.kind.clone(), info.namespace.clone(), o.name.clone());
-                let current = live.get(&key).copied().unwrap_or(0);
-                if current >= owner.desired {
-                    continue; // replaced
-                }
-                *live.entry(key).or_insert(0) += 1;
-            }
-            let source = info.node_name.take();
-            let pod = sim.snap.add_pod(info, req);
-            match sim.find_place(pod, source.as_deref(), &state.hints) {
-                Some(d) => sim.snap.place(pod, Some(d)),
-                None => {
-                    tracing::info!(pod = %sim.snap.pod(pod).key(), "recently evicted pod fits nowhere");
-                    pending = true;
-                }
-            }
-        }
-    }
+    let evicted_pending = sim.reinject_evictions(&state.recent_evictions, &state.hints);
+    let pending = deleted_pending || evicted_pending;
 
-    let mut out = Plan {
-        governed: governed.len(),
-        group_sizes: group_sizes.clone(),
-        pending_reschedule: pending,
-        ..Plan::default()
+    let mut unremovable = Vec::new();
+    let eligible = eligible_nodes(
+        sim.snap,
+        &facts,
+        cfg,
+        &deleted,
+        pending,
+        &state.candidates,
+        &mut unremovable,
+    );
+    let mut greedy = Greedy::new(sim.snap.node_count(), unremovable);
+    let inputs = Inputs {
+        facts: &facts,
+        cfg,
+        state,
+        now,
     };
-    let mut unremovable: Vec<Unremovable> = Vec::new();
-    let mut non_candidates: BTreeMap<String, NonCandidate> = BTreeMap::new();
+    greedy.run(&mut sim, &eligible, &inputs, watch);
 
-    // 3. Eligible nodes, previous candidates first, then least utilised.
-    let mut eligible: Vec<NodeId> = Vec::new();
-    for &n in &governed {
-        match check_node(
-            sim.snap,
-            n,
-            &deleted,
-            cfg.utilization_threshold,
-            cfg.utilization,
-        ) {
-            Ok(()) if pending => unremovable.push(Unremovable {
-                node: sim.snap.node(n).name.clone(),
-                reason: UnremovableReason::PendingReschedule,
-                pod: None,
-                pod_reason: None,
-            }),
-            Ok(()) => eligible.push(n),
-            Err(reason) => unremovable.push(Unremovable {
-                node: sim.snap.node(n).name.clone(),
-                reason,
-                pod: None,
-                pod_reason: None,
-            }),
-        }
-    }
-    eligible.sort_by(|a, b| {
-        let was = |n: &NodeId| !state.candidates.contains_key(&sim.snap.node(*n).name);
-        was(a)
-            .cmp(&was(b))
-            .then_with(|| by_util(sim.snap, &util, *a, *b))
-    });
-
-    // 4. Greedy simulation.
-    let mut used_as_dest = vec![false; node_count];
-    let mut candidates_per_group: BTreeMap<Option<String>, i64> = BTreeMap::new();
-    let mut evaluated = 0usize;
-    let mut timed_out = false;
-    for (i, &node) in eligible.iter().enumerate() {
-        if evaluated >= cfg.min_nodes_evaluated && watch.elapsed() >= cfg.simulation_timeout {
-            timed_out = true;
-            for &rest in &eligible[i..] {
-                unremovable.push(Unremovable {
-                    node: sim.snap.node(rest).name.clone(),
-                    reason: UnremovableReason::NotEvaluated,
-                    pod: None,
-                    pod_reason: None,
-                });
-            }
-            break;
-        }
-        evaluated += 1;
-        let name = sim.snap.node(node).name.clone();
-        let group = group_of(node);
-        let size = group_sizes.get(&group).copied().unwrap_or(0);
-        let taken = deleting_per_group.get(&group).copied().unwrap_or(0)
-            + candidates_per_group.get(&group).copied().unwrap_or(0);
-        let mut fail = |reason, pod: Option<String>, pod_reason| {
-            unremovable.push(Unremovable {
-                node: name.clone(),
-                reason,
-                pod,
-                pod_reason,
-            });
-        };
-        if size - taken - 1 < cfg.limits.min_nodes_per_group {
-            fail(UnremovableReason::NodeGroupMinSizeReached, None, None);
-            continue;
-        }
-        if used_as_dest[node as usize] {
-            fail(UnremovableReason::DestinationOfMovedPods, None, None);
-            continue;
-        }
-        let pods = match pods_to_move(sim.snap, node, &cfg.rules, &mut sim.pdbs) {
-            Ok(p) => p,
-            Err((pod, r)) => {
-                let key = sim.snap.pod(pod).key();
-                fail(UnremovableReason::BlockedByPod, Some(key), Some(r));
-                non_candidates.insert(
-                    name.clone(),
-                    NonCandidate {
-                        at: now,
-                        reason: UnremovableReason::BlockedByPod,
-                    },
-                );
-                continue;
-            }
-        };
-        let was_not_dest = sim.not_dest[node as usize];
-        sim.not_dest[node as usize] = true;
-        sim.snap.fork();
-        sim.pdbs.fork();
-        let mut moves: Vec<(PodId, NodeId)> = Vec::with_capacity(pods.len());
-        let mut failure: Option<(UnremovableReason, PodId, Option<BlockingPodReason>)> = None;
-        for &pod in &pods {
-            if !sim.pdbs.can_evict(sim.snap, pod) {
-                failure = Some((
-                    UnremovableReason::BlockedByPod,
-                    pod,
-                    Some(BlockingPodReason::NotEnoughPdb),
-                ));
-                break;
-            }
-            match sim.find_place(pod, Some(&name), &state.hints) {
-                Some(d) => {
-                    sim.snap.place(pod, Some(d));
-                    sim.pdbs.evict(sim.snap, pod);
-                    moves.push((pod, d));
-                }
-                None => {
-                    failure = Some((UnremovableReason::NoPlaceToMovePods, pod, None));
-                    break;
-                }
-            }
-        }
-        if let Some((reason, pod, pod_reason)) = failure {
-            sim.snap.revert();
-            sim.pdbs.revert();
-            sim.epoch += 1;
-            sim.not_dest[node as usize] = was_not_dest;
-            let key = sim.snap.pod(pod).key();
-            fail(reason, Some(key), pod_reason);
-            non_candidates.insert(name.clone(), NonCandidate { at: now, reason });
-            continue;
-        }
-        sim.snap.commit();
-        sim.pdbs.commit();
-        *candidates_per_group.entry(group.clone()).or_insert(0) += 1;
-        let mut candidate = Candidate {
-            since: state.candidates.get(&name).copied().unwrap_or(now),
-            empty: pods.is_empty(),
-            ready: sim.snap.node(node).ready,
-            group,
-            moves: Vec::with_capacity(moves.len()),
-            node: name.clone(),
-        };
-        for (pod, d) in moves {
-            used_as_dest[d as usize] = true;
-            sim.hint(&name, pod, d);
-            let p = sim.snap.pod(pod);
-            candidate.moves.push(Move {
-                pod: p.key(),
-                uid: p.uid.clone(),
-                to: sim.snap.node(d).name.clone(),
-            });
-        }
-        out.candidates.push(candidate);
-    }
-
-    out.simulation = SimulationStats {
+    let simulation = SimulationStats {
         duration: watch.elapsed(),
-        nodes_evaluated: evaluated,
-        timed_out,
+        nodes_evaluated: greedy.evaluated,
+        timed_out: greedy.timed_out,
         predicate_checks: sim.checker.stats().checks,
     };
     let remaining = sim.pdbs.remaining(sim.snap);
@@ -610,31 +408,51 @@ pub fn plan(
     sim.snap.revert();
     drop(sim);
 
-    // State for the next loop.
-    state.candidates = out
-        .candidates
-        .iter()
-        .map(|c| (c.node.clone(), c.since))
-        .collect();
-    state
-        .non_candidates
-        .retain(|n, _| snap.node_id(n).is_some() && !non_candidates.contains_key(n));
-    state.non_candidates.extend(non_candidates);
-    for c in &out.candidates {
-        state.non_candidates.remove(&c.node);
-    }
-    state.hints.rotate(new_hints);
-    state.pdbs_remaining = remaining;
-    unremovable.sort_by(|a, b| a.node.cmp(&b.node));
-    out.unremovable = unremovable;
+    greedy.unremovable.sort_by(|a, b| a.node.cmp(&b.node));
+    let out = Plan {
+        governed: facts.governed.len(),
+        group_sizes: facts.group_sizes,
+        pending_reschedule: pending,
+        simulation,
+        candidates: greedy.candidates,
+        unremovable: greedy.unremovable,
+    };
+    state.remember(snap, &out, greedy.non_candidates, new_hints, remaining);
     tracing::debug!(
         candidates = out.candidates.len(),
         unremovable = out.unremovable.len(),
-        evaluated,
-        timed_out,
+        evaluated = out.simulation.nodes_evaluated,
+        timed_out = out.simulation.timed_out,
         "planner loop done"
     );
     out
+}
+
+impl PlannerState {
+    /// State for the next loop: the new candidate set, the non-candidates (refreshed, forgotten
+    /// once candidates or gone), the hints and the PDB allowances left.
+    fn remember(
+        &mut self,
+        snap: &ClusterSnapshot,
+        out: &Plan,
+        non_candidates: BTreeMap<String, NonCandidate>,
+        new_hints: HashMap<String, HashMap<String, String>>,
+        remaining: BTreeMap<String, i64>,
+    ) {
+        self.candidates = out
+            .candidates
+            .iter()
+            .map(|c| (c.node.clone(), c.since))
+            .collect();
+        self.non_candidates
+            .retain(|n, _| snap.node_id(n).is_some() && !non_candidates.contains_key(n));
+        self.non_candidates.extend(non_candidates);
+        for c in &out.candidates {
+            self.non_candidates.remove(&c.node);
+        }
+        self.hints.rotate(new_hints);
+        self.pdbs_remaining = remaining;
+    }
 }
 
 /// StartDeletion: which candidates start now, given the deletions in flight (the deleted set:

@@ -1,0 +1,458 @@
+//! The planner's simulation on a forked snapshot: re-placing pods of nodes being deleted and
+//! recently evicted pods, then greedily growing the set of nodes removable all at once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
+use jiff::Timestamp;
+
+use super::config::PlannerConfig;
+use super::drainability::{DrainRules, PodDisposition, classify, pods_to_move};
+use super::pdb::PdbTracker;
+use super::planner::{
+    Candidate, DestinationHints, Move, NodeFacts, NonCandidate, PlannerState, RecentEviction,
+    Stopwatch, Unremovable,
+};
+use crate::cluster::build::{VolumeIndex, parse_pod};
+use crate::cluster::{ClassId, ClusterSnapshot, NodeId, PodId, PredicateChecker};
+
+/// Working data of one loop.
+pub(super) struct Sim<'a> {
+    pub snap: &'a mut ClusterSnapshot,
+    pub checker: &'a mut PredicateChecker,
+    pub pdbs: PdbTracker,
+    not_dest: Vec<bool>,
+    dest_order: Vec<NodeId>,
+    cursor: HashMap<ClassId, usize>,
+    failed: HashMap<ClassId, u64>,
+    epoch: u64,
+    pub new_hints: HashMap<String, HashMap<String, String>>,
+}
+
+/// A pod that could not be moved off a node: why, which pod, and the pod's own reason.
+type Blocked = (UnremovableReason, PodId, Option<BlockingPodReason>);
+
+impl<'a> Sim<'a> {
+    pub fn new(
+        snap: &'a mut ClusterSnapshot,
+        checker: &'a mut PredicateChecker,
+        not_dest: Vec<bool>,
+        dest_order: Vec<NodeId>,
+    ) -> Self {
+        Sim {
+            pdbs: PdbTracker::new(snap),
+            snap,
+            checker,
+            not_dest,
+            dest_order,
+            cursor: HashMap::new(),
+            failed: HashMap::new(),
+            epoch: 0,
+            new_hints: HashMap::new(),
+        }
+    }
+
+    /// A destination for `pod`: its hint first, then the first fitting node from the class's
+    /// cyclic pointer. Classes that fit nowhere are remembered until capacity is freed.
+    fn find_place(
+        &mut self,
+        pod: PodId,
+        source: Option<&str>,
+        hints: &DestinationHints,
+    ) -> Option<NodeId> {
+        let uid = &self.snap.pod(pod).uid;
+        if let Some(dest) = source
+            .and_then(|s| hints.get(s, uid))
+            .and_then(|d| self.snap.node_id(d))
+            && !self.not_dest[dest as usize]
+            && self.checker.check(self.snap, pod, dest).is_ok()
+        {
+            return Some(dest);
+        }
+        let class = self.snap.pod(pod).class;
+        let inter = self.snap.class(class).is_inter_pod();
+        if !inter && self.failed.get(&class) == Some(&self.epoch) {
+            return None;
+        }
+        let len = self.dest_order.len();
+        let start = self.cursor.get(&class).copied().unwrap_or(0);
+        for i in 0..len {
+            let idx = (start + i) % len;
+            let n = self.dest_order[idx];
+            if self.not_dest[n as usize] {
+                continue;
+            }
+            if self.checker.check(self.snap, pod, n).is_ok() {
+                self.cursor.insert(class, idx);
+                return Some(n);
+            }
+        }
+        if !inter {
+            self.failed.insert(class, self.epoch);
+        }
+        None
+    }
+
+    fn hint(&mut self, source: &str, pod: PodId, dest: NodeId) {
+        let uid = self.snap.pod(pod).uid.clone();
+        let to = self.snap.node(dest).name.clone();
+        self.new_hints
+            .entry(source.to_string())
+            .or_default()
+            .insert(uid, to);
+    }
+
+    /// Step 1: pods left on nodes being deleted must still fit elsewhere (PDBs counted, not
+    /// checked). True when one fits nowhere.
+    pub fn reverify_deleted(
+        &mut self,
+        deleted: &BTreeSet<String>,
+        rules: &DrainRules,
+        hints: &DestinationHints,
+    ) -> bool {
+        let mut pending = false;
+        for name in deleted {
+            let Some(node) = self.snap.node_id(name) else {
+                continue;
+            };
+            let pods: Vec<PodId> = self.snap.pods_on(node).to_vec();
+            for pod in pods {
+                if classify(self.snap, pod, rules, &mut self.pdbs) == PodDisposition::Stays {
+                    continue;
+                }
+                match self.find_place(pod, Some(name), hints) {
+                    Some(d) => {
+                        self.snap.place(pod, Some(d));
+                        self.pdbs.evict(self.snap, pod);
+                        self.hint(name, pod, d);
+                    }
+                    None => {
+                        tracing::info!(node = %name, pod = %self.snap.pod(pod).key(), "pod of a node being deleted fits nowhere");
+                        pending = true;
+                    }
+                }
+            }
+        }
+        pending
+    }
+
+    /// Live (not finished, not terminating) pods per owner (kind, namespace, name).
+    fn live_pods_per_owner(&self) -> HashMap<(String, String, String), i64> {
+        let mut live = HashMap::new();
+        for p in 0..self.snap.pod_count() as PodId {
+            let info = self.snap.pod(p);
+            if let Some(o) = &info.owner
+                && !info.terminal
+                && !info.terminating
+            {
+                *live
+                    .entry((o.kind.clone(), info.namespace.clone(), o.name.clone()))
+                    .or_insert(0) += 1;
+            }
+        }
+        live
+    }
+
+    /// Step 2: recently evicted pods whose owners have not replaced them yet are placed again,
+    /// oldest first. True when one fits nowhere.
+    pub fn reinject_evictions(
+        &mut self,
+        evictions: &[RecentEviction],
+        hints: &DestinationHints,
+    ) -> bool {
+        if evictions.is_empty() {
+            return false;
+        }
+        let mut live = self.live_pods_per_owner();
+        let mut evictions: Vec<&RecentEviction> = evictions.iter().collect();
+        evictions.sort_by(|a, b| {
+            a.evicted_at
+                .cmp(&b.evicted_at)
+                .then_with(|| a.pod.metadata.uid.cmp(&b.pod.metadata.uid))
+        });
+        let mut pending = false;
+        let no_volumes = VolumeIndex::new();
+        for e in evictions {
+            let Ok((mut info, req)) = parse_pod(&e.pod, &no_volumes) else {
+                tracing::warn!(pod = ?e.pod.metadata.name, "recently evicted pod cannot be parsed; ignored");
+                continue;
+            };
+            if self.snap.pod_by_uid(&info.uid).is_some() {
+                continue; // still there (terminating): already accounted for
+            }
+            if let Some(o) = &info.owner
+                && let Some(owner) = self.snap.owner(&o.kind, &info.namespace, &o.name)
+            {
+                let key = (o.kind.clone(), info.namespace.clone(), o.name.clone());
+                let current = live.get(&key).copied().unwrap_or(0);
+                if current >= owner.desired {
+                    continue; // replaced
+                }
+                *live.entry(key).or_insert(0) += 1;
+            }
+            let source = info.node_name.take();
+            let pod = self.snap.add_pod(info, req);
+            match self.find_place(pod, source.as_deref(), hints) {
+                Some(d) => self.snap.place(pod, Some(d)),
+                None => {
+                    tracing::info!(pod = %self.snap.pod(pod).key(), "recently evicted pod fits nowhere");
+                    pending = true;
+                }
+            }
+        }
+        pending
+    }
+
+    /// Moves each of `pods` off node `name` (PDBs checked), stopping at the first that cannot go.
+    fn move_pods(
+        &mut self,
+        name: &str,
+        pods: &[PodId],
+        hints: &DestinationHints,
+    ) -> Result<Vec<(PodId, NodeId)>, Blocked> {
+        let mut moves = Vec::with_capacity(pods.len());
+        for &pod in pods {
+            if !self.pdbs.can_evict(self.snap, pod) {
+                return Err((
+                    UnremovableReason::BlockedByPod,
+                    pod,
+                    Some(BlockingPodReason::NotEnoughPdb),
+                ));
+            }
+            match self.find_place(pod, Some(name), hints) {
+                Some(d) => {
+                    self.snap.place(pod, Some(d));
+                    self.pdbs.evict(self.snap, pod);
+                    moves.push((pod, d));
+                }
+                None => return Err((UnremovableReason::NoPlaceToMovePods, pod, None)),
+            }
+        }
+        Ok(moves)
+    }
+
+    /// Drains `node` in a nested fork: kept when every pod found a place, reverted (and the
+    /// node a destination again) when one did not.
+    fn simulate_drain(
+        &mut self,
+        node: NodeId,
+        name: &str,
+        pods: &[PodId],
+        hints: &DestinationHints,
+    ) -> Result<Vec<(PodId, NodeId)>, Refusal> {
+        let was_not_dest = self.not_dest[node as usize];
+        self.not_dest[node as usize] = true;
+        self.snap.fork();
+        self.pdbs.fork();
+        match self.move_pods(name, pods, hints) {
+            Ok(moves) => {
+                self.snap.commit();
+                self.pdbs.commit();
+                Ok(moves)
+            }
+            Err((reason, pod, pod_reason)) => {
+                self.snap.revert();
+                self.pdbs.revert();
+                self.epoch += 1;
+                self.not_dest[node as usize] = was_not_dest;
+                Err(Refusal::simulated(
+                    reason,
+                    self.snap.pod(pod).key(),
+                    pod_reason,
+                ))
+            }
+        }
+    }
+}
+
+/// Why the greedy step keeps a node: the reason, the pod to blame, and whether its drain
+/// simulation failed (the node then joins the non-candidate set).
+struct Refusal {
+    reason: UnremovableReason,
+    pod: Option<String>,
+    pod_reason: Option<BlockingPodReason>,
+    simulated: bool,
+}
+
+impl Refusal {
+    fn limit(reason: UnremovableReason) -> Self {
+        Refusal {
+            reason,
+            pod: None,
+            pod_reason: None,
+            simulated: false,
+        }
+    }
+
+    fn simulated(
+        reason: UnremovableReason,
+        pod: String,
+        pod_reason: Option<BlockingPodReason>,
+    ) -> Self {
+        Refusal {
+            reason,
+            pod: Some(pod),
+            pod_reason,
+            simulated: true,
+        }
+    }
+}
+
+/// What the greedy step reads: the loop's node facts, the config, the last loop's state and
+/// the time.
+pub(super) struct Inputs<'c> {
+    pub facts: &'c NodeFacts,
+    pub cfg: &'c PlannerConfig,
+    pub state: &'c PlannerState,
+    pub now: Timestamp,
+}
+
+/// A node whose drain simulation succeeded: whether it had no pods to move, and the moves.
+struct Drained {
+    empty: bool,
+    moves: Vec<(PodId, NodeId)>,
+}
+
+/// Step 4, the greedy simulation: the candidate set grown over the eligible nodes in order,
+/// and what kept the others.
+pub(super) struct Greedy {
+    pub candidates: Vec<Candidate>,
+    pub unremovable: Vec<Unremovable>,
+    pub non_candidates: BTreeMap<String, NonCandidate>,
+    pub evaluated: usize,
+    pub timed_out: bool,
+    used_as_dest: Vec<bool>,
+    candidates_per_group: BTreeMap<Option<String>, i64>,
+}
+
+impl Greedy {
+    pub fn new(node_count: usize, unremovable: Vec<Unremovable>) -> Self {
+        Greedy {
+            candidates: Vec::new(),
+            unremovable,
+            non_candidates: BTreeMap::new(),
+            evaluated: 0,
+            timed_out: false,
+            used_as_dest: vec![false; node_count],
+            candidates_per_group: BTreeMap::new(),
+        }
+    }
+
+    /// Evaluates `eligible` in order until the time bound (after `min_nodes_evaluated`); the
+    /// rest are `NotEvaluated`.
+    pub fn run(
+        &mut self,
+        sim: &mut Sim,
+        eligible: &[NodeId],
+        inputs: &Inputs,
+        watch: &mut dyn Stopwatch,
+    ) {
+        let cfg = inputs.cfg;
+        for (i, &node) in eligible.iter().enumerate() {
+            if self.evaluated >= cfg.min_nodes_evaluated
+                && watch.elapsed() >= cfg.simulation_timeout
+            {
+                self.timed_out = true;
+                for &rest in &eligible[i..] {
+                    self.unremovable.push(Unremovable::node(
+                        sim.snap,
+                        rest,
+                        UnremovableReason::NotEvaluated,
+                    ));
+                }
+                break;
+            }
+            self.evaluated += 1;
+            let name = sim.snap.node(node).name.clone();
+            match self.evaluate(sim, node, &name, inputs) {
+                Ok(drained) => self.accept(sim, node, name, inputs, drained),
+                Err(r) => self.refuse(name, r, inputs.now),
+            }
+        }
+    }
+
+    /// Whether `node` can go with the candidates so far: group minimum, not a destination,
+    /// drainable pods, and every pod placed elsewhere.
+    fn evaluate(
+        &self,
+        sim: &mut Sim,
+        node: NodeId,
+        name: &str,
+        inputs: &Inputs,
+    ) -> Result<Drained, Refusal> {
+        let (facts, cfg) = (inputs.facts, inputs.cfg);
+        let group = facts.group_of(node);
+        let size = facts.group_sizes.get(&group).copied().unwrap_or(0);
+        let taken = facts.deleting_per_group.get(&group).copied().unwrap_or(0)
+            + self.candidates_per_group.get(&group).copied().unwrap_or(0);
+        if size - taken - 1 < cfg.limits.min_nodes_per_group {
+            return Err(Refusal::limit(UnremovableReason::NodeGroupMinSizeReached));
+        }
+        if self.used_as_dest[node as usize] {
+            return Err(Refusal::limit(UnremovableReason::DestinationOfMovedPods));
+        }
+        let pods =
+            pods_to_move(sim.snap, node, &cfg.rules, &mut sim.pdbs).map_err(|(pod, r)| {
+                Refusal::simulated(
+                    UnremovableReason::BlockedByPod,
+                    sim.snap.pod(pod).key(),
+                    Some(r),
+                )
+            })?;
+        let moves = sim.simulate_drain(node, name, &pods, &inputs.state.hints)?;
+        Ok(Drained {
+            empty: pods.is_empty(),
+            moves,
+        })
+    }
+
+    /// `node` joins the candidate set (since it first entered it); its destinations can no
+    /// longer be candidates.
+    fn accept(&mut self, sim: &mut Sim, node: NodeId, name: String, inputs: &Inputs, d: Drained) {
+        let group = inputs.facts.group_of(node);
+        *self.candidates_per_group.entry(group.clone()).or_insert(0) += 1;
+        let mut candidate = Candidate {
+            since: inputs
+                .state
+                .candidates
+                .get(&name)
+                .copied()
+                .unwrap_or(inputs.now),
+            empty: d.empty,
+            ready: sim.snap.node(node).ready,
+            group,
+            moves: Vec::with_capacity(d.moves.len()),
+            node: name,
+        };
+        for (pod, to) in d.moves {
+            self.used_as_dest[to as usize] = true;
+            sim.hint(&candidate.node, pod, to);
+            let p = sim.snap.pod(pod);
+            candidate.moves.push(Move {
+                pod: p.key(),
+                uid: p.uid.clone(),
+                to: sim.snap.node(to).name.clone(),
+            });
+        }
+        self.candidates.push(candidate);
+    }
+
+    /// `name` stays: recorded as unremovable (and as a non-candidate when its drain failed).
+    fn refuse(&mut self, name: String, r: Refusal, now: Timestamp) {
+        if r.simulated {
+            self.non_candidates.insert(
+                name.clone(),
+                NonCandidate {
+                    at: now,
+                    reason: r.reason,
+                },
+            );
+        }
+        self.unremovable.push(Unremovable {
+            node: name,
+            reason: r.reason,
+            pod: r.pod,
+            pod_reason: r.pod_reason,
+        });
+    }
+}
