@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ebb_e2e::SimConfig;
-use ebb_e2e::harness::{TestEnv, wait_for, workspace_binary};
+use ebb_e2e::harness::{Backend, TestEnv, wait_for, workspace_binary};
 use ebb_e2e::scenario::Scenario;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Container, Service, ServiceAccount};
@@ -489,6 +489,34 @@ async fn values_schema_rejects_a_string_replica_count(backend) {
 /// started with the chart's environment act with tokens of the ServiceAccounts Helm made.
 async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend) {
     require_helm("helm_install_creates_every_object_and_uninstall_keeps_the_crds");
+    let (env, node0) = start_with_two_nodes(backend).await;
+    let kubeconfig = env.kubeconfig.to_str().unwrap().to_string();
+    let chart = chart_dir().to_str().unwrap().to_string();
+    let c = env.client.clone();
+    install(&kubeconfig, &chart).await;
+    assert_real_only_objects(&env, &c).await;
+    let (deploy, ds) = assert_default_objects(&c).await;
+    assert_controller_rbac(&c).await;
+    assert_agent_rbac_and_bindings(&c).await;
+    assert_agent_daemonset(&ds);
+    let ctrl_c = &deploy.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    let agent_c = &ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0];
+    assert_hardened_workloads(ctrl_c, agent_c);
+    let files = assert_crds_are_those_of_the_repo(&c).await;
+    let run_dir = tempfile::tempdir().unwrap();
+    let (controller, agent) = start_like_the_chart(&env, ctrl_c, agent_c, node0, run_dir.path());
+    assert_binaries_act(&c, node0, run_dir.path(), controller, agent).await;
+    upgrade_with_every_option(&env, &c, &kubeconfig, &chart).await;
+    assert_upgraded(&c).await;
+    assert_uninstall_keeps_the_crds(&c, &kubeconfig, &files).await;
+}
+}
+
+// ---- the install test's steps ----------------------------------------------------------
+
+/// A cluster with two nodes (ebb-sim's `node-0..1`, kwok's `kwok-node-0..1`) and the name of
+/// the first.
+async fn start_with_two_nodes(backend: Backend) -> (TestEnv, &'static str) {
     let env = TestEnv::start_on(
         backend,
         SimConfig {
@@ -499,7 +527,6 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
     )
     .await
     .unwrap();
-    // Two nodes: ebb-sim's `node-0..1`, kwok's `kwok-node-0..1`.
     let node0 = match env.sim() {
         Some(sim) => {
             Scenario::from_yaml("nodes: {count: 2}")
@@ -510,11 +537,12 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         }
         None => "kwok-node-0",
     };
-    let kubeconfig = env.kubeconfig.to_str().unwrap().to_string();
-    let chart = chart_dir().to_str().unwrap().to_string();
-    let c = env.client.clone();
+    (env, node0)
+}
 
-    let installed = helm(&["install", &kubeconfig, NS, RELEASE, &chart, "{}"])
+/// `helm install` with the default values.
+async fn install(kubeconfig: &str, chart: &str) {
+    let installed = helm(&["install", kubeconfig, NS, RELEASE, chart, "{}"])
         .await
         .unwrap_or_else(|e| panic!("helm install: {e}"));
     assert_eq!(
@@ -522,9 +550,11 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         json!("deployed"),
         "{installed}"
     );
+}
 
-    // A real API server serves and has accepted what ebb-sim does not serve: the NodeState
-    // admission policy with its binding, and the node agent's NetworkPolicy.
+/// A real API server serves and has accepted what ebb-sim does not serve: the NodeState
+/// admission policy with its binding, and the node agent's NetworkPolicy.
+async fn assert_real_only_objects(env: &TestEnv, c: &kube::Client) {
     if env.real().is_some() {
         for (plural, kind) in [
             ("validatingadmissionpolicies", "ValidatingAdmissionPolicy"),
@@ -549,38 +579,42 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
                 "{kind} ebb-node-agent-own-nodestate installed"
             );
         }
-        let np = get::<k8s_openapi::api::networking::v1::NetworkPolicy>(&c, "ebb-node-agent")
+        let np = get::<k8s_openapi::api::networking::v1::NetworkPolicy>(c, "ebb-node-agent")
             .await
             .expect("the node agent's NetworkPolicy installed");
         assert!(
-            np.spec.is_some_and(|s| s.egress.is_some_and(|e| !e.is_empty())),
+            np.spec
+                .is_some_and(|s| s.egress.is_some_and(|e| !e.is_empty())),
             "the agent's NetworkPolicy limits egress"
         );
     }
+}
 
-    // Every object of the default values (helm waited for the workloads to be ready).
+/// Every object of the default values (helm waited for the workloads to be ready); returns
+/// the controller's Deployment and the agent's DaemonSet.
+async fn assert_default_objects(c: &kube::Client) -> (Deployment, DaemonSet) {
     for sa in ["ebb-controller", "ebb-node-agent"] {
         assert!(
-            get::<ServiceAccount>(&c, sa).await.is_some(),
+            get::<ServiceAccount>(c, sa).await.is_some(),
             "ServiceAccount {sa}"
         );
     }
-    assert!(get::<Service>(&c, "ebb-controller-metrics").await.is_some());
-    let pdb = get::<PodDisruptionBudget>(&c, "ebb-controller")
+    assert!(get::<Service>(c, "ebb-controller-metrics").await.is_some());
+    let pdb = get::<PodDisruptionBudget>(c, "ebb-controller")
         .await
         .expect("controller PDB");
     assert_eq!(
         pdb.spec.and_then(|s| s.min_available),
         Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1))
     );
-    let deploy = get::<Deployment>(&c, "ebb-controller")
+    let deploy = get::<Deployment>(c, "ebb-controller")
         .await
         .expect("Deployment");
     assert_eq!(
         deploy.status.as_ref().and_then(|s| s.ready_replicas),
         Some(2)
     );
-    let ds = get::<DaemonSet>(&c, "ebb-node-agent")
+    let ds = get::<DaemonSet>(c, "ebb-node-agent")
         .await
         .expect("DaemonSet");
     assert_eq!(
@@ -588,9 +622,12 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         Some(2),
         "one agent per node"
     );
+    (deploy, ds)
+}
 
-    // RBAC: exactly the verbs the binaries use, no wildcard, bound to the chart's accounts.
-    let cr = get_cluster::<ClusterRole>(&c, "ebb-controller")
+/// RBAC: exactly the verbs the controller uses, no wildcard.
+async fn assert_controller_rbac(c: &kube::Client) {
+    let cr = get_cluster::<ClusterRole>(c, "ebb-controller")
         .await
         .expect("ClusterRole");
     let rules = flatten(cr.rules.as_deref().unwrap_or_default());
@@ -605,7 +642,7 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         controller_cluster_rules(false),
         "controller ClusterRole"
     );
-    let role = get::<Role>(&c, "ebb-controller")
+    let role = get::<Role>(c, "ebb-controller")
         .await
         .expect("controller Role");
     assert_eq!(
@@ -623,7 +660,11 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         ]),
         "controller Role: the Lease and the token Secret"
     );
-    let agent = get_cluster::<ClusterRole>(&c, "ebb-node-agent")
+}
+
+/// RBAC: exactly the verbs the node agent uses, no wildcard; both bound to the chart's accounts.
+async fn assert_agent_rbac_and_bindings(c: &kube::Client) {
+    let agent = get_cluster::<ClusterRole>(c, "ebb-node-agent")
         .await
         .expect("agent ClusterRole");
     let agent_rules = flatten(agent.rules.as_deref().unwrap_or_default());
@@ -643,14 +684,14 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         ]),
         "node agent ClusterRole"
     );
-    let agent_role = get::<Role>(&c, "ebb-node-agent").await.expect("agent Role");
+    let agent_role = get::<Role>(c, "ebb-node-agent").await.expect("agent Role");
     assert_eq!(
         flatten(agent_role.rules.as_deref().unwrap_or_default()),
         expected(&[("", "secrets", "get", "ebb-token-keys")]),
         "node agent Role: only the token Secret"
     );
     for name in ["ebb-controller", "ebb-node-agent"] {
-        let crb = get_cluster::<ClusterRoleBinding>(&c, name)
+        let crb = get_cluster::<ClusterRoleBinding>(c, name)
             .await
             .expect("ClusterRoleBinding");
         assert_eq!(
@@ -666,14 +707,17 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
             ),
             ("ServiceAccount", name, Some(NS))
         );
-        let rb = get::<RoleBinding>(&c, name).await.expect("RoleBinding");
+        let rb = get::<RoleBinding>(c, name).await.expect("RoleBinding");
         assert_eq!(
             (rb.role_ref.kind.as_str(), rb.role_ref.name.as_str()),
             ("Role", name)
         );
     }
+}
 
-    // The DaemonSet: state directory on the host, created if missing, at the path the agent uses.
+/// The DaemonSet: state directory on the host, created if missing, at the path the agent uses;
+/// the node name from the downward API, every taint tolerated, never two agents on a node.
+fn assert_agent_daemonset(ds: &DaemonSet) {
     let pod = ds.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
     let agent_c = &pod.containers[0];
     let volume = pod
@@ -740,17 +784,11 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         pod.priority_class_name.as_deref(),
         Some("system-node-critical")
     );
+}
 
-    // Both workloads are hardened; the controller runs as non-root.
-    let ctrl_pod = deploy
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
-    let ctrl_c = &ctrl_pod.containers[0];
+/// Both workloads are hardened, the controller runs as non-root, both have readiness probes,
+/// and every variable the chart sets is one the binaries read.
+fn assert_hardened_workloads(ctrl_c: &Container, agent_c: &Container) {
     assert_hardened(ctrl_c, "controller");
     assert_hardened(agent_c, "node agent");
     assert_eq!(
@@ -784,8 +822,10 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
     );
     assert_env_known(agent_c, "ebb-node-agent", &["RUST_LOG"]);
+}
 
-    // The chart's CRDs are those of crds/.
+/// The chart's CRDs are those of crds/ (installed as they are written); returns their files.
+async fn assert_crds_are_those_of_the_repo(c: &kube::Client) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(repo().join("crds"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -796,7 +836,7 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         let want: CustomResourceDefinition =
             serde_saphyr::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
         let name = want.metadata.name.clone().unwrap();
-        let have = get_cluster::<CustomResourceDefinition>(&c, &name)
+        let have = get_cluster::<CustomResourceDefinition>(c, &name)
             .await
             .unwrap_or_else(|| panic!("CRD {name} installed"));
         // The real API server writes defaults into the spec: the conversion strategy None and
@@ -829,14 +869,19 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
             file.display()
         );
     }
+    files
+}
 
-    // The binaries start with exactly the chart's environment: the controller takes the Lease
-    // and creates the token Secret; the agent (reading that Secret as namespace/name) writes its
-    // node's NodeState.
-    // On a real control plane each runs with a TokenRequest token of the ServiceAccount Helm made
-    // (the agent's bound to its Node, which the admission policy checks): the chart's RBAC is
-    // all they have.
-    let run_dir = tempfile::tempdir().unwrap();
+/// Starts the binaries with exactly the chart's environment. On a real control plane each runs
+/// with a TokenRequest token of the ServiceAccount Helm made (the agent's bound to its Node,
+/// which the admission policy checks): the chart's RBAC is all they have.
+fn start_like_the_chart(
+    env: &TestEnv,
+    ctrl_c: &Container,
+    agent_c: &Container,
+    node0: &str,
+    run_dir: &Path,
+) -> (tokio::process::Child, tokio::process::Child) {
     let fields = BTreeMap::from([
         ("metadata.name", "ebb-controller-chart-test"),
         ("metadata.namespace", NS),
@@ -847,29 +892,37 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
             let tokens = ebb_e2e::rbac::ChartRbac::installed_by_helm(
                 &real.kubectl().unwrap(),
                 &env.kubeconfig,
-                run_dir.path(),
+                run_dir,
             );
             (
                 tokens.kubeconfig_for("ebb-controller", None).unwrap(),
-                tokens.kubeconfig_for("ebb-node-agent", Some(node0)).unwrap(),
+                tokens
+                    .kubeconfig_for("ebb-node-agent", Some(node0))
+                    .unwrap(),
             )
         }
         None => (env.kubeconfig.clone(), env.kubeconfig.clone()),
     };
-    let mut controller = start_like(
-        ctrl_c,
-        "ebb-controller",
-        &ctrl_kubeconfig,
-        &fields,
-        run_dir.path(),
-    );
-    let mut agent = start_like(
+    let controller = start_like(ctrl_c, "ebb-controller", &ctrl_kubeconfig, &fields, run_dir);
+    let agent = start_like(
         agent_c,
         "ebb-node-agent",
         &agent_kubeconfig,
         &fields,
-        run_dir.path(),
+        run_dir,
     );
+    (controller, agent)
+}
+
+/// The controller takes the Lease and creates the token Secret; the agent (reading that Secret
+/// as namespace/name) writes its node's NodeState into its store under EBB_STATE_DIR.
+async fn assert_binaries_act(
+    c: &kube::Client,
+    node0: &str,
+    run_dir: &Path,
+    mut controller: tokio::process::Child,
+    mut agent: tokio::process::Child,
+) {
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(c.clone(), NS);
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(c.clone(), NS);
     let started = wait_for(
@@ -887,7 +940,7 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
     assert!(
         started.is_ok(),
         "{started:?}; ebb-controller log:\n{}",
-        log_of(run_dir.path(), "ebb-controller")
+        log_of(run_dir, "ebb-controller")
     );
     let node_states: Api<ebb_api::NodeState> = Api::all(c.clone());
     let reported = wait_for(
@@ -902,11 +955,10 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
     assert!(
         reported.is_ok(),
         "{reported:?}; ebb-node-agent log:\n{}",
-        log_of(run_dir.path(), "ebb-node-agent")
+        log_of(run_dir, "ebb-node-agent")
     );
     assert!(
         run_dir
-            .path()
             .join("var/lib/ebb")
             .read_dir()
             .unwrap()
@@ -916,9 +968,10 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
     );
     controller.kill().await.unwrap();
     agent.kill().await.unwrap();
+}
 
-    // Upgrade with node deletion allowed and traces on: delete appears, OTel env is set, the
-    // agent's optional flags are ones it reads.
+/// Upgrade with node deletion allowed, traces on and every optional agent setting.
+async fn upgrade_with_every_option(env: &TestEnv, c: &kube::Client, kubeconfig: &str, chart: &str) {
     let values = json!({
         "controller": {"allowNodeDeletion": true},
         "otel": {"endpoint": "http://collector.observability:4317",
@@ -953,12 +1006,17 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
             }
         })
     });
-    let upgraded = helm(&["upgrade", &kubeconfig, NS, RELEASE, &chart, &values]).await;
+    let upgraded = helm(&["upgrade", kubeconfig, NS, RELEASE, chart, &values]).await;
     if let Some(r) = reaper {
         r.abort();
     }
     upgraded.unwrap_or_else(|e| panic!("helm upgrade: {e}"));
-    let cr = get_cluster::<ClusterRole>(&c, "ebb-controller")
+}
+
+/// After the upgrade: delete on nodes appears, the OTel environment is set, the agent's
+/// optional flags are ones it reads, and every flag of `run` is set by the chart.
+async fn assert_upgraded(c: &kube::Client) {
+    let cr = get_cluster::<ClusterRole>(c, "ebb-controller")
         .await
         .unwrap();
     assert_eq!(
@@ -966,7 +1024,7 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         controller_cluster_rules(true),
         "allowNodeDeletion grants delete on nodes, nothing else"
     );
-    let deploy = get::<Deployment>(&c, "ebb-controller").await.unwrap();
+    let deploy = get::<Deployment>(c, "ebb-controller").await.unwrap();
     let ctrl_c = deploy.spec.unwrap().template.spec.unwrap().containers[0].clone();
     let ctrl_env = env_of(&ctrl_c);
     assert_eq!(
@@ -988,7 +1046,7 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
         "ebb-controller",
         &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
     );
-    let ds = get::<DaemonSet>(&c, "ebb-node-agent").await.unwrap();
+    let ds = get::<DaemonSet>(c, "ebb-node-agent").await.unwrap();
     let agent_c = ds.spec.unwrap().template.spec.unwrap().containers[0].clone();
     let agent_env = env_of(&agent_c);
     assert_eq!(
@@ -1029,48 +1087,49 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
     // With the optional ones on, every flag of `run` is set by the chart: all are values.
     assert_every_flag_set(&ctrl_c, "ebb-controller");
     assert_every_flag_set(&agent_c, "ebb-node-agent");
+}
 
-    // Uninstall removes every object and keeps the CRDs.
-    helm(&["uninstall", &kubeconfig, NS, RELEASE])
+/// Uninstall removes every object and keeps the CRDs.
+async fn assert_uninstall_keeps_the_crds(c: &kube::Client, kubeconfig: &str, files: &[PathBuf]) {
+    helm(&["uninstall", kubeconfig, NS, RELEASE])
         .await
         .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
     for name in ["ebb-controller", "ebb-node-agent"] {
         assert!(
-            get::<ServiceAccount>(&c, name).await.is_none(),
+            get::<ServiceAccount>(c, name).await.is_none(),
             "ServiceAccount {name} removed"
         );
         assert!(
-            get_cluster::<ClusterRole>(&c, name).await.is_none(),
+            get_cluster::<ClusterRole>(c, name).await.is_none(),
             "ClusterRole {name} removed"
         );
         assert!(
-            get_cluster::<ClusterRoleBinding>(&c, name).await.is_none(),
+            get_cluster::<ClusterRoleBinding>(c, name).await.is_none(),
             "ClusterRoleBinding {name} removed"
         );
-        assert!(get::<Role>(&c, name).await.is_none(), "Role {name} removed");
+        assert!(get::<Role>(c, name).await.is_none(), "Role {name} removed");
         assert!(
-            get::<RoleBinding>(&c, name).await.is_none(),
+            get::<RoleBinding>(c, name).await.is_none(),
             "RoleBinding {name} removed"
         );
     }
-    assert!(get::<Deployment>(&c, "ebb-controller").await.is_none());
-    assert!(get::<DaemonSet>(&c, "ebb-node-agent").await.is_none());
-    assert!(get::<Service>(&c, "ebb-controller-metrics").await.is_none());
+    assert!(get::<Deployment>(c, "ebb-controller").await.is_none());
+    assert!(get::<DaemonSet>(c, "ebb-node-agent").await.is_none());
+    assert!(get::<Service>(c, "ebb-controller-metrics").await.is_none());
     assert!(
-        get::<PodDisruptionBudget>(&c, "ebb-controller")
+        get::<PodDisruptionBudget>(c, "ebb-controller")
             .await
             .is_none()
     );
-    for file in &files {
+    for file in files {
         let name = file.file_stem().unwrap().to_str().unwrap();
         assert!(
-            get_cluster::<CustomResourceDefinition>(&c, name)
+            get_cluster::<CustomResourceDefinition>(c, name)
                 .await
                 .is_some(),
             "CRD {name} kept"
         );
     }
-}
 }
 
 /// `templates/node-agent-admission.yaml` as Helm renders it for release `ebb` in `ebb-system`:
