@@ -242,3 +242,41 @@ fn decision_span(pod: &Pod, role: &str, decision: &Decision) -> tracing::Span {
         released = false,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::placement::RelaxedConstraints;
+
+    #[test]
+    fn a_release_patch_per_action_and_none_for_a_wait() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c"}], "schedulingGates": [{"name": "ebb.dev/placement"}]}
+        }))
+        .unwrap();
+        let pin = PlacementAction::Pin { node: "n1".into() };
+        let (body, outcome) = release_patch(&pod, &pin, "tok").unwrap();
+        assert_eq!(outcome, Release::pinned);
+        assert_eq!(body["metadata"]["annotations"]["ebb.dev/placed-on"], "n1");
+        let relaxed = PlacementAction::Relax(RelaxedConstraints::default());
+        assert_eq!(
+            release_patch(&pod, &relaxed, "tok").unwrap().1,
+            Release::relaxed
+        );
+        let anywhere = PlacementAction::Anywhere(RelaxedConstraints::default());
+        let (body, outcome) = release_patch(&pod, &anywhere, "tok").unwrap();
+        assert_eq!(outcome, Release::anywhere);
+        assert_eq!(
+            body["metadata"]["annotations"]["ebb.dev/placement"],
+            "Anywhere"
+        );
+        let wait = PlacementAction::Wait {
+            node: "n1".into(),
+            until: None,
+        };
+        assert!(release_patch(&pod, &wait, "tok").is_none());
+    }
+}
