@@ -4,6 +4,7 @@
 pub mod context;
 pub mod events;
 pub mod permissions;
+pub mod policy_loop;
 pub mod reconcile;
 pub mod selection;
 pub mod startup;
