@@ -9,7 +9,10 @@
 
 use std::collections::HashMap;
 
-use super::model::{ClassId, NodeId, PodId, SchedClass, terms_match};
+use super::model::{
+    ClassId, NodeId, PodAffinityTerm, PodId, SchedClass, SchedRequirements, SpreadConstraint,
+    terms_match,
+};
 use super::snapshot::ClusterSnapshot;
 
 /// Why a pod does not fit a node. The first failing predicate is reported.
@@ -259,79 +262,97 @@ fn check_inter_pod(
     node: NodeId,
 ) -> Result<(), Unfit> {
     let class = snap.class(class_id);
-    let req = &class.req;
-    let selects = |t: &super::model::PodAffinityTerm, p: PodId| {
-        p != pod && t.selects(&snap.pod(p).namespace, snap.pod_labels(p))
-    };
-    // This pod's anti-affinity: no selected pod in the domain.
+    check_own_anti_affinity(snap, &class.req, pod, node)?;
+    if class.targeted_by_anti_affinity {
+        check_existing_anti_affinity(snap, &class.req, pod, node)?;
+    }
+    check_own_affinity(snap, &class.req, pod, node)?;
+    check_topology_spread(snap, &class.req, pod, node)
+}
+
+/// Whether `term` selects `p`, another pod than `pod`.
+fn selects_other(snap: &ClusterSnapshot, term: &PodAffinityTerm, pod: PodId, p: PodId) -> bool {
+    p != pod && term.selects(&snap.pod(p).namespace, snap.pod_labels(p))
+}
+
+/// This pod's anti-affinity: no selected pod in the domain.
+fn check_own_anti_affinity(
+    snap: &ClusterSnapshot,
+    req: &SchedRequirements,
+    pod: PodId,
+    node: NodeId,
+) -> Result<(), Unfit> {
     for term in &req.anti_affinity {
         if let Some(mut pods) = domain_pods(snap, node, &term.topology_key)
-            && pods.any(|p| selects(term, p))
+            && pods.any(|p| selects_other(snap, term, pod, p))
         {
             return Err(Unfit::PodAntiAffinity);
         }
     }
-    // Other pods' anti-affinity against this pod.
-    if class.targeted_by_anti_affinity {
-        for (cid, other) in snap.classes.iter().enumerate() {
-            for term in &other.req.anti_affinity {
-                if !term.selects(&req.namespace, &req.labels) {
-                    continue;
-                }
-                if let Some(mut pods) = domain_pods(snap, node, &term.topology_key)
-                    && pods.any(|p| p != pod && snap.pod(p).class as usize == cid)
-                {
-                    return Err(Unfit::ExistingPodAntiAffinity);
-                }
+    Ok(())
+}
+
+/// Other pods' anti-affinity against this pod.
+fn check_existing_anti_affinity(
+    snap: &ClusterSnapshot,
+    req: &SchedRequirements,
+    pod: PodId,
+    node: NodeId,
+) -> Result<(), Unfit> {
+    for (cid, other) in snap.classes.iter().enumerate() {
+        for term in &other.req.anti_affinity {
+            if !term.selects(&req.namespace, &req.labels) {
+                continue;
+            }
+            if let Some(mut pods) = domain_pods(snap, node, &term.topology_key)
+                && pods.any(|p| p != pod && snap.pod(p).class as usize == cid)
+            {
+                return Err(Unfit::ExistingPodAntiAffinity);
             }
         }
     }
-    // This pod's affinity: a selected pod in the domain, or (first pod of a group) none anywhere
-    // and the pod selects itself.
+    Ok(())
+}
+
+/// This pod's affinity: a selected pod in the domain, or (first pod of a group) none anywhere
+/// and the pod selects itself.
+fn check_own_affinity(
+    snap: &ClusterSnapshot,
+    req: &SchedRequirements,
+    pod: PodId,
+    node: NodeId,
+) -> Result<(), Unfit> {
     for term in &req.affinity {
         let found = match domain_pods(snap, node, &term.topology_key) {
             None => return Err(Unfit::PodAffinity),
-            Some(mut pods) => pods.any(|p| selects(term, p)),
+            Some(mut pods) => pods.any(|p| selects_other(snap, term, pod, p)),
         };
         if !found {
-            let anywhere = (0..snap.node_count() as NodeId)
-                .any(|n| snap.pods_on(n).iter().any(|p| selects(term, *p)));
+            let anywhere = (0..snap.node_count() as NodeId).any(|n| {
+                snap.pods_on(n)
+                    .iter()
+                    .any(|p| selects_other(snap, term, pod, *p))
+            });
             if anywhere || !term.selects(&req.namespace, &req.labels) {
                 return Err(Unfit::PodAffinity);
             }
         }
     }
-    // Hard topology spread.
+    Ok(())
+}
+
+/// Hard topology spread: placing the pod here keeps each constraint's skew.
+fn check_topology_spread(
+    snap: &ClusterSnapshot,
+    req: &SchedRequirements,
+    pod: PodId,
+    node: NodeId,
+) -> Result<(), Unfit> {
     for c in &req.spread {
         let Some(value) = snap.node(node).labels.get(&c.topology_key) else {
             return Err(Unfit::TopologySpread);
         };
-        let mut counts: HashMap<&str, i64> = HashMap::new();
-        for (i, n) in snap.nodes.iter().enumerate() {
-            let Some(v) = n.labels.get(&c.topology_key) else {
-                continue;
-            };
-            // nodeAffinityPolicy Honor: only nodes the pod could select count as domains.
-            if !req
-                .node_selector
-                .iter()
-                .all(|(k, x)| n.labels.get(k) == Some(x))
-                || !req.node_affinity.is_empty()
-                    && !terms_match(&req.node_affinity, &n.name, &n.labels)
-            {
-                continue;
-            }
-            let matching = snap
-                .pods_on(i as NodeId)
-                .iter()
-                .filter(|p| {
-                    **p != pod
-                        && snap.pod(**p).namespace == req.namespace
-                        && c.selector.matches(snap.pod_labels(**p))
-                })
-                .count() as i64;
-            *counts.entry(v.as_str()).or_insert(0) += matching;
-        }
+        let counts = spread_counts(snap, req, c, pod);
         let min = counts.values().copied().min().unwrap_or(0);
         let here = counts.get(value.as_str()).copied().unwrap_or(0);
         let self_match = i64::from(c.selector.matches(&req.labels));
@@ -340,6 +361,41 @@ fn check_inter_pod(
         }
     }
     Ok(())
+}
+
+/// Matching pods (other than `pod`) per domain of `c`, over the nodes the pod could select
+/// (nodeAffinityPolicy Honor).
+fn spread_counts<'a>(
+    snap: &'a ClusterSnapshot,
+    req: &SchedRequirements,
+    c: &SpreadConstraint,
+    pod: PodId,
+) -> HashMap<&'a str, i64> {
+    let mut counts: HashMap<&str, i64> = HashMap::new();
+    for (i, n) in snap.nodes.iter().enumerate() {
+        let Some(v) = n.labels.get(&c.topology_key) else {
+            continue;
+        };
+        if !req
+            .node_selector
+            .iter()
+            .all(|(k, x)| n.labels.get(k) == Some(x))
+            || !req.node_affinity.is_empty() && !terms_match(&req.node_affinity, &n.name, &n.labels)
+        {
+            continue;
+        }
+        let matching = snap
+            .pods_on(i as NodeId)
+            .iter()
+            .filter(|p| {
+                **p != pod
+                    && snap.pod(**p).namespace == req.namespace
+                    && c.selector.matches(snap.pod_labels(**p))
+            })
+            .count() as i64;
+        *counts.entry(v.as_str()).or_insert(0) += matching;
+    }
+    counts
 }
 
 #[cfg(test)]
@@ -365,37 +421,27 @@ mod tests {
         node("n1").cpu("2").mem("4Gi")
     }
 
+    /// Whether `candidate` fits the [`small`] node `n1` among the placed pods.
+    fn fits_small(placed: Vec<PodBuilder>, candidate: PodBuilder) -> Result<(), Unfit> {
+        fits(vec![small()], placed, candidate, "n1")
+    }
+
     #[test]
     fn resources_count_what_is_placed() {
         assert_eq!(
-            fits(
-                vec![small()],
-                vec![pod("a").on("n1").cpu("1500m")],
-                pod("b").cpu("500m"),
-                "n1"
-            ),
+            fits_small(vec![pod("a").on("n1").cpu("1500m")], pod("b").cpu("500m")),
             Ok(())
         );
         assert_eq!(
-            fits(
-                vec![small()],
-                vec![pod("a").on("n1").cpu("1500m")],
-                pod("b").cpu("501m"),
-                "n1"
-            ),
+            fits_small(vec![pod("a").on("n1").cpu("1500m")], pod("b").cpu("501m")),
             Err(Unfit::InsufficientCpu)
         );
         assert_eq!(
-            fits(vec![small()], vec![], pod("b").mem("5Gi"), "n1"),
+            fits_small(vec![], pod("b").mem("5Gi")),
             Err(Unfit::InsufficientMemory)
         );
         assert_eq!(
-            fits(
-                vec![small()],
-                vec![],
-                pod("b").resource("nvidia.com/gpu", "1"),
-                "n1"
-            ),
+            fits_small(vec![], pod("b").resource("nvidia.com/gpu", "1")),
             Err(Unfit::InsufficientExtendedResource)
         );
         assert_eq!(
@@ -430,42 +476,22 @@ mod tests {
     #[test]
     fn init_containers_take_the_max_and_sidecars_and_overhead_add() {
         // max(1, init 1.5) = 1.5 of 2: fits next to 0.5.
-        let placed = || vec![pod("a").on("n1").cpu("500m")];
+        let next_to_half = |candidate| fits_small(vec![pod("a").on("n1").cpu("500m")], candidate);
         assert_eq!(
-            fits(
-                vec![small()],
-                placed(),
-                pod("b").cpu("1").init_cpu("1500m", false),
-                "n1"
-            ),
+            next_to_half(pod("b").cpu("1").init_cpu("1500m", false)),
             Ok(())
         );
         assert_eq!(
-            fits(
-                vec![small()],
-                placed(),
-                pod("b").cpu("1").init_cpu("1600m", false),
-                "n1"
-            ),
+            next_to_half(pod("b").cpu("1").init_cpu("1600m", false)),
             Err(Unfit::InsufficientCpu)
         );
         // A sidecar runs alongside: 1 + 0.6 > 1.5.
         assert_eq!(
-            fits(
-                vec![small()],
-                placed(),
-                pod("b").cpu("1").init_cpu("600m", true),
-                "n1"
-            ),
+            next_to_half(pod("b").cpu("1").init_cpu("600m", true)),
             Err(Unfit::InsufficientCpu)
         );
         assert_eq!(
-            fits(
-                vec![small()],
-                placed(),
-                pod("b").cpu("1").overhead_cpu("501m"),
-                "n1"
-            ),
+            next_to_half(pod("b").cpu("1").overhead_cpu("501m")),
             Err(Unfit::InsufficientCpu)
         );
     }

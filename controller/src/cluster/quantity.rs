@@ -34,6 +34,15 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(body.len());
     let (number, suffix) = body.split_at(num_end);
+    let (mantissa, decimals) = parse_decimal(input, number)?;
+    let scale = Scale::of_suffix(input, suffix)?;
+    let value = scale.to_milli(input, mantissa, decimals)?;
+    let value = if negative { -value } else { value };
+    i64::try_from(value).map_err(|_| err(input, "too large"))
+}
+
+/// The digits of `number` (`12.5`) as an integer mantissa (125) and the count of decimals (1).
+fn parse_decimal(input: &str, number: &str) -> Result<(i128, i32), QuantityError> {
     if number.is_empty() || number == "." {
         return Err(err(input, "no number"));
     }
@@ -46,7 +55,6 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
         }
         None => (number, ""),
     };
-    // mantissa * 10^exp10 * 2^exp2
     let mut mantissa: i128 = 0;
     for c in int_part.bytes().chain(frac_part.bytes()) {
         mantissa = mantissa
@@ -54,53 +62,69 @@ pub fn parse_milli(input: &str) -> Result<i64, QuantityError> {
             .and_then(|m| m.checked_add(i128::from(c - b'0')))
             .ok_or_else(|| err(input, "too large"))?;
     }
-    let mut exp10: i32 = -(frac_part.len() as i32);
-    let mut exp2: i32 = 0;
-    match suffix {
-        "" => {}
-        "n" => exp10 -= 9,
-        "u" => exp10 -= 6,
-        "m" => exp10 -= 3,
-        "k" => exp10 += 3,
-        "M" => exp10 += 6,
-        "G" => exp10 += 9,
-        "T" => exp10 += 12,
-        "P" => exp10 += 15,
-        "E" => exp10 += 18,
-        "Ki" => exp2 += 10,
-        "Mi" => exp2 += 20,
-        "Gi" => exp2 += 30,
-        "Ti" => exp2 += 40,
-        "Pi" => exp2 += 50,
-        "Ei" => exp2 += 60,
-        other if other.starts_with(['e', 'E']) => {
-            let e: i32 = other[1..].parse().map_err(|_| err(input, "bad exponent"))?;
-            if !(-30..=30).contains(&e) {
-                return Err(err(input, "exponent out of range"));
+    Ok((mantissa, frac_part.len() as i32))
+}
+
+/// A suffix's factor: 10^exp10 * 2^exp2.
+struct Scale {
+    exp10: i32,
+    exp2: i32,
+}
+
+impl Scale {
+    /// The factor of a decimal SI (`m`, `k`, `G`), binary (`Ki`, `Gi`) or exponent (`e3`)
+    /// suffix.
+    fn of_suffix(input: &str, suffix: &str) -> Result<Scale, QuantityError> {
+        let (exp10, exp2) = match suffix {
+            "" => (0, 0),
+            "n" => (-9, 0),
+            "u" => (-6, 0),
+            "m" => (-3, 0),
+            "k" => (3, 0),
+            "M" => (6, 0),
+            "G" => (9, 0),
+            "T" => (12, 0),
+            "P" => (15, 0),
+            "E" => (18, 0),
+            "Ki" => (0, 10),
+            "Mi" => (0, 20),
+            "Gi" => (0, 30),
+            "Ti" => (0, 40),
+            "Pi" => (0, 50),
+            "Ei" => (0, 60),
+            other if other.starts_with(['e', 'E']) => {
+                let e: i32 = other[1..].parse().map_err(|_| err(input, "bad exponent"))?;
+                if !(-30..=30).contains(&e) {
+                    return Err(err(input, "exponent out of range"));
+                }
+                (e, 0)
             }
-            exp10 += e;
-        }
-        _ => return Err(err(input, "unknown suffix")),
+            _ => return Err(err(input, "unknown suffix")),
+        };
+        Ok(Scale { exp10, exp2 })
     }
-    exp10 += 3; // to milli
-    let too_large = || err(input, "too large");
-    let mut value = mantissa;
-    for _ in 0..exp2 {
-        value = value.checked_mul(2).ok_or_else(too_large)?;
-    }
-    if exp10 >= 0 {
-        for _ in 0..exp10 {
-            value = value.checked_mul(10).ok_or_else(too_large)?;
+
+    /// `mantissa` / 10^`decimals` scaled by this factor, in milli-units rounded up.
+    fn to_milli(&self, input: &str, mantissa: i128, decimals: i32) -> Result<i128, QuantityError> {
+        let too_large = || err(input, "too large");
+        let exp10 = self.exp10 - decimals + 3; // to milli
+        let mut value = mantissa;
+        for _ in 0..self.exp2 {
+            value = value.checked_mul(2).ok_or_else(too_large)?;
         }
-    } else {
-        let mut div: i128 = 1;
-        for _ in 0..(-exp10) {
-            div = div.checked_mul(10).ok_or_else(too_large)?;
+        if exp10 >= 0 {
+            for _ in 0..exp10 {
+                value = value.checked_mul(10).ok_or_else(too_large)?;
+            }
+        } else {
+            let mut div: i128 = 1;
+            for _ in 0..(-exp10) {
+                div = div.checked_mul(10).ok_or_else(too_large)?;
+            }
+            value = (value + div - 1) / div; // round up
         }
-        value = (value + div - 1) / div; // round up
+        Ok(value)
     }
-    let value = if negative { -value } else { value };
-    i64::try_from(value).map_err(|_| too_large())
 }
 
 /// Parses a quantity into whole units, rounding up: `"1Gi"` → 1_073_741_824, `"100m"` → 1.

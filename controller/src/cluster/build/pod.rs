@@ -1,0 +1,274 @@
+//! Pods into what the planner keeps ([`PodInfo`]) and what the scheduler looks at
+//! ([`SchedRequirements`]): effective requests, selectors, affinity, tolerations, ports, spread.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+
+use super::selectors::{add_match_label_keys, affinity_terms, node_terms, selector_from};
+use super::volumes::VolumeIndex;
+use super::{SnapshotError, resources_from};
+use crate::cluster::model::{
+    HostPort, OwnerRef, PodInfo, Resources, SchedRequirements, SpreadConstraint, TaintEffect,
+    Toleration,
+};
+
+/// What a pod's volumes say: local storage (hostPath, disk emptyDir) and whether a local
+/// PersistentVolume pins it to a node.
+#[derive(Default)]
+struct VolumeFacts {
+    local_storage: bool,
+    pinned_by_volume: bool,
+}
+
+/// Parses a Pod into what the planner keeps and what the scheduler looks at.
+pub fn parse_pod(
+    pod: &Pod,
+    volumes: &VolumeIndex,
+) -> Result<(PodInfo, SchedRequirements), SnapshotError> {
+    let meta = &pod.metadata;
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
+    let name = meta.name.clone().unwrap_or_default();
+    let object = format!("{namespace}/{name}");
+    let mut req = SchedRequirements {
+        namespace: namespace.clone(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        ..Default::default()
+    };
+    let mut vols = VolumeFacts::default();
+    if let Some(spec) = pod.spec.as_ref() {
+        scheduling_requirements(spec, &object, &mut req)?;
+        vols = volume_facts(spec, &namespace, volumes, &mut req);
+    }
+    let info = pod_info(pod, namespace, name, object, vols);
+    Ok((info, req))
+}
+
+/// Fills `req` from the spec: requests, node selection, pod (anti-)affinity, tolerations, host
+/// ports and hard topology spread.
+fn scheduling_requirements(
+    spec: &PodSpec,
+    object: &str,
+    req: &mut SchedRequirements,
+) -> Result<(), SnapshotError> {
+    req.requests = effective_requests(spec, object)?;
+    req.node_selector = spec.node_selector.clone().unwrap_or_default();
+    let affinity = spec.affinity.as_ref();
+    if let Some(ns) = affinity
+        .and_then(|a| a.node_affinity.as_ref())
+        .and_then(|n| {
+            n.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    {
+        req.node_affinity = node_terms(ns, "Pod", object)?;
+    }
+    let (namespace, labels) = (&req.namespace, &req.labels);
+    let terms = |t| affinity_terms(t, namespace, labels, object);
+    let pod_affinity = terms(
+        affinity
+            .and_then(|a| a.pod_affinity.as_ref())
+            .and_then(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+    )?;
+    let pod_anti_affinity = terms(
+        affinity
+            .and_then(|a| a.pod_anti_affinity.as_ref())
+            .and_then(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
+    )?;
+    req.affinity = pod_affinity;
+    req.anti_affinity = pod_anti_affinity;
+    req.tolerations = tolerations(spec, object)?;
+    req.host_ports = host_ports(spec);
+    req.spread = spread_constraints(spec, &req.labels, object)?;
+    Ok(())
+}
+
+fn container_requests(
+    c: &Container,
+    object: &str,
+    field: &str,
+) -> Result<Resources, SnapshotError> {
+    Ok(resources_from(
+        c.resources.as_ref().and_then(|r| r.requests.as_ref()),
+        "Pod",
+        object,
+        &format!("{field}[{}].resources.requests", c.name),
+    )?
+    .0)
+}
+
+/// Effective requests, as the scheduler computes them: containers and sidecars summed, at
+/// least the largest init container (with the sidecars started before it), plus overhead.
+fn effective_requests(spec: &PodSpec, object: &str) -> Result<Resources, SnapshotError> {
+    let mut sum = Resources::default();
+    for c in &spec.containers {
+        sum.add(&container_requests(c, object, "spec.containers")?);
+    }
+    let mut init_max = Resources::default();
+    let mut sidecars = Resources::default();
+    for c in spec.init_containers.iter().flatten() {
+        let r = container_requests(c, object, "spec.initContainers")?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars.add(&r);
+            init_max.max_with(&sidecars);
+        } else {
+            let mut this = r;
+            this.add(&sidecars);
+            init_max.max_with(&this);
+        }
+    }
+    sum.add(&sidecars);
+    sum.max_with(&init_max);
+    let (overhead, _) = resources_from(spec.overhead.as_ref(), "Pod", object, "spec.overhead")?;
+    sum.add(&overhead);
+    sum.extended.retain(|(_, v)| *v != 0);
+    Ok(sum)
+}
+
+fn tolerations(spec: &PodSpec, object: &str) -> Result<Vec<Toleration>, SnapshotError> {
+    let mut out = Vec::new();
+    for t in spec.tolerations.iter().flatten() {
+        let effect = match t.effect.as_deref() {
+            None | Some("") => None,
+            Some(e) => Some(TaintEffect::parse(e).ok_or_else(|| SnapshotError::Invalid {
+                kind: "Pod",
+                object: object.to_string(),
+                why: format!("toleration effect `{e}` is unknown"),
+            })?),
+        };
+        out.push(Toleration {
+            key: t.key.clone().filter(|k| !k.is_empty()),
+            exists: t.operator.as_deref() == Some("Exists"),
+            value: t.value.clone().unwrap_or_default(),
+            effect,
+        });
+    }
+    Ok(out)
+}
+
+/// Host ports of the containers and sidecars.
+fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+    let port_containers = spec.containers.iter().chain(
+        spec.init_containers
+            .iter()
+            .flatten()
+            .filter(|c| c.restart_policy.as_deref() == Some("Always")),
+    );
+    let mut out = Vec::new();
+    for c in port_containers {
+        for p in c.ports.iter().flatten() {
+            if let Some(hp) = p.host_port.filter(|p| *p > 0) {
+                out.push(HostPort {
+                    ip: p.host_ip.clone().unwrap_or_default(),
+                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                    port: hp,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The `DoNotSchedule` topology spread constraints.
+fn spread_constraints(
+    spec: &PodSpec,
+    labels: &BTreeMap<String, String>,
+    object: &str,
+) -> Result<Vec<SpreadConstraint>, SnapshotError> {
+    let mut out = Vec::new();
+    for s in spec.topology_spread_constraints.iter().flatten() {
+        if s.when_unsatisfiable != "DoNotSchedule" {
+            continue;
+        }
+        let mut selector = match &s.label_selector {
+            Some(sel) => selector_from(sel, "Pod", object)?,
+            None => continue, // a null selector matches no pods: the constraint is moot
+        };
+        add_match_label_keys(&mut selector, s.match_label_keys.as_deref(), labels);
+        out.push(SpreadConstraint {
+            max_skew: s.max_skew.max(1),
+            topology_key: s.topology_key.clone(),
+            selector,
+        });
+    }
+    Ok(out)
+}
+
+/// Local storage and local PersistentVolumes (whose node affinity joins `req`).
+fn volume_facts(
+    spec: &PodSpec,
+    namespace: &str,
+    volumes: &VolumeIndex,
+    req: &mut SchedRequirements,
+) -> VolumeFacts {
+    let mut out = VolumeFacts::default();
+    for v in spec.volumes.iter().flatten() {
+        if v.host_path.is_some() {
+            out.local_storage = true;
+        }
+        if let Some(ed) = &v.empty_dir
+            && ed.medium.as_deref() != Some("Memory")
+        {
+            out.local_storage = true;
+        }
+        if let Some(pvc) = &v.persistent_volume_claim
+            && let Some(terms) = volumes.get(&(namespace.to_string(), pvc.claim_name.clone()))
+        {
+            req.volume_node_affinity.push(terms.clone());
+            out.pinned_by_volume = true;
+        }
+    }
+    out
+}
+
+/// What the planner keeps of the pod: identity, owner, phase, readiness and volumes.
+fn pod_info(
+    pod: &Pod,
+    namespace: String,
+    name: String,
+    object: String,
+    vols: VolumeFacts,
+) -> PodInfo {
+    let meta = &pod.metadata;
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("");
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True");
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| OwnerRef {
+            kind: o.kind.clone(),
+            name: o.name.clone(),
+        });
+    let annotations = meta.annotations.clone().unwrap_or_default();
+    PodInfo {
+        uid: meta.uid.clone().unwrap_or(object),
+        mirror: annotations.contains_key("kubernetes.io/config.mirror"),
+        annotations,
+        namespace,
+        name,
+        class: 0,
+        owner,
+        terminal: matches!(phase, "Succeeded" | "Failed"),
+        terminating: meta.deletion_timestamp.is_some(),
+        ready,
+        local_storage: vols.local_storage,
+        pinned_by_volume: vols.pinned_by_volume,
+        node_name: pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .filter(|n| !n.is_empty()),
+    }
+}
