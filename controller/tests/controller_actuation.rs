@@ -211,6 +211,11 @@ async fn start(actuator: &Actuator, order: DrainOrder) -> JoinHandle<Outcome> {
     actuator.start(order).await.unwrap().unwrap()
 }
 
+/// Runs `order` to its end.
+async fn finish(actuator: &Actuator, order: DrainOrder) -> Outcome {
+    start(actuator, order).await.await.unwrap()
+}
+
 /// Node `n1` with one ReplicaSet pod `name` that stays after its eviction is accepted.
 fn node_with_lingering_pod(api: &FakeApi, name: &str) {
     api.add_node(node("n1").build());
@@ -285,7 +290,7 @@ async fn a_pod_landing_after_the_plan_rolls_the_drain_back() {
     let o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
     // The pod arrives between the plan and the taint.
     api.add_pod(pod("late").ns("shop").on("n1").build());
-    let outcome = start(&actuator, o).await.await.unwrap();
+    let outcome = finish(&actuator, o).await;
     assert_eq!(
         outcome,
         Outcome::GaveUp(GiveUpReason::PodsLanded(vec!["shop/late".into()]))
@@ -306,7 +311,7 @@ async fn the_planner_recheck_can_veto_the_drain() {
     let (actuator, _) = setup(&api);
     let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
     o.recheck = Arc::new(|n| Err(format!("{n}: NoPlaceToMovePods")));
-    let outcome = start(&actuator, o).await.await.unwrap();
+    let outcome = finish(&actuator, o).await;
     assert!(
         matches!(outcome, Outcome::GaveUp(GiveUpReason::NoLongerRemovable(ref w)) if w.contains("NoPlaceToMovePods")),
         "{outcome:?}"
@@ -323,10 +328,7 @@ async fn evictions_refused_past_the_max_time_untaint_the_node() {
     api.add_pod(pod("web-1").on("n1").owned_by("ReplicaSet", "web").build());
     api.script_evictions("default/db-0", &[429; 100]);
     let (actuator, tracker) = setup(&api);
-    let outcome = start(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete))
-        .await
-        .await
-        .unwrap();
+    let outcome = finish(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete)).await;
     assert_eq!(
         outcome,
         Outcome::GaveUp(GiveUpReason::EvictionTimeout {
@@ -346,10 +348,7 @@ async fn pods_that_never_terminate_fail_the_drain_after_their_grace() {
     node_with_lingering_pod(&api, "stuck");
     let (actuator, _) = setup(&api);
     let t0 = tokio::time::Instant::now();
-    let outcome = start(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete))
-        .await
-        .await
-        .unwrap();
+    let outcome = finish(&actuator, order(&api, "n1", ScaleDownMode::DrainAndDelete)).await;
     assert_eq!(
         outcome,
         Outcome::GaveUp(GiveUpReason::PodsDidNotTerminate {

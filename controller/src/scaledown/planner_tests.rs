@@ -7,7 +7,7 @@ use jiff::Timestamp;
 
 use super::config::PlannerConfig;
 use super::planner::{Plan, PlannerState, StepStopwatch, plan};
-use crate::cluster::{ClusterSnapshot, PredicateChecker, build_snapshot};
+use crate::cluster::{ClusterObjects, ClusterSnapshot, PredicateChecker, build_snapshot};
 use crate::testkit::{
     PodBuilder, node, node_state_warm, objects, pdb_min_available, pod, snapshot, taint,
 };
@@ -22,15 +22,18 @@ fn run(
     now: Timestamp,
     state: &mut PlannerState,
 ) -> Plan {
-    let mut checker = PredicateChecker::new();
-    plan(
-        s,
-        &mut checker,
-        cfg,
-        now,
-        state,
-        &mut StepStopwatch::default(),
-    )
+    run_timed(s, cfg, now, state, &mut StepStopwatch::default())
+}
+
+/// [`run`] with the stopwatch given.
+fn run_timed(
+    s: &mut ClusterSnapshot,
+    cfg: &PlannerConfig,
+    now: Timestamp,
+    state: &mut PlannerState,
+    watch: &mut StepStopwatch,
+) -> Plan {
+    plan(s, &mut PredicateChecker::new(), cfg, now, state, watch)
 }
 
 fn names(p: &Plan) -> Vec<&str> {
@@ -39,6 +42,14 @@ fn names(p: &Plan) -> Vec<&str> {
 
 fn reason_of<'a>(p: &'a Plan, node: &str) -> Option<&'a super::planner::Unremovable> {
     p.unremovable.iter().find(|u| u.node == node)
+}
+
+/// `big` (10 cpu, 6 used by `w0`) and `n` (10 cpu, `n_cpu` used by `w1`), both pods of `web`.
+fn big_and_n(n_cpu: &str) -> ClusterObjects {
+    objects(
+        [node("big").cpu("10"), node("n").cpu("10")],
+        [web("w0", "big", "6"), web("w1", "n", n_cpu)],
+    )
 }
 
 fn web(name: &str, node: &str, cpu: &str) -> PodBuilder {
@@ -216,18 +227,8 @@ fn hints_are_tried_first_and_age_out() {
 
 #[test]
 fn leaving_the_set_resets_the_timer() {
-    let idle = || {
-        snapshot(
-            [node("big").cpu("10"), node("n").cpu("10")],
-            [web("w0", "big", "6"), web("w1", "n", "1")],
-        )
-    };
-    let busy = || {
-        snapshot(
-            [node("big").cpu("10"), node("n").cpu("10")],
-            [web("w0", "big", "6"), web("w1", "n", "8")],
-        )
-    };
+    let idle = || build_snapshot(&big_and_n("1")).unwrap();
+    let busy = || build_snapshot(&big_and_n("8")).unwrap();
     let cfg = PlannerConfig::default();
     let mut state = PlannerState::default();
     assert_eq!(
@@ -304,10 +305,7 @@ fn recent_evictions_are_reinjected_until_the_owner_is_whole() {
     let mut state = PlannerState::default();
     state.record_eviction(web("w9", "old", "4").build(), t(0));
     // The ReplicaSet wants 3, 2 exist: the evicted pod (4 cpu) fills big, n's pod has no room.
-    let mut objs = objects(
-        [node("big").cpu("10"), node("n").cpu("10")],
-        [web("w0", "big", "6"), web("w1", "n", "1")],
-    );
+    let mut objs = big_and_n("1");
     objs.replica_sets[0].spec.as_mut().unwrap().replicas = Some(3);
     let mut s = build_snapshot(&objs).unwrap();
     let p = run(&mut s, &cfg, t(1), &mut state);
@@ -318,14 +316,8 @@ fn recent_evictions_are_reinjected_until_the_owner_is_whole() {
     );
     assert_eq!(state.recent_evictions.len(), 1);
     // The replacement exists (3 of 3): nothing is injected, n is removable.
-    let mut objs = objects(
-        [node("big").cpu("10"), node("n").cpu("10")],
-        [
-            web("w0", "big", "6"),
-            web("w1", "n", "1"),
-            web("w2", "big", "1"),
-        ],
-    );
+    let mut objs = big_and_n("1");
+    objs.pods.push(web("w2", "big", "1").build());
     objs.replica_sets[0].spec.as_mut().unwrap().replicas = Some(3);
     let p = run(&mut build_snapshot(&objs).unwrap(), &cfg, t(2), &mut state);
     assert_eq!(names(&p), ["n"]);
@@ -339,10 +331,7 @@ fn recent_evictions_are_reinjected_until_the_owner_is_whole() {
 fn an_evicted_pod_that_fits_nowhere_holds_new_candidates() {
     let mut state = PlannerState::default();
     state.record_eviction(pod("bare").cpu("50").build(), t(0));
-    let mut s = snapshot(
-        [node("big").cpu("10"), node("n").cpu("10")],
-        [web("w0", "big", "6"), web("w1", "n", "1")],
-    );
+    let mut s = build_snapshot(&big_and_n("1")).unwrap();
     let p = run(&mut s, &PlannerConfig::default(), t(1), &mut state);
     assert!(p.pending_reschedule);
     assert_eq!(
@@ -365,14 +354,7 @@ fn the_time_bound_stops_the_loop_after_the_minimum() {
         step: Duration::ZERO,
         now: Duration::from_secs(60),
     };
-    let p = plan(
-        &mut s,
-        &mut PredicateChecker::new(),
-        &cfg,
-        t(0),
-        &mut PlannerState::default(),
-        &mut late,
-    );
+    let p = run_timed(&mut s, &cfg, t(0), &mut PlannerState::default(), &mut late);
     assert!(p.simulation.timed_out);
     assert_eq!(p.simulation.nodes_evaluated, 5);
     assert_eq!(p.candidates.len(), 5);
@@ -389,14 +371,7 @@ fn the_time_bound_stops_the_loop_after_the_minimum() {
         step: Duration::from_secs(1),
         now: Duration::ZERO,
     };
-    let p = plan(
-        &mut s,
-        &mut PredicateChecker::new(),
-        &cfg,
-        t(0),
-        &mut PlannerState::default(),
-        &mut watch,
-    );
+    let p = run_timed(&mut s, &cfg, t(0), &mut PlannerState::default(), &mut watch);
     assert_eq!(p.simulation.nodes_evaluated, 3);
     assert!(p.simulation.timed_out);
     // In time: everything.
