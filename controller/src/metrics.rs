@@ -163,17 +163,6 @@ pub struct Metrics {
     pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
 }
 
-/// Registers `metric` under `name` and returns it (a handle to the same series).
-fn register<M: prometheus_client::registry::Metric + Clone>(
-    registry: &mut Registry,
-    name: &str,
-    help: &str,
-    metric: M,
-) -> M {
-    registry.register(name, help, metric.clone());
-    metric
-}
-
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -182,107 +171,91 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
+        let mut m = Self {
+            registry: Arc::default(),
+            unneeded_nodes: Family::<PolicyLabels, Gauge>::default(),
+            unremovable_nodes: Family::<PolicyReasonLabels, Gauge>::default(),
+            nodes_scaled_down: Family::<ScaleDownLabels, Counter>::default(),
+            evictions: Family::<EvictionLabels, Counter>::default(),
+            drains_in_progress: Family::<PolicyLabels, Gauge>::default(),
+            throttled: Family::<PolicyReasonLabels, Gauge>::default(),
+            function_duration: Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),),
+            drain_duration: Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),),
+            placements: Family::<PlacementLabels, Counter>::default(),
+            placement_escalations: Family::<PlacementHistoryLabels, Counter>::default(),
+            placement_hits: Family::<PlacementHistoryLabels, Counter>::default(),
+            gate_wait: Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {Histogram::new(exponential_buckets(0.05, 2.0, 14))}),
+            reconcile_errors: Family::<ReconcileErrorLabels, Counter>::default(),
+        };
         let mut registry = Registry::with_prefix("ebb");
-        let unneeded_nodes = register(
-            &mut registry,
+        m.register_all(&mut registry);
+        m.registry = Arc::new(registry);
+        m
+    }
+
+    /// Every metric's name and help text.
+    fn register_all(&self, r: &mut Registry) {
+        r.register(
             "unneeded_nodes",
             "Nodes in the candidate set (removable together)",
-            Family::<PolicyLabels, Gauge>::default(),
+            self.unneeded_nodes.clone(),
         );
-        let unremovable_nodes = register(
-            &mut registry,
+        r.register(
             "unremovable_nodes",
             "Nodes that cannot be removed, by reason",
-            Family::<PolicyReasonLabels, Gauge>::default(),
+            self.unremovable_nodes.clone(),
         );
-        let nodes_scaled_down = register(
-            &mut registry,
+        r.register(
             "nodes_scaled_down",
             "Nodes removed (or drained in Drain mode), by kind",
-            Family::<ScaleDownLabels, Counter>::default(),
+            self.nodes_scaled_down.clone(),
         );
-        let evictions = register(
-            &mut registry,
+        r.register(
             "evictions",
             "Eviction API calls, by result",
-            Family::<EvictionLabels, Counter>::default(),
+            self.evictions.clone(),
         );
-        let drains_in_progress = register(
-            &mut registry,
+        r.register(
             "drains_in_progress",
             "Nodes being drained now",
-            Family::<PolicyLabels, Gauge>::default(),
+            self.drains_in_progress.clone(),
         );
-        let throttled = register(
-            &mut registry,
+        r.register(
             "throttled_nodes",
             "Removable nodes held back by a limit, by reason",
-            Family::<PolicyReasonLabels, Gauge>::default(),
+            self.throttled.clone(),
         );
-        let function_duration = register(
-            &mut registry,
+        r.register(
             "function_duration_seconds",
             "Duration of controller functions",
-            Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
-                || HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),
-            ),
+            self.function_duration.clone(),
         );
-        let drain_duration = register(
-            &mut registry,
-            "drain_duration_seconds",
-            "Duration of node drains from the to-be-deleted taint to the node's removal or rollback, by outcome",
-            Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(
-                || HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),
-            ),
-        );
-        let placements = register(
-            &mut registry,
+        r.register("drain_duration_seconds", "Duration of node drains from the to-be-deleted taint to the node's removal or rollback, by outcome", self.drain_duration.clone());
+        r.register(
             "placements",
             "Gated pods released, by outcome",
-            Family::<PlacementLabels, Counter>::default(),
+            self.placements.clone(),
         );
-        let placement_escalations = register(
-            &mut registry,
+        r.register(
             "placement_escalations",
             "Pinned requests relaxed after their escalation timeout",
-            Family::<PlacementHistoryLabels, Counter>::default(),
+            self.placement_escalations.clone(),
         );
-        let placement_hits = register(
-            &mut registry,
+        r.register(
             "placement_hits",
             "Pods that landed on a node with history or warm data",
-            Family::<PlacementHistoryLabels, Counter>::default(),
+            self.placement_hits.clone(),
         );
-        let gate_wait = register(
-            &mut registry,
+        r.register(
             "placement_gate_wait_seconds",
             "Time pods spent behind the placement gate",
-            Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.05, 2.0, 14))
-            }),
+            self.gate_wait.clone(),
         );
-        let reconcile_errors = register(
-            &mut registry,
+        r.register(
             "reconcile_errors",
             "Failed reconciles (retried with back-off), by controller and reason",
-            Family::<ReconcileErrorLabels, Counter>::default(),
+            self.reconcile_errors.clone(),
         );
-        Self {
-            registry: Arc::new(registry),
-            reconcile_errors,
-            unneeded_nodes,
-            unremovable_nodes,
-            nodes_scaled_down,
-            evictions,
-            drains_in_progress,
-            throttled,
-            function_duration,
-            drain_duration,
-            placements,
-            placement_escalations,
-            placement_hits,
-            gate_wait,
-        }
     }
 
     /// Count one failed reconcile of `controller`, by the error's reason.

@@ -5,6 +5,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use ebb_api::KubeDuration;
+
+use crate::reconcilers::placement::PlacementSettings;
 
 /// ebb: removes under-used Kubernetes nodes in parallel without stranding workloads, and sends
 /// workloads back to the nodes that hold their warm local data.
@@ -56,21 +59,21 @@ pub struct RunArgs {
     #[arg(long, env = "EBB_RECHECK_DELAY", default_value = "5s")]
     pub recheck_delay: ebb_api::KubeDuration,
     /// Name of the Secret (in `--namespace`) holding the node-local API token keys.
-    #[arg(long, env = "EBB_TOKEN_SECRET", default_value = "ebb-token-keys")]
+    #[arg(long, env = "EBB_TOKEN_SECRET", default_value = PlacementSettings::DEFAULT_TOKEN_SECRET_NAME)]
     pub token_secret: String,
     /// Gated pods (`ebb.dev/placement`) that no valid PlacementHistory governs are released
     /// unchanged after this long.
-    #[arg(long, env = "EBB_PLACEMENT_GRACE", default_value = "10s")]
+    #[arg(long, env = "EBB_PLACEMENT_GRACE", default_value_t = KubeDuration(PlacementSettings::DEFAULT_GRACE))]
     pub placement_grace: ebb_api::KubeDuration,
     /// A PlacementHistory's status is written at most this often (and only on change).
-    #[arg(long, env = "EBB_PLACEMENT_STATUS_INTERVAL", default_value = "10s")]
+    #[arg(long, env = "EBB_PLACEMENT_STATUS_INTERVAL", default_value_t = KubeDuration(PlacementSettings::DEFAULT_STATUS_INTERVAL))]
     pub placement_status_interval: ebb_api::KubeDuration,
     /// Lifetime of the node-local API tokens minted into placed pods.
-    #[arg(long, env = "EBB_TOKEN_TTL", default_value = "24h")]
+    #[arg(long, env = "EBB_TOKEN_TTL", default_value_t = KubeDuration(PlacementSettings::DEFAULT_TOKEN_TTL))]
     pub token_ttl: ebb_api::KubeDuration,
     /// How often the token key in `--token-secret` is replaced (the old key stays valid as the
     /// previous key).
-    #[arg(long, env = "EBB_TOKEN_ROTATION", default_value = "24h")]
+    #[arg(long, env = "EBB_TOKEN_ROTATION", default_value_t = KubeDuration(PlacementSettings::DEFAULT_KEY_ROTATION))]
     pub token_rotation: ebb_api::KubeDuration,
 }
 
