@@ -79,47 +79,11 @@ pub fn transitions(
     if next.degraded != prev.degraded
         && let Some((reason, message)) = &next.degraded
     {
-        out.push(ev(
-            Regarding::Policy,
-            true,
-            DEGRADED,
-            format!("{reason}: {message}"),
-        ));
+        let note = format!("{reason}: {message}");
+        out.push(ev(Regarding::Policy, true, DEGRADED, note));
     }
-    let new_candidates: Vec<&String> = next.candidates.difference(&prev.candidates).collect();
-    for n in &new_candidates {
-        out.push(ev(
-            Regarding::Node((*n).clone()),
-            false,
-            SCALE_DOWN_CANDIDATE,
-            format!("removable together with the other candidates of ScaleDownPolicy {policy}"),
-        ));
-    }
-    if !new_candidates.is_empty() {
-        out.push(ev(
-            Regarding::Policy,
-            false,
-            SCALE_DOWN_CANDIDATE,
-            "nodes joined the candidate set (status.candidateNodes lists them)".into(),
-        ));
-    }
-    for n in next.draining.difference(&prev.draining) {
-        out.push(ev(
-            Regarding::Node(n.clone()),
-            false,
-            DRAIN_STARTED,
-            format!("tainted ebb.dev/to-be-deleted by ScaleDownPolicy {policy}; evicting its pods"),
-        ));
-    }
-    let started = next.draining.difference(&prev.draining).count();
-    if started > 0 {
-        out.push(ev(
-            Regarding::Policy,
-            false,
-            DRAIN_STARTED,
-            "drains started (status.drainingNodes lists them)".into(),
-        ));
-    }
+    out.extend(joined_candidates(policy, prev, next));
+    out.extend(started_drains(policy, prev, next));
     for n in next.blocked.difference(&prev.blocked) {
         out.push(ev(
             Regarding::Node(n.clone()),
@@ -128,44 +92,84 @@ pub fn transitions(
             "a PodDisruptionBudget refused an eviction; retrying every evictionRetryInterval until maxPodEvictionTime".into(),
         ));
     }
-    for f in finished {
-        match &f.outcome {
-            Outcome::Removed => out.push(about(
-                &f.drain.node,
-                false,
-                NODE_REMOVED,
-                format!(
-                    "node {} removed ({})",
-                    f.drain.node,
-                    kind_name(f.drain.kind)
-                ),
-            )),
-            Outcome::GaveUp(reason) => {
-                let note = format!(
-                    "drain of node {} abandoned, node untainted: {reason}",
-                    f.drain.node
-                );
-                out.push(ev(
-                    Regarding::Node(f.drain.node.clone()),
-                    true,
-                    DRAIN_FAILED,
-                    note.clone(),
-                ));
-                out.push(about(&f.drain.node, true, DRAIN_FAILED, note));
-            }
-        }
-    }
+    out.extend(finished.iter().flat_map(finished_drain));
     if next.throttled != prev.throttled
         && let Some(r) = next.throttled
     {
+        let note = format!("removable nodes held back by {r}");
+        out.push(ev(Regarding::Policy, false, THROTTLED, note));
+    }
+    out
+}
+
+/// One Event per node that joined the candidate set, and one on the policy.
+fn joined_candidates(policy: &str, prev: &Facts, next: &Facts) -> Vec<Planned> {
+    let mut out: Vec<Planned> = next
+        .candidates
+        .difference(&prev.candidates)
+        .map(|n| {
+            let note =
+                format!("removable together with the other candidates of ScaleDownPolicy {policy}");
+            ev(
+                Regarding::Node(n.clone()),
+                false,
+                SCALE_DOWN_CANDIDATE,
+                note,
+            )
+        })
+        .collect();
+    if !out.is_empty() {
+        let note = "nodes joined the candidate set (status.candidateNodes lists them)";
         out.push(ev(
             Regarding::Policy,
             false,
-            THROTTLED,
-            format!("removable nodes held back by {r}"),
+            SCALE_DOWN_CANDIDATE,
+            note.into(),
         ));
     }
     out
+}
+
+/// One Event per node whose drain started, and one on the policy.
+fn started_drains(policy: &str, prev: &Facts, next: &Facts) -> Vec<Planned> {
+    let mut out: Vec<Planned> = next
+        .draining
+        .difference(&prev.draining)
+        .map(|n| {
+            let note = format!(
+                "tainted ebb.dev/to-be-deleted by ScaleDownPolicy {policy}; evicting its pods"
+            );
+            ev(Regarding::Node(n.clone()), false, DRAIN_STARTED, note)
+        })
+        .collect();
+    if !out.is_empty() {
+        let note = "drains started (status.drainingNodes lists them)";
+        out.push(ev(Regarding::Policy, false, DRAIN_STARTED, note.into()));
+    }
+    out
+}
+
+/// A removed node: one Event on the policy; an abandoned drain: one on the node and the policy.
+fn finished_drain(f: &Finished) -> Vec<Planned> {
+    let node = &f.drain.node;
+    match &f.outcome {
+        Outcome::Removed => {
+            let note = format!("node {node} removed ({})", kind_name(f.drain.kind));
+            vec![about(node, false, NODE_REMOVED, note)]
+        }
+        Outcome::GaveUp(reason) => {
+            let note = format!("drain of node {node} abandoned, node untainted: {reason}");
+            vec![
+                ev(
+                    Regarding::Node(node.clone()),
+                    true,
+                    DRAIN_FAILED,
+                    note.clone(),
+                ),
+                about(node, true, DRAIN_FAILED, note),
+            ]
+        }
+    }
 }
 
 fn kind_name(kind: crate::metrics::ScaleDownKind) -> &'static str {

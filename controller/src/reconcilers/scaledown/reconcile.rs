@@ -113,17 +113,27 @@ impl AllPolicies {
             .collect();
         // The store may lag behind the object being reconciled.
         policies.insert(current.name_any(), Arc::new(current.clone()));
+        Self::from_policies(policies.into_values())
+    }
+
+    pub(super) fn from_policies(policies: impl IntoIterator<Item = Arc<ScaleDownPolicy>>) -> Self {
         let configs = policies
             .into_iter()
-            .map(|(name, p)| {
+            .map(|p| {
                 let cfg = PlannerConfig::from_spec(&p.spec).map_err(|e| e.to_string());
                 let acts = p.spec.mode != ScaleDownMode::DryRun
                     && p.metadata.deletion_timestamp.is_none()
                     && cfg.is_ok();
-                (name, cfg, acts)
+                (p.name_any(), cfg, acts)
             })
             .collect();
         Self { configs }
+    }
+
+    /// The planner configuration of `policy`, when its spec is valid.
+    pub(super) fn config(&self, policy: &str) -> Option<&PlannerConfig> {
+        let (_, cfg, _) = self.configs.iter().find(|(name, _, _)| name == policy)?;
+        cfg.as_ref().ok()
     }
 
     pub(super) fn selections<'a>(&self, nodes: impl IntoIterator<Item = &'a Node>) -> Selections {

@@ -70,6 +70,42 @@ pub fn removed_at_start(
 /// The status for these facts. Conditions keep their transition times from `previous`.
 pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
     let draining: BTreeMap<&str, &Drain> = f.drains.iter().map(|d| (d.node.as_str(), d)).collect();
+    let candidates = candidate_rows(f, &draining);
+    let unremovable = unremovable_rows(f, &draining);
+    let mut by_reason: BTreeMap<UnremovableReason, i32> = BTreeMap::new();
+    for u in &unremovable {
+        *by_reason.entry(u.reason).or_insert(0) += 1;
+    }
+    let stats = f.plan.map(|p| p.simulation).unwrap_or_default();
+    let mut candidate_nodes = candidates.clone();
+    candidate_nodes.truncate(STATUS_LIST_CAP);
+    let mut unremovable_nodes = unremovable;
+    unremovable_nodes.truncate(STATUS_LIST_CAP);
+    ScaleDownPolicyStatus {
+        observed_generation: f.generation,
+        conditions: conditions_for(f),
+        nodes_selected: f.nodes_selected as i32,
+        candidates: candidates.len() as i32,
+        draining: f.drains.len() as i32,
+        removed_total: f.removed_total,
+        unremovable: by_reason
+            .into_iter()
+            .map(|(reason, count)| ReasonCount { reason, count })
+            .collect(),
+        candidate_nodes,
+        draining_nodes: f.drains.iter().map(draining_row).collect(),
+        unremovable_nodes,
+        last_loop: LoopStatus {
+            time: Some(Time(f.now)),
+            duration_ms: f.loop_duration.as_millis() as i64,
+            nodes_evaluated: stats.nodes_evaluated as i32,
+            timed_out: stats.timed_out,
+        },
+    }
+}
+
+/// Candidates not being drained and not shared with another policy, each with what it waits for.
+fn candidate_rows(f: &LoopFacts<'_>, draining: &BTreeMap<&str, &Drain>) -> Vec<CandidateStatus> {
     let mut waiting: BTreeMap<&str, String> = BTreeMap::new();
     if let Some(sel) = f.selection {
         for (n, r) in &sel.waiting {
@@ -79,8 +115,7 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
             waiting.insert(n, r.to_string());
         }
     }
-    let candidates: Vec<CandidateStatus> = f
-        .plan
+    f.plan
         .map(|p| p.candidates.as_slice())
         .unwrap_or(&[])
         .iter()
@@ -95,9 +130,15 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
                 _ => waiting.get(c.node.as_str()).cloned(),
             },
         })
-        .collect();
+        .collect()
+}
 
-    let mut unremovable: Vec<UnremovableNodeStatus> = f
+/// Nodes that stay, by name: the planner's reasons, and the nodes shared with another policy.
+fn unremovable_rows(
+    f: &LoopFacts<'_>,
+    draining: &BTreeMap<&str, &Drain>,
+) -> Vec<UnremovableNodeStatus> {
+    let mut rows: Vec<UnremovableNodeStatus> = f
         .plan
         .map(|p| p.unremovable.as_slice())
         .unwrap_or(&[])
@@ -115,125 +156,81 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
             pod_reason: u.pod_reason,
         })
         .collect();
-    unremovable.extend(f.overlapping.keys().map(|n| UnremovableNodeStatus {
+    rows.extend(f.overlapping.keys().map(|n| UnremovableNodeStatus {
         node: n.clone(),
         reason: UnremovableReason::OverlappingPolicies,
         pod: None,
         pod_reason: None,
     }));
-    unremovable.sort_by(|a, b| a.node.cmp(&b.node));
-    let mut by_reason: BTreeMap<UnremovableReason, i32> = BTreeMap::new();
-    for u in &unremovable {
-        *by_reason.entry(u.reason).or_insert(0) += 1;
-    }
+    rows.sort_by(|a, b| a.node.cmp(&b.node));
+    rows
+}
 
+fn draining_row(d: &Drain) -> DrainingNodeStatus {
+    DrainingNodeStatus {
+        node: d.node.clone(),
+        phase: d.phase,
+        started: Some(Time(d.started)),
+        pods_remaining: d.pods_remaining,
+        evictions_blocked: d.evictions_blocked,
+    }
+}
+
+/// Ready, Throttled and Degraded, keeping transition times from the previous status.
+fn conditions_for(f: &LoopFacts<'_>) -> Vec<Condition> {
     let mut conds: Vec<Condition> = f.previous.map(|p| p.conditions.clone()).unwrap_or_default();
-    let gen_ = f.generation;
+    let cond = |type_: &str, status: bool, reason: &str, message: String| {
+        conditions::condition(type_, status, reason, message, f.generation, f.now)
+    };
     let stopped = f.degraded.is_some_and(|d| d.stops_policy);
     let ready = match f.degraded {
-        Some(d) if d.stops_policy => conditions::condition(
+        Some(d) if d.stops_policy => cond(
             conditions::READY,
             false,
             d.reason.as_str(),
             d.message.clone(),
-            gen_,
-            f.now,
         ),
-        _ => conditions::condition(
+        _ => cond(
             conditions::READY,
             true,
             "Reconciled",
-            match f.mode {
-                ScaleDownMode::DryRun => {
-                    "planning every loop; DryRun: nothing is tainted, evicted or deleted"
-                }
-                ScaleDownMode::Drain => {
-                    "planning every loop; removable nodes are drained and kept cordoned"
-                }
-                ScaleDownMode::DrainAndDelete => {
-                    "planning every loop; removable nodes are drained and deleted"
-                }
-            },
-            gen_,
-            f.now,
+            ready_message(f.mode).to_string(),
         ),
     };
     conditions::set_condition(&mut conds, ready);
-    let throttle = if stopped {
-        None
-    } else {
-        main_throttle(f.selection)
-    };
-    let throttled = match throttle {
+    let throttled = match main_throttle(f.selection).filter(|_| !stopped) {
         Some(r) => {
             let n = f.selection.map(|s| s.throttled.len()).unwrap_or(0);
-            conditions::condition(
-                conditions::THROTTLED,
-                true,
-                r.as_str(),
-                format!("{n} removable node(s) held back; most by {r}"),
-                gen_,
-                f.now,
-            )
+            let message = format!("{n} removable node(s) held back; most by {r}");
+            cond(conditions::THROTTLED, true, r.as_str(), message)
         }
-        None => conditions::condition(
-            conditions::THROTTLED,
-            false,
-            "NotThrottled",
-            "",
-            gen_,
-            f.now,
-        ),
+        None => cond(conditions::THROTTLED, false, "NotThrottled", String::new()),
     };
     conditions::set_condition(&mut conds, throttled);
     let degraded = match f.degraded {
-        Some(d) => conditions::condition(
+        Some(d) => cond(
             conditions::DEGRADED,
             true,
             d.reason.as_str(),
             d.message.clone(),
-            gen_,
-            f.now,
         ),
-        None => conditions::condition(conditions::DEGRADED, false, "AsExpected", "", gen_, f.now),
+        None => cond(conditions::DEGRADED, false, "AsExpected", String::new()),
     };
     conditions::set_condition(&mut conds, degraded);
+    conds
+}
 
-    let stats = f.plan.map(|p| p.simulation).unwrap_or_default();
-    let mut candidate_nodes = candidates.clone();
-    candidate_nodes.truncate(STATUS_LIST_CAP);
-    let mut unremovable_nodes = unremovable;
-    unremovable_nodes.truncate(STATUS_LIST_CAP);
-    ScaleDownPolicyStatus {
-        observed_generation: gen_,
-        conditions: conds,
-        nodes_selected: f.nodes_selected as i32,
-        candidates: candidates.len() as i32,
-        draining: f.drains.len() as i32,
-        removed_total: f.removed_total,
-        unremovable: by_reason
-            .into_iter()
-            .map(|(reason, count)| ReasonCount { reason, count })
-            .collect(),
-        candidate_nodes,
-        draining_nodes: f
-            .drains
-            .iter()
-            .map(|d| DrainingNodeStatus {
-                node: d.node.clone(),
-                phase: d.phase,
-                started: Some(Time(d.started)),
-                pods_remaining: d.pods_remaining,
-                evictions_blocked: d.evictions_blocked,
-            })
-            .collect(),
-        unremovable_nodes,
-        last_loop: LoopStatus {
-            time: Some(Time(f.now)),
-            duration_ms: f.loop_duration.as_millis() as i64,
-            nodes_evaluated: stats.nodes_evaluated as i32,
-            timed_out: stats.timed_out,
-        },
+fn ready_message(mode: ScaleDownMode) -> &'static str {
+    match mode {
+        ScaleDownMode::DryRun => {
+            "planning every loop; DryRun: nothing is tainted, evicted or deleted"
+        }
+        ScaleDownMode::Drain => {
+            "planning every loop; removable nodes are drained and kept cordoned"
+        }
+        ScaleDownMode::DrainAndDelete => {
+            "planning every loop; removable nodes are drained and deleted"
+        }
     }
 }
 
