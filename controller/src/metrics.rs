@@ -57,15 +57,6 @@ pub enum DrainResult {
     gave_up,
 }
 
-impl From<&crate::actuation::drain::Outcome> for DrainResult {
-    fn from(o: &crate::actuation::drain::Outcome) -> Self {
-        match o {
-            crate::actuation::drain::Outcome::Removed => DrainResult::removed,
-            crate::actuation::drain::Outcome::GaveUp(_) => DrainResult::gave_up,
-        }
-    }
-}
-
 /// How a gated pod was released (the `outcome` label of `ebb_placements`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]

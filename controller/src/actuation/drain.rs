@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ebb_api::reasons::DrainPhase;
 
-use crate::metrics::ScaleDownKind;
+use crate::metrics::{DrainResult, ScaleDownKind};
 
 /// Why a drain was abandoned; the node is untainted and the reason recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -88,6 +88,16 @@ pub enum Outcome {
     Removed,
     /// Abandoned: the node was untainted.
     GaveUp(GiveUpReason),
+}
+
+/// The `outcome` label of `ebb_drain_duration_seconds`.
+impl From<&Outcome> for DrainResult {
+    fn from(o: &Outcome) -> Self {
+        match o {
+            Outcome::Removed => DrainResult::removed,
+            Outcome::GaveUp(_) => DrainResult::gave_up,
+        }
+    }
 }
 
 impl Outcome {
