@@ -314,8 +314,20 @@ impl ChildProcess {
     /// Reads the child's stdout and stderr into a shared list of lines (so its pipes never
     /// fill), for a test to search or print when it fails.
     pub fn capture_output(&mut self) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
-        use tokio::io::AsyncBufReadExt;
         let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        self.capture_output_into(&log, "", None);
+        log
+    }
+
+    /// Reads the child's stdout and stderr into `log`, each line after `prefix`; with `keep`,
+    /// the older half of the lines is dropped whenever there are more than `keep`.
+    pub fn capture_output_into(
+        &mut self,
+        log: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+        prefix: &str,
+        keep: Option<usize>,
+    ) {
+        use tokio::io::AsyncBufReadExt;
         let out = self.child.stdout.take();
         let err = self.child.stderr.take();
         for pipe in [
@@ -326,14 +338,20 @@ impl ChildProcess {
         .flatten()
         {
             let log = log.clone();
+            let prefix = prefix.to_string();
             tokio::spawn(async move {
                 let mut lines = tokio::io::BufReader::new(pipe).lines();
                 while let Ok(Some(l)) = lines.next_line().await {
-                    log.lock().unwrap_or_else(|e| e.into_inner()).push(l);
+                    let mut log = log.lock().unwrap_or_else(|e| e.into_inner());
+                    log.push(format!("{prefix}{l}"));
+                    if let Some(keep) = keep
+                        && log.len() > keep
+                    {
+                        log.drain(..keep / 2);
+                    }
                 }
             });
         }
-        log
     }
 }
 
@@ -376,21 +394,14 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
 }
 
 /// Polls `check` until it returns `Some`, or fails after `timeout` naming `what`.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            bail!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    ebb_sim::poll::wait_for(what, timeout, check)
+        .await
+        .map_err(anyhow::Error::msg)
 }
 
 /// A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) built by

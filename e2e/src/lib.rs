@@ -2,6 +2,7 @@
 //! control plane), the demo, and the end-to-end tests and benches.
 
 pub mod audit;
+pub mod faults;
 pub mod harness;
 pub mod pdb_safety;
 pub mod rbac;

@@ -17,6 +17,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
+use ebb_api::ScaleDownPolicy;
+
 use crate::harness::{Backend, ChildProcess, TestEnv, wait_for, workspace_binary};
 use ebb_sim::SimConfig;
 use ebb_sim::scenario::Scenario;
@@ -240,6 +242,30 @@ pub struct NodeGroup<'a> {
     pub taints: Value,
 }
 
+impl<'a> NodeGroup<'a> {
+    /// `count` nodes of `cpu` and `memory`, without labels of their own or taints.
+    pub fn plain(prefix: &'a str, count: usize, cpu: &'a str, memory: &'a str) -> Self {
+        Self {
+            prefix,
+            count,
+            cpu,
+            memory,
+            labels: json!({}),
+            taints: json!([]),
+        }
+    }
+
+    /// `count` nodes of 2 CPUs and 8Gi labelled `pool` (what a ScaleDownPolicy selects), with a
+    /// PreferNoSchedule taint `retiring` of their own so that replacements go elsewhere.
+    pub fn retiring(prefix: &'a str, count: usize, pool: &str) -> Self {
+        Self {
+            labels: json!({"pool": pool}),
+            taints: json!([{"key": "retiring", "value": "true", "effect": "PreferNoSchedule"}]),
+            ..Self::plain(prefix, count, "2", "8Gi")
+        }
+    }
+}
+
 /// A group of Deployments.
 pub struct Apps<'a> {
     pub prefix: &'a str,
@@ -291,6 +317,51 @@ fn kwok_node(name: &str, g: &NodeGroup<'_>) -> Value {
         "status": {"capacity": res, "allocatable": res,
             "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux"}}
     })
+}
+
+// ---- ScaleDownPolicies ------------------------------------------------------------------
+
+/// A ScaleDownPolicy spec that acts fast on the nodes labelled `pool`: draining and deleting,
+/// a scan every second, no unneeded time, 10 drains at once, evictions retried every 200 ms.
+pub fn fast_policy_spec(pool: &str) -> Value {
+    json!({
+        "nodeSelector": {"matchLabels": {"pool": pool}},
+        "mode": "DrainAndDelete",
+        "scanInterval": "1s",
+        "unneededTime": "0s",
+        "maxScaleDownParallelism": 10,
+        "maxDrainParallelism": 10,
+        "evictionRetryInterval": "200ms",
+        "maxPodEvictionTime": "60s",
+        "recentEvictionWindow": "5s",
+    })
+}
+
+/// `base` with the fields of `extra` set over it (both objects).
+pub fn merged(mut base: Value, extra: &Value) -> Value {
+    if let (Some(b), Some(e)) = (base.as_object_mut(), extra.as_object()) {
+        for (k, v) in e {
+            b.insert(k.clone(), v.clone());
+        }
+    }
+    base
+}
+
+/// Creates the ScaleDownPolicy `name` with `spec`, retrying for 20 s: a fresh CRD may refuse
+/// the first create for a moment.
+pub async fn create_policy(client: &kube::Client, name: &str, spec: Value) -> anyhow::Result<()> {
+    let p: ScaleDownPolicy = serde_json::from_value(json!({
+        "apiVersion": "ebb.dev/v1alpha1",
+        "kind": "ScaleDownPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    }))?;
+    let api = Api::<ScaleDownPolicy>::all(client.clone());
+    wait_for("the policy created", Duration::from_secs(20), || async {
+        api.create(&PostParams::default(), &p).await.ok()
+    })
+    .await?;
+    Ok(())
 }
 
 // ---- reading the cluster -----------------------------------------------------------------

@@ -5,7 +5,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use ebb_e2e::SimConfig;
-use ebb_e2e::harness::{Backend, TestEnv, wait_for, workspace_binary};
+use ebb_e2e::harness::{TestEnv, wait_for, workspace_binary};
 use ebb_e2e::setup::strip_ansi;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;

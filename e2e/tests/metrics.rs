@@ -121,16 +121,9 @@ async fn served_at(who: &str, log: &Arc<Mutex<Vec<String>>>) -> String {
 async fn both_binaries_serve_every_metric_with_its_type_and_pass_promtool() {
     let c = Cluster::start(Backend::Sim, 1.0).await.unwrap();
     let env = &c.env;
-    c.add_nodes(&NodeGroup {
-        prefix: "metrics-",
-        count: 1,
-        cpu: "2",
-        memory: "8Gi",
-        labels: serde_json::json!({}),
-        taints: serde_json::json!([]),
-    })
-    .await
-    .unwrap();
+    c.add_nodes(&NodeGroup::plain("metrics-", 1, "2", "8Gi"))
+        .await
+        .unwrap();
     let mut ctl = env
         .spawn_binary_as(
             "ebb-controller",
@@ -280,7 +273,7 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
         .get_or_create(&PlacementLabels {
             namespace: "default".into(),
             placement_history: "db".into(),
-            outcome: PlacementOutcome::pinned,
+            outcome: Release::pinned,
         })
         .inc();
     m.placement_escalations.get_or_create(&ph()).inc();

@@ -15,7 +15,6 @@ use ebb_e2e::setup::{Cluster, NodeGroup, spawn_node_agent};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 const NS: &str = "apps";
 const HISTORY: &str = "batch";
@@ -34,30 +33,7 @@ struct Agent {
 impl Agent {
     fn spawn(env: &TestEnv, node: &str, dir: &Path, log: Arc<Mutex<Vec<String>>>) -> Self {
         let mut child = spawn_node_agent(env, node, dir, "ebb-system/ebb-token-keys").unwrap();
-        for pipe in [
-            child
-                .child
-                .stdout
-                .take()
-                .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-            child
-                .child
-                .stderr
-                .take()
-                .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = log.clone();
-            let who = node.to_string();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(pipe).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    log.lock().unwrap().push(format!("[{who}] {l}"));
-                }
-            });
-        }
+        child.capture_output_into(&log, &format!("[{node}] "), None);
         Self {
             node: node.to_string(),
             child,
@@ -312,14 +288,7 @@ async fn agents_recover_completions_and_a_lost_container_after_a_kill(backend) {
         .await
         .unwrap();
     cluster
-        .add_nodes(&NodeGroup {
-            prefix: "n-",
-            count: 3,
-            cpu: "4",
-            memory: "16Gi",
-            labels: json!({}),
-            taints: json!([]),
-        })
+        .add_nodes(&NodeGroup::plain("n-", 3, "4", "16Gi"))
         .await
         .unwrap();
     let _kubelet = (backend == Backend::Real)

@@ -7,13 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ebb_api::placement::PlacementHistory;
+use ebb_e2e::faults::stop_node;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, wait_for};
 use ebb_e2e::setup::{Cluster, NodeGroup, fetch_metrics, metrics_address};
 use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use tokio::io::AsyncBufReadExt;
 
 const CONTROLLER: &str = "ebb-controller";
 const NS: &str = "default";
@@ -106,33 +106,7 @@ impl Controller {
         args.extend_from_slice(extra);
         let mut child = env.spawn_binary_as(CONTROLLER, CONTROLLER, &args).unwrap();
         let log = Arc::new(Mutex::new(Vec::new()));
-        for pipe in [
-            child
-                .child
-                .stdout
-                .take()
-                .map(|o| Box::new(o) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-            child
-                .child
-                .stderr
-                .take()
-                .map(|e| Box::new(e) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let mut lines = tokio::io::BufReader::new(pipe).lines();
-                while let Ok(Some(l)) = lines.next_line().await {
-                    let mut log = log.lock().unwrap();
-                    log.push(l);
-                    if log.len() > 2000 {
-                        log.drain(..1000);
-                    }
-                }
-            });
-        }
+        child.capture_output_into(&log, "", Some(2000));
         Self { child, log }
     }
 
@@ -423,36 +397,6 @@ async fn fail_pods(client: kube::Client, name: &'static str, after: Duration) {
     }
 }
 
-/// Makes `node` NotReady: ebb-sim's switch, or on the real backend what a node lifecycle
-/// controller writes after missed heartbeats: kwok is told to leave the node alone (annotation
-/// `ebb.dev/e2e-unmanaged`, see `e2e/k8s/cluster.sh`) and its Ready condition becomes False.
-async fn set_not_ready(env: &TestEnv, node: &str) {
-    if let Some(sim) = env.sim() {
-        sim.set_node_ready(node, false).unwrap();
-        return;
-    }
-    Api::<Node>::all(env.client.clone())
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"ebb.dev/e2e-unmanaged": "true"}}})),
-        )
-        .await
-        .unwrap();
-    let now = jiff::Timestamp::now().to_string();
-    Api::<Node>::all(env.client.clone())
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"status": {"conditions": [{
-                "type": "Ready", "status": "False", "reason": "KubeletStopped",
-                "message": "the e2e test stopped this node", "lastHeartbeatTime": now,
-                "lastTransitionTime": now}]}})),
-        )
-        .await
-        .unwrap();
-}
-
 ebb_e2e::on_both_backends! {
 /// A deleted pod comes back to the node it ran on; so it does after a controller restart.
 async fn deleted_pod_returns_home_also_after_a_controller_restart(backend) {
@@ -572,18 +516,7 @@ async fn drained_and_lost_nodes_are_not_pinned_to(backend) {
 
     // NotReady: waits, then relaxed after the 3s escalation timeout.
     let lost = home("db-1");
-    set_not_ready(env, &lost).await;
-    wait_for("node NotReady", Duration::from_secs(30), || async {
-        let n = Api::<Node>::all(env.client.clone()).get(&lost).await.ok()?;
-        let ready = n
-            .status?
-            .conditions?
-            .into_iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        (!ready).then_some(())
-    })
-    .await
-    .unwrap();
+    stop_node(env, &lost).await.unwrap();
     let t0 = std::time::Instant::now();
     let moved = replace(&env.client, "db-1", true).await;
     assert_ne!(node_of(&moved), lost);

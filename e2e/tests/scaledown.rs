@@ -18,7 +18,8 @@ use ebb_e2e::harness::{Backend, TestEnv, wait_for};
 use ebb_e2e::pdb_safety;
 use ebb_e2e::setup::{
     Apps, Cluster, Controller, NodeGroup, PodChange, PodLog, bare_pod, controller_audit_user,
-    has_taint, impersonating_kubeconfig, key, node_of, nodes, running_pods, wait_running,
+    create_policy, fast_policy_spec, has_taint, impersonating_kubeconfig, key, merged, node_of,
+    nodes, running_pods, wait_running,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -37,14 +38,7 @@ async fn start(backend: Backend, time_factor: f64) -> Cluster {
 /// `count` nodes `drain-<i>` of the retiring pool (selected by the policies; 2 CPUs, a
 /// PreferNoSchedule taint of their own so that replacements go elsewhere).
 fn drain_nodes(count: usize) -> NodeGroup<'static> {
-    NodeGroup {
-        prefix: "drain-",
-        count,
-        cpu: "2",
-        memory: "8Gi",
-        labels: json!({"pool": "drain"}),
-        taints: json!([{"key": "retiring", "value": "true", "effect": "PreferNoSchedule"}]),
-    }
+    NodeGroup::retiring("drain-", count, "drain")
 }
 
 fn keep_nodes(count: usize, cpu: &'static str, memory: &'static str) -> NodeGroup<'static> {
@@ -83,37 +77,13 @@ async fn add_keep_nodes(c: &Cluster) {
 
 /// A ScaleDownPolicy on nodes labelled `pool: drain`, acting fast; `extra` overrides the spec.
 async fn apply_policy(client: &kube::Client, name: &str, extra: Value) {
-    let mut spec = json!({
-        "nodeSelector": {"matchLabels": {"pool": "drain"}},
-        "mode": "DrainAndDelete",
-        "scanInterval": "1s",
-        "unneededTime": "0s",
-        "maxScaleDownParallelism": 10,
-        "maxDrainParallelism": 10,
-        "evictionRetryInterval": "200ms",
-        "maxPodEvictionTime": "60s",
-        "maxBulkSoftTaintCount": 100,
-        "recentEvictionWindow": "5s",
-    });
-    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
-        for (k, v) in e {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    let p: ScaleDownPolicy = serde_json::from_value(json!({
-        "apiVersion": "ebb.dev/v1alpha1",
-        "kind": "ScaleDownPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    }))
-    .unwrap();
-    let api = Api::<ScaleDownPolicy>::all(client.clone());
-    // A fresh CRD may refuse the first create for a moment.
-    wait_for("the policy created", Duration::from_secs(20), || async {
-        api.create(&PostParams::default(), &p).await.ok()
-    })
-    .await
-    .unwrap();
+    let spec = merged(
+        fast_policy_spec("drain"),
+        &json!({"maxBulkSoftTaintCount": 100}),
+    );
+    create_policy(client, name, merged(spec, &extra))
+        .await
+        .unwrap();
 }
 
 async fn policy(client: &kube::Client, name: &str) -> Option<ScaleDownPolicy> {
@@ -133,6 +103,15 @@ fn ebb_tainted(all: &BTreeMap<String, Node>) -> Vec<String> {
         .filter(|(_, n)| has_taint(n, TO_BE_DELETED) || has_taint(n, CANDIDATE))
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Starts the controller with the `pool` policy (utilization threshold 0.6) and waits until
+/// none of `gone` exists any more.
+async fn run_pool_policy(env: &TestEnv, gone: &BTreeSet<String>, timeout: Duration) -> Controller {
+    let ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
+    wait_nodes_deleted(&env.client, "pool", gone, timeout).await;
+    ctl
 }
 
 /// Waits until none of `gone` exists any more; on timeout fails showing the policy's status.
@@ -602,10 +581,8 @@ async fn sixty_underutilised_nodes_drain_in_parallel(backend) {
     c.add_nodes(&keep_nodes(4, "64", "256Gi")).await.unwrap();
     let on_drain = running_pods(&env.client).await.len();
 
-    let ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
-    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     let drain = names("drain-", drain_count);
-    wait_nodes_deleted(&env.client, "pool", &drain, Duration::from_secs(120)).await;
+    let ctl = run_pool_policy(env, &drain, Duration::from_secs(120)).await;
     let user = controller_audit_user(env, "pool").await.unwrap();
 
     let audit = audit(env);
@@ -712,15 +689,7 @@ async fn pdb_refusals_are_retried_until_the_budget_allows(backend) {
     })
     .await
     .unwrap();
-    let _ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
-    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
-    wait_nodes_deleted(
-        &env.client,
-        "pool",
-        &names("drain-", 2),
-        Duration::from_secs(60),
-    )
-    .await;
+    let _ctl = run_pool_policy(env, &names("drain-", 2), Duration::from_secs(60)).await;
     let user = controller_audit_user(env, "pool").await.unwrap();
 
     let audit = audit(env);
@@ -782,15 +751,7 @@ async fn pdb_max_unavailable_one_drains_its_nodes_one_at_a_time(backend) {
         .collect();
     assert_eq!(spread.len(), 4, "one pod per node");
     add_keep_nodes(&c).await;
-    let _ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
-    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
-    wait_nodes_deleted(
-        &env.client,
-        "pool",
-        &names("drain-", 4),
-        Duration::from_secs(60),
-    )
-    .await;
+    let _ctl = run_pool_policy(env, &names("drain-", 4), Duration::from_secs(60)).await;
     let user = controller_audit_user(env, "pool").await.unwrap();
     let audit = audit(env);
     let evictions: Vec<&AuditRecord> = audit.iter().filter(|r| is_eviction(r)).collect();
@@ -821,10 +782,8 @@ async fn unmovable_pod_keeps_its_node(backend) {
     bare_pod(&env.client, "pinned", "drain-1").await.unwrap();
     wait_running(&env.client, 4).await.unwrap();
     add_keep_nodes(&c).await;
-    let _ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
-    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     let gone: BTreeSet<String> = ["drain-0", "drain-2"].map(String::from).into();
-    wait_nodes_deleted(&env.client, "pool", &gone, Duration::from_secs(40)).await;
+    let _ctl = run_pool_policy(env, &gone, Duration::from_secs(40)).await;
     let user = controller_audit_user(env, "pool").await.unwrap();
 
     // Once its neighbours are gone it is no destination for their pods any more, and the
@@ -1250,10 +1209,8 @@ async fn the_node_with_warm_data_is_kept_at_equal_utilisation(backend) {
         .await
         .unwrap();
 
-    let _ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
-    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     let gone: BTreeSet<String> = ["drain-1".to_string()].into();
-    wait_nodes_deleted(&env.client, "pool", &gone, Duration::from_secs(40)).await;
+    let _ctl = run_pool_policy(env, &gone, Duration::from_secs(40)).await;
     wait_removed(&env.client, "pool", 1).await;
     let user = controller_audit_user(env, "pool").await.unwrap();
     let all = nodes(&env.client).await;

@@ -13,15 +13,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use ebb_api::ScaleDownPolicy;
+use ebb_e2e::faults::stop_node;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for, workspace_binary};
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, NodeGroup, fetch_metrics, metrics_address, node_of,
-    spawn_node_agent, wait_running,
+    Apps, Cluster, Controller, NodeGroup, create_policy, fast_policy_spec, fetch_metrics, merged,
+    metrics_address, node_of, spawn_node_agent, wait_running,
 };
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Node, Pod, Secret};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
 // ---- the collector -----------------------------------------------------------------------
@@ -331,30 +331,11 @@ fn assert_no_secret(text: &str, secrets: &[(String, Vec<u8>)]) {
 // ---- scale-down ---------------------------------------------------------------------------
 
 async fn apply_policy(client: &kube::Client, name: &str, pool: &str) {
-    let p: ScaleDownPolicy = serde_json::from_value(json!({
-        "apiVersion": "ebb.dev/v1alpha1",
-        "kind": "ScaleDownPolicy",
-        "metadata": {"name": name},
-        "spec": {
-            "nodeSelector": {"matchLabels": {"pool": pool}},
-            "mode": "DrainAndDelete",
-            "scanInterval": "1s",
-            "unneededTime": "0s",
-            "maxScaleDownParallelism": 10,
-            "maxDrainParallelism": 10,
-            "evictionRetryInterval": "200ms",
-            "maxPodEvictionTime": "60s",
-            "recentEvictionWindow": "5s",
-            "utilizationThreshold": 0.8,
-        },
-    }))
-    .unwrap();
-    let api = Api::<ScaleDownPolicy>::all(client.clone());
-    wait_for("the policy created", Duration::from_secs(20), || async {
-        api.create(&PostParams::default(), &p).await.ok()
-    })
-    .await
-    .unwrap();
+    let spec = merged(
+        fast_policy_spec(pool),
+        &json!({"utilizationThreshold": 0.8}),
+    );
+    create_policy(client, name, spec).await.unwrap();
 }
 
 /// The controller's `/metrics` text (address from its log line), as Prometheus asks for it:
@@ -391,14 +372,7 @@ async fn a_scale_down_is_a_trace_per_loop_with_a_span_per_drain(backend) {
     let pool = format!("traces-{b}");
     let policy = format!("traces-{b}");
     let prefix = format!("tr{b}-");
-    c.add_nodes(&NodeGroup {
-        prefix: &prefix,
-        count: 3,
-        cpu: "2",
-        memory: "8Gi",
-        labels: json!({"pool": pool}),
-        taints: json!([{"key": "retiring", "value": "true", "effect": "PreferNoSchedule"}]),
-    })
+    c.add_nodes(&NodeGroup::retiring(&prefix, 3, &pool))
     .await
     .unwrap();
     // 250m pods: however the scheduler spreads them, every node stays under the policy's
@@ -421,14 +395,7 @@ async fn a_scale_down_is_a_trace_per_loop_with_a_span_per_drain(backend) {
         .iter()
         .map(|p| (format!("default/{}", p.metadata.name.clone().unwrap_or_default()), node_of(p)))
         .collect();
-    c.add_nodes(&NodeGroup {
-        prefix: &format!("trkeep{b}-"),
-        count: 2,
-        cpu: "32",
-        memory: "128Gi",
-        labels: json!({}),
-        taints: json!([]),
-    })
+    c.add_nodes(&NodeGroup::plain(&format!("trkeep{b}-"), 2, "32", "128Gi"))
     .await
     .unwrap();
     let ctl = Controller::spawn(env, "ebb-controller", false, "200ms").unwrap();
@@ -521,14 +488,7 @@ async fn placement_decisions_are_spans_without_key_material(backend) {
     let b = backend_name(backend);
     let app = format!("trdb{b}");
     let role = format!("role{b}");
-    c.add_nodes(&NodeGroup {
-        prefix: &format!("trhome{b}-"),
-        count: 3,
-        cpu: "2",
-        memory: "8Gi",
-        labels: json!({}),
-        taints: json!([]),
-    })
+    c.add_nodes(&NodeGroup::plain(&format!("trhome{b}-"), 3, "2", "8Gi"))
     .await
     .unwrap();
     let ctl = Controller::spawn(env, "ebb-controller", false, "200ms").unwrap();
@@ -642,28 +602,10 @@ async fn placement_decisions_are_spans_without_key_material(backend) {
 
     // Its node stops (NotReady): the next replacement waits for it, then is relaxed after the
     // role's 3 s escalation timeout onto another node.
-    c.add_nodes(&NodeGroup {
-        prefix: &format!("trbig{b}-"),
-        count: 1,
-        cpu: "32",
-        memory: "128Gi",
-        labels: json!({}),
-        taints: json!([]),
-    })
+    c.add_nodes(&NodeGroup::plain(&format!("trbig{b}-"), 1, "32", "128Gi"))
     .await
     .unwrap();
-    set_not_ready(env, &home).await;
-    wait_for("the node NotReady", Duration::from_secs(30), || async {
-        let n = Api::<Node>::all(env.client.clone()).get(&home).await.ok()?;
-        let ready = n
-            .status?
-            .conditions?
-            .into_iter()
-            .any(|c| c.type_ == "Ready" && c.status == "True");
-        (!ready).then_some(())
-    })
-    .await
-    .unwrap();
+    stop_node(env, &home).await.unwrap();
     let pinned = pods_api.get(&first).await.unwrap();
     pods_api
         .delete(&first, &DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() })
@@ -723,14 +665,7 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
     let env = &c.env;
     let b = backend_name(backend);
     let node = format!("tragent{b}-0");
-    c.add_nodes(&NodeGroup {
-        prefix: &format!("tragent{b}-"),
-        count: 1,
-        cpu: "4",
-        memory: "8Gi",
-        labels: json!({}),
-        taints: json!([]),
-    })
+    c.add_nodes(&NodeGroup::plain(&format!("tragent{b}-"), 1, "4", "8Gi"))
     .await
     .unwrap();
     // A pod of a PlacementHistory's role runs on the node: the agent tracks its container.
@@ -866,14 +801,7 @@ async fn a_pdb_refusal_is_an_eviction_event_of_the_drain(backend) {
     let policy = format!("trpdb-{b}");
     let prefix = format!("trpdb{b}-");
     let tier = format!("web{b}");
-    c.add_nodes(&NodeGroup {
-        prefix: &prefix,
-        count: 2,
-        cpu: "2",
-        memory: "8Gi",
-        labels: json!({"pool": pool}),
-        taints: json!([{"key": "retiring", "value": "true", "effect": "PreferNoSchedule"}]),
-    })
+    c.add_nodes(&NodeGroup::retiring(&prefix, 2, &pool))
     .await
     .unwrap();
     c.add_apps(&Apps {
@@ -901,14 +829,7 @@ async fn a_pdb_refusal_is_an_eviction_event_of_the_drain(backend) {
         "spec": {"minAvailable": 3, "selector": {"matchLabels": {"tier": tier}}}}))
         .await
         .unwrap();
-    c.add_nodes(&NodeGroup {
-        prefix: &format!("trpdbkeep{b}-"),
-        count: 2,
-        cpu: "32",
-        memory: "128Gi",
-        labels: json!({}),
-        taints: json!([]),
-    })
+    c.add_nodes(&NodeGroup::plain(&format!("trpdbkeep{b}-"), 2, "32", "128Gi"))
     .await
     .unwrap();
     c.add_apps(&Apps {
@@ -965,37 +886,6 @@ async fn a_pdb_refusal_is_an_eviction_event_of_the_drain(backend) {
     eprintln!("a drain that waited on its budget:\n{}", tree(&spans, &drains[0].trace));
 }
 
-}
-
-/// Marks `node` NotReady: on ebb-sim directly; on the real control plane kwok is told to leave
-/// its status alone (the annotation cluster.sh gives kwok) and the status is written as a
-/// stopped kubelet's would be.
-async fn set_not_ready(env: &TestEnv, node: &str) {
-    if let Some(sim) = env.sim() {
-        sim.set_node_ready(node, false).unwrap();
-        return;
-    }
-    let nodes = Api::<Node>::all(env.client.clone());
-    nodes
-        .patch(
-            node,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"annotations": {"ebb.dev/e2e-unmanaged": "true"}}})),
-        )
-        .await
-        .unwrap();
-    let now = jiff::Timestamp::now().to_string();
-    nodes
-        .patch_status(
-            node,
-            &PatchParams::default(),
-            &Patch::Strategic(json!({"status": {"conditions": [{
-                "type": "Ready", "status": "False", "reason": "KubeletStopped",
-                "message": "the e2e test stopped this node", "lastHeartbeatTime": now,
-                "lastTransitionTime": now}]}})),
-        )
-        .await
-        .unwrap();
 }
 
 /// A node agent on `node` with its state in `dir`; its output is kept.

@@ -9,6 +9,7 @@ pub mod defaults;
 pub mod error;
 pub mod openapi;
 pub mod patch;
+pub mod poll;
 pub mod protobuf;
 pub mod registry;
 pub mod scenario;

@@ -5,27 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use ebb_sim::poll::wait_for;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams};
-use std::future::Future;
-
-/// Polls `check` every 50 ms until it gives `Some`, failing after `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> Result<T, String>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Err(format!("timed out after {timeout:?} waiting for {what}"));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test]
 async fn ebb_sim_binary_serves_the_demo() {

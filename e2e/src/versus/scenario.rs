@@ -318,16 +318,7 @@ pub async fn running_pods(client: &kube::Client) -> anyhow::Result<usize> {
     Ok(pods
         .items
         .iter()
-        .filter(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.status.as_ref().is_some_and(|s| {
-                    s.phase.as_deref() == Some("Running")
-                        && s.conditions
-                            .iter()
-                            .flatten()
-                            .any(|c| c.type_ == "Ready" && c.status == "True")
-                })
-        })
+        .filter(|p| crate::setup::is_running(p))
         .count())
 }
 
