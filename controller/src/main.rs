@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(err) => {
-            eprint!("{}", cli::report::error_report(&err));
+            eprint!("{}", ebb_telemetry::report::error_report(&err));
             ExitCode::FAILURE
         }
     }

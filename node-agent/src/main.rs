@@ -18,7 +18,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ebb-node-agent: {e:#}");
+            eprint!("{}", ebb_telemetry::report::error_report(&e));
             ExitCode::FAILURE
         }
     }

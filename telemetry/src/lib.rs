@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 pub mod exposition;
+pub mod report;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{OTEL_EXPORTER_OTLP_ENDPOINT, WithExportConfig};

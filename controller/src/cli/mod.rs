@@ -4,7 +4,6 @@
 pub mod args;
 pub mod crds;
 pub mod plan;
-pub mod report;
 pub mod run;
 
 pub use args::*;
