@@ -11,9 +11,7 @@ use jiff::Timestamp;
 
 use crate::cli::{PlanArgs, PlanOutput};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
-use crate::scaledown::{
-    InstantStopwatch, PlannerConfig, PlannerState, plan as run_planner, select_deletions,
-};
+use crate::scaledown::{self, InstantStopwatch, PlannerConfig, PlannerState, select_deletions};
 
 /// What one `plan` run produced.
 #[derive(Debug)]
@@ -37,7 +35,7 @@ pub fn plan_objects(
     state.sync_deleting_from_taints(&snap, now);
     let mut checker = PredicateChecker::new();
     let mut watch = InstantStopwatch::start();
-    let plan = run_planner(&mut snap, &mut checker, &cfg, now, &mut state, &mut watch);
+    let plan = scaledown::plan(&mut snap, &mut checker, &cfg, now, &mut state, &mut watch);
     let sel = select_deletions(&snap, &plan, &state, &cfg, now, true);
     Ok(PlanReport {
         document: output::PlanOut::new(&plan, &sel),
