@@ -8,8 +8,6 @@ pub mod pods;
 pub mod recover;
 pub mod runner;
 pub mod taints;
-#[cfg(test)]
-pub(crate) mod testkit;
 pub mod tracker;
 
 pub use drain::{Drain, DrainEvent, GiveUpReason, Outcome};

@@ -135,7 +135,7 @@ pub fn uids_on<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> BTree
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actuation::testkit::pod;
+    use crate::testkit::pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
     fn terminating(mut p: Pod) -> Pod {

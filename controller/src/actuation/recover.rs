@@ -79,7 +79,7 @@ pub fn recover<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actuation::testkit::node;
+    use crate::testkit::node;
 
     fn ts(s: i64) -> jiff::Timestamp {
         jiff::Timestamp::from_second(s).unwrap()

@@ -155,7 +155,7 @@ pub fn plan_soft_taints<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actuation::testkit::node;
+    use crate::testkit::node;
 
     fn ts(secs: i64) -> jiff::Timestamp {
         jiff::Timestamp::from_second(secs).unwrap()

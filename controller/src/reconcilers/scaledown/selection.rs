@@ -201,7 +201,7 @@ pub fn degraded<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::actuation::testkit::node;
+    use crate::testkit::node;
     use crate::cluster::model::{Operator, Requirement};
 
     fn sel(key: &str, value: &str) -> Selector {
