@@ -201,8 +201,8 @@ pub fn degraded<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testkit::node;
     use crate::cluster::model::{Operator, Requirement};
+    use crate::testkit::node;
 
     fn sel(key: &str, value: &str) -> Selector {
         Selector {
