@@ -80,6 +80,19 @@ async fn kubectl(k: &str, env: &TestEnv, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// The cluster's node names, sorted.
+async fn node_names(env: &TestEnv) -> Vec<String> {
+    let nodes = Api::<Node>::all(env.client.clone());
+    let list = nodes.list(&ListParams::default()).await.unwrap();
+    let mut names: Vec<String> = list
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
 async fn ok(k: &str, env: &TestEnv, args: &[&str]) -> String {
     let (success, text) = kubectl(k, env, args).await;
     assert!(success, "kubectl {} failed:\n{text}", args.join(" "));
@@ -108,15 +121,7 @@ ebb_e2e::on_both_backends! {
     /// apply (client-side, again, server-side), wait, get -o wide, label, taint, cordon, delete.
     async fn apply_get_label_taint_cordon_wait_delete(backend) {
     let (env, k) = env_on(backend, 2).await;
-    let mut names: Vec<String> = Api::<Node>::all(env.client.clone())
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
-        .collect();
-    names.sort();
+    let names = node_names(&env).await;
     let (n0, n1) = (names[0].as_str(), names[1].as_str());
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("app.yaml");
@@ -324,15 +329,7 @@ ebb_e2e::on_both_backends! {
     async fn drain_moves_pods_and_waits_on_the_pdb(backend) {
         let (env, k) = env_on(backend, 2).await;
         let nodes_api: Api<Node> = Api::all(env.client.clone());
-        let mut nodes: Vec<String> = nodes_api
-            .list(&ListParams::default())
-            .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect();
-        nodes.sort();
+        let nodes = node_names(&env).await;
         let (first, second) = (nodes[0].clone(), nodes[1].clone());
         // Everything starts on the first node.
         let cordon = |v: Option<bool>| Patch::Merge(json!({"spec": {"unschedulable": v}}));
