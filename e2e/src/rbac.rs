@@ -304,7 +304,7 @@ impl ChartRbac {
             Some(n) => format!("kubeconfig-{account}-{n}"),
             None => format!("kubeconfig-{account}"),
         });
-        std::fs::write(&file, serde_json::to_string_pretty(&cfg)?)
+        ebb_sim::sim::write_atomically(&file, &serde_json::to_string_pretty(&cfg)?)
             .with_context(|| format!("cannot write {}", file.display()))?;
         Ok(file)
     }

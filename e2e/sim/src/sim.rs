@@ -113,7 +113,7 @@ impl Sim {
 
     /// Writes a kubeconfig file (see [`Self::kubeconfig_yaml`]).
     pub fn write_kubeconfig(&self, path: &Path, users: &[&str]) -> anyhow::Result<()> {
-        std::fs::write(path, self.kubeconfig_yaml(users))
+        write_atomically(path, &self.kubeconfig_yaml(users))
             .with_context(|| format!("cannot write kubeconfig {}", path.display()))
     }
 
@@ -248,4 +248,15 @@ pub async fn client_from_yaml(yaml: &str) -> anyhow::Result<kube::Client> {
             .context("cannot build a client config from the kubeconfig")?;
     cfg.default_retry = false;
     Ok(kube::Client::try_from(cfg)?)
+}
+
+/// Writes `path` beside itself and renames it into place: a process that starts while the file
+/// is rewritten (another binary of the same user being spawned) reads the old or the new file,
+/// never a truncated one.
+pub fn write_atomically(path: &Path, contents: &str) -> std::io::Result<()> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp-{}-{n}", std::process::id()));
+    std::fs::write(&tmp, contents)?;
+    std::fs::rename(&tmp, path)
 }
