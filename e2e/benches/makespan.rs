@@ -1,11 +1,13 @@
 //! Drain makespan on ebb-sim: 100 removable nodes whose pods take their 30 s (sim) grace period,
-//! drained by the controller (in-process) with maxDrainParallelism 1 and 20 in the same run.
+//! drained by the controller (in-process) with maxDrainParallelism 1 and 20 in the same run; and
+//! PDB-paced pools (one pod per node, a budget of k disruptions) against the budget's bound.
 
 use std::time::{Duration, Instant};
 
 use ebb_api::ScaleDownPolicy;
 use ebb_controller::cli::run::{Clients, Exit, Settings, serve};
 use ebb_e2e::scenario::Scenario;
+use ebb_e2e::setup::PodLog;
 use ebb_e2e::{Sim, SimConfig};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, PostParams};
@@ -137,22 +139,7 @@ async fn makespan(parallelism: i32) -> Makespan {
     )
     .await;
 
-    let stop = CancellationToken::new();
-    let settings = Settings {
-        metrics_addr: "127.0.0.1:0".parse().expect("address"),
-        leader: None,
-        recheck_delay: Duration::from_millis(100),
-        identity: "bench".into(),
-        debounce: Duration::from_millis(100),
-        placement: Default::default(),
-    };
-    let controller = tokio::spawn(serve(
-        Clients::single(sim.client_as("ebb-controller").await.expect("client")),
-        settings,
-        stop.clone(),
-    ));
-    // Caches synced and acting before the clock starts.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (stop, controller) = start_controller(&sim).await;
 
     let policy: ScaleDownPolicy = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1",
@@ -201,6 +188,183 @@ async fn makespan(parallelism: i32) -> Makespan {
     }
 }
 
+/// One PDB-paced run: `nodes` nodes, one pod each, a budget allowing `k` disruptions.
+struct PdbPaced {
+    nodes: usize,
+    k: usize,
+    removed: usize,
+    makespan: Duration,
+    /// Median time from an eviction to its replacement being Ready.
+    replacement: Duration,
+    refused: usize,
+    violations: usize,
+}
+
+impl PdbPaced {
+    /// The budget's lower bound: ⌈removed / k⌉ rounds of one replacement each.
+    fn bound(&self) -> Duration {
+        self.replacement * self.removed.div_ceil(self.k.max(1)) as u32
+    }
+
+    fn line(&self) -> String {
+        let (m, b) = (self.makespan.as_secs_f64(), self.bound().as_secs_f64());
+        format!(
+            "pdb-paced N={} k={}: makespan {m:.1} s, bound {b:.1} s, ratio {:.2}, refused {}, violations {}",
+            self.nodes,
+            self.k,
+            if b > 0.0 { m / b } else { f64::NAN },
+            self.refused,
+            self.violations
+        )
+    }
+}
+
+/// The median of the times from each evicted pod's termination to the next replacement being
+/// Ready (the i-th evicted pod is paired with the i-th new pod to be Ready).
+fn median_replacement(log: &PodLog, since: Instant) -> Duration {
+    let pods = log.all();
+    let mut gone: Vec<Instant> = pods.values().filter_map(|p| p.terminating_at).collect();
+    let mut ready: Vec<Instant> = pods
+        .values()
+        .filter(|p| p.first_seen.is_some_and(|t| t >= since))
+        .filter_map(|p| p.running_at)
+        .collect();
+    gone.sort();
+    ready.sort();
+    let mut waits: Vec<Duration> = gone
+        .iter()
+        .zip(&ready)
+        .map(|(g, r)| r.saturating_duration_since(*g))
+        .collect();
+    waits.sort();
+    waits.get(waits.len() / 2).copied().unwrap_or_default()
+}
+
+/// Sim time factor of the PDB-paced family: the pods' 30 s grace period lasts 3 s.
+const PACED_TIME_FACTOR: f64 = 10.0;
+/// A pod starts (Running and Ready) this long after it is bound, in sim time: 2 s real.
+const PACED_START_DELAY: &str = "20s";
+
+/// A fresh cluster of `nodes` pool nodes with one pod each under a PDB of `maxUnavailable: k`,
+/// two large nodes that can take every pod, and a DrainAndDelete policy (`unneededTime` 5 s,
+/// `maxDrainParallelism` 8): how long until every pool node is gone, against the bound.
+async fn pdb_paced(nodes: usize, k: usize) -> PdbPaced {
+    let sim = Sim::start(SimConfig {
+        time_factor: PACED_TIME_FACTOR,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator started");
+    let crds = ebb_api::crdgen::yaml_stream().expect("CRDs");
+    Scenario::from_manifests(&crds)
+        .and_then(|s| s.load(&sim.api))
+        .expect("CRDs loaded");
+    let client = sim.client().await.expect("client");
+    let (log, _watch) = PodLog::watch(&client);
+    Scenario::from_yaml(&format!(
+        "nodes: {{count: {nodes}, namePrefix: paced-, cpu: '2', memory: 8Gi, labels: {{pool: paced}}}}\n"
+    ))
+    .and_then(|s| s.load(&sim.api))
+    .expect("pool loaded");
+    until("the pool ready", Duration::from_secs(120), async || {
+        count_ready_nodes(&client, "paced-").await == nodes
+    })
+    .await;
+    Scenario::from_yaml(&format!(
+        "deployments: {{count: 1, replicas: {nodes}, requests: {{cpu: 500m, memory: 256Mi}}, \
+         pdb: {{maxUnavailable: {k}}}, podAnnotations: {{sim.ebb.dev/start-delay: {PACED_START_DELAY}}}}}\n"
+    ))
+    .and_then(|s| s.load(&sim.api))
+    .expect("pods loaded");
+    until("the pods ready", Duration::from_secs(120), async || {
+        count_ready(&client).await == nodes
+    })
+    .await;
+    Scenario::from_yaml(
+        "nodes: {count: 2, namePrefix: keep-, cpu: '64', memory: 256Gi, labels: {pool: keep}}\n",
+    )
+    .and_then(|s| s.load(&sim.api))
+    .expect("large nodes loaded");
+    until(
+        "the large nodes ready",
+        Duration::from_secs(60),
+        async || count_ready_nodes(&client, "keep-").await == 2,
+    )
+    .await;
+    let (stop, controller) = start_controller(&sim).await;
+    let policy: ScaleDownPolicy = serde_json::from_value(json!({
+        "apiVersion": "ebb.dev/v1alpha1",
+        "kind": "ScaleDownPolicy",
+        "metadata": {"name": "paced"},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"pool": "paced"}},
+            "mode": "DrainAndDelete",
+            "unneededTime": "5s",
+            "utilizationThreshold": 0.6,
+            "maxDrainParallelism": 8,
+        },
+    }))
+    .expect("policy");
+    let t0 = Instant::now();
+    Api::<ScaleDownPolicy>::all(client.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .expect("policy created");
+    until(
+        "every pool node removed",
+        Duration::from_secs(1800),
+        async || count_nodes(&client, "paced-").await == 0,
+    )
+    .await;
+    let makespan = t0.elapsed();
+    stop.cancel();
+    match controller.await {
+        Ok(Ok(Exit::Stopped)) => {}
+        other => panic!("controller ended badly: {other:?}"),
+    }
+    let audit = sim.audit();
+    let refused = audit
+        .iter()
+        .filter(|r| r.subresource == "eviction" && r.code == 429)
+        .count();
+    PdbPaced {
+        nodes,
+        k,
+        removed: nodes - count_nodes(&client, "paced-").await,
+        makespan,
+        replacement: median_replacement(&log, t0),
+        refused,
+        violations: sim.pdb_violations().len(),
+    }
+}
+
+/// The controller, in-process, acting on `sim` with short re-check and debounce delays; running
+/// once this returns.
+async fn start_controller(
+    sim: &Sim,
+) -> (
+    CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<Exit>>,
+) {
+    let stop = CancellationToken::new();
+    let settings = Settings {
+        metrics_addr: "127.0.0.1:0".parse().expect("address"),
+        leader: None,
+        recheck_delay: Duration::from_millis(100),
+        identity: "bench".into(),
+        debounce: Duration::from_millis(100),
+        placement: Default::default(),
+    };
+    let controller = tokio::spawn(serve(
+        Clients::single(sim.client_as("ebb-controller").await.expect("client")),
+        settings,
+        stop.clone(),
+    ));
+    // Caches synced and acting before the clock starts.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    (stop, controller)
+}
+
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -212,6 +376,18 @@ fn main() {
         println!("makespan: run with `cargo bench -p ebb-e2e --bench makespan`");
         return;
     }
+    // `EBB_MAKESPAN=pdb-paced` (or `parallelism`) runs one family only.
+    let only = std::env::var("EBB_MAKESPAN").unwrap_or_default();
+    if only.is_empty() || only == "parallelism" {
+        parallelism_family(&runtime);
+    }
+    if only.is_empty() || only == "pdb-paced" {
+        pdb_paced_family(&runtime);
+    }
+}
+
+/// maxDrainParallelism 1 against 20 on the same pool.
+fn parallelism_family(runtime: &tokio::runtime::Runtime) {
     let runs: Vec<Makespan> = [1, 20]
         .into_iter()
         .map(|p| runtime.block_on(makespan(p)))
@@ -231,4 +407,32 @@ fn main() {
     }
     let ratio = runs[0].real.as_secs_f64() / runs[1].real.as_secs_f64();
     println!("  speed-up 20 vs 1: {ratio:.1}x (target >= 15x)");
+}
+
+/// PDB-paced pools against the budget's bound.
+fn pdb_paced_family(runtime: &tokio::runtime::Runtime) {
+    let paced: Vec<PdbPaced> = [(24, 2), (100, 10)]
+        .into_iter()
+        .map(|(n, k)| runtime.block_on(pdb_paced(n, k)))
+        .collect();
+    println!();
+    println!(
+        "PDB-paced pools: one pod per node (start delay {PACED_START_DELAY} sim), PDB maxUnavailable k, unneededTime 5s, maxDrainParallelism 8, time factor {PACED_TIME_FACTOR} (all times real)"
+    );
+    for r in &paced {
+        println!(
+            "  N={:>3} k={:>2}: removed {:>3}, makespan {:>6.1} s, R (eviction to replacement Ready, median) {:>5.2} s, bound {:>6.1} s, refused {}, violations {}",
+            r.nodes,
+            r.k,
+            r.removed,
+            r.makespan.as_secs_f64(),
+            r.replacement.as_secs_f64(),
+            r.bound().as_secs_f64(),
+            r.refused,
+            r.violations
+        );
+    }
+    for r in &paced {
+        println!("{}", r.line());
+    }
 }
