@@ -96,49 +96,18 @@ async fn until(what: &str, timeout: Duration, mut done: impl AsyncFnMut() -> boo
 /// A fresh cluster: `NODES` small nodes with one pod each (selected by the policy), then two
 /// large nodes that take every pod; the controller drains the small ones with `parallelism`.
 async fn makespan(parallelism: i32) -> Makespan {
-    let sim = Sim::start(SimConfig {
-        time_factor: TIME_FACTOR,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("simulator started");
-    let crds = ebb_api::crdgen::yaml_stream().expect("CRDs");
-    Scenario::from_manifests(&crds)
-        .and_then(|s| s.load(&sim.api))
-        .expect("CRDs loaded");
-    let client = sim.client().await.expect("client");
-    // Every node ready before the pods come, so they spread one per node.
-    Scenario::from_yaml(&format!(
-        "nodes: {{count: {NODES}, namePrefix: drain-, cpu: '2', memory: 8Gi, labels: {{pool: drain}},\n\
-         \x20 taints: [{{key: retiring, value: 'true', effect: PreferNoSchedule}}]}}\n"
-    ))
-    .and_then(|s| s.load(&sim.api))
-    .expect("pool loaded");
-    until("the pool ready", Duration::from_secs(120), async || {
-        count_ready_nodes(&client, "drain-").await == NODES
-    })
-    .await;
-    Scenario::from_yaml(&format!(
-        "deployments: {{count: 1, replicas: {NODES}, requests: {{cpu: 500m, memory: 256Mi}}}}\n"
-    ))
-    .and_then(|s| s.load(&sim.api))
-    .expect("pods loaded");
-    until("the pods ready", Duration::from_secs(120), async || {
-        count_ready(&client).await == NODES
-    })
-    .await;
-    Scenario::from_yaml(
-        "nodes: {count: 2, namePrefix: keep-, cpu: '64', memory: 256Gi, labels: {pool: keep}}\n",
-    )
-    .and_then(|s| s.load(&sim.api))
-    .expect("large nodes loaded");
-    until(
-        "the large nodes ready",
-        Duration::from_secs(60),
-        async || count_ready_nodes(&client, "keep-").await == 2,
+    let (sim, client) = pool_cluster(
+        TIME_FACTOR,
+        &format!(
+            "nodes: {{count: {NODES}, namePrefix: drain-, cpu: '2', memory: 8Gi, labels: {{pool: drain}},\n\
+             \x20 taints: [{{key: retiring, value: 'true', effect: PreferNoSchedule}}]}}\n"
+        ),
+        ("drain-", NODES),
+        &format!(
+            "deployments: {{count: 1, replicas: {NODES}, requests: {{cpu: 500m, memory: 256Mi}}}}\n"
+        ),
     )
     .await;
-
     let (stop, controller) = start_controller(&sim).await;
 
     let policy: ScaleDownPolicy = serde_json::from_value(json!({
@@ -249,48 +218,19 @@ const PACED_START_DELAY: &str = "20s";
 /// two large nodes that can take every pod, and a DrainAndDelete policy (`unneededTime` 5 s,
 /// `maxDrainParallelism` 8): how long until every pool node is gone, against the bound.
 async fn pdb_paced(nodes: usize, k: usize) -> PdbPaced {
-    let sim = Sim::start(SimConfig {
-        time_factor: PACED_TIME_FACTOR,
-        ..SimConfig::default()
-    })
-    .await
-    .expect("simulator started");
-    let crds = ebb_api::crdgen::yaml_stream().expect("CRDs");
-    Scenario::from_manifests(&crds)
-        .and_then(|s| s.load(&sim.api))
-        .expect("CRDs loaded");
-    let client = sim.client().await.expect("client");
+    let (sim, client) = pool_cluster(
+        PACED_TIME_FACTOR,
+        &format!(
+            "nodes: {{count: {nodes}, namePrefix: paced-, cpu: '2', memory: 8Gi, labels: {{pool: paced}}}}\n"
+        ),
+        ("paced-", nodes),
+        &format!(
+            "deployments: {{count: 1, replicas: {nodes}, requests: {{cpu: 500m, memory: 256Mi}}, \
+             pdb: {{maxUnavailable: {k}}}, podAnnotations: {{sim.ebb.dev/start-delay: {PACED_START_DELAY}}}}}\n"
+        ),
+    )
+    .await;
     let (log, _watch) = PodLog::watch(&client);
-    Scenario::from_yaml(&format!(
-        "nodes: {{count: {nodes}, namePrefix: paced-, cpu: '2', memory: 8Gi, labels: {{pool: paced}}}}\n"
-    ))
-    .and_then(|s| s.load(&sim.api))
-    .expect("pool loaded");
-    until("the pool ready", Duration::from_secs(120), async || {
-        count_ready_nodes(&client, "paced-").await == nodes
-    })
-    .await;
-    Scenario::from_yaml(&format!(
-        "deployments: {{count: 1, replicas: {nodes}, requests: {{cpu: 500m, memory: 256Mi}}, \
-         pdb: {{maxUnavailable: {k}}}, podAnnotations: {{sim.ebb.dev/start-delay: {PACED_START_DELAY}}}}}\n"
-    ))
-    .and_then(|s| s.load(&sim.api))
-    .expect("pods loaded");
-    until("the pods ready", Duration::from_secs(120), async || {
-        count_ready(&client).await == nodes
-    })
-    .await;
-    Scenario::from_yaml(
-        "nodes: {count: 2, namePrefix: keep-, cpu: '64', memory: 256Gi, labels: {pool: keep}}\n",
-    )
-    .and_then(|s| s.load(&sim.api))
-    .expect("large nodes loaded");
-    until(
-        "the large nodes ready",
-        Duration::from_secs(60),
-        async || count_ready_nodes(&client, "keep-").await == 2,
-    )
-    .await;
     let (stop, controller) = start_controller(&sim).await;
     let policy: ScaleDownPolicy = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1",
@@ -336,6 +276,56 @@ async fn pdb_paced(nodes: usize, k: usize) -> PdbPaced {
         refused,
         violations: sim.pdb_violations().len(),
     }
+}
+
+/// A fresh simulator with the CRDs: the pool nodes (`pool_yaml`; `pool` names their prefix and
+/// count), then one Deployment (`deployment_yaml`) with a pod on each of them (every node ready
+/// before the pods come, so they spread one per node), then two large nodes that can take every
+/// pod.
+async fn pool_cluster(
+    time_factor: f64,
+    pool_yaml: &str,
+    pool: (&str, usize),
+    deployment_yaml: &str,
+) -> (Sim, kube::Client) {
+    let sim = Sim::start(SimConfig {
+        time_factor,
+        ..SimConfig::default()
+    })
+    .await
+    .expect("simulator started");
+    let crds = ebb_api::crdgen::yaml_stream().expect("CRDs");
+    Scenario::from_manifests(&crds)
+        .and_then(|s| s.load(&sim.api))
+        .expect("CRDs loaded");
+    let client = sim.client().await.expect("client");
+    let (prefix, nodes) = pool;
+    let load = |yaml: &str, what: &str| {
+        Scenario::from_yaml(yaml)
+            .and_then(|s| s.load(&sim.api))
+            .unwrap_or_else(|e| panic!("{what} not loaded: {e}"));
+    };
+    load(pool_yaml, "the pool");
+    until("the pool ready", Duration::from_secs(120), async || {
+        count_ready_nodes(&client, prefix).await == nodes
+    })
+    .await;
+    load(deployment_yaml, "the pods");
+    until("the pods ready", Duration::from_secs(120), async || {
+        count_ready(&client).await == nodes
+    })
+    .await;
+    load(
+        "nodes: {count: 2, namePrefix: keep-, cpu: '64', memory: 256Gi, labels: {pool: keep}}\n",
+        "the large nodes",
+    );
+    until(
+        "the large nodes ready",
+        Duration::from_secs(60),
+        async || count_ready_nodes(&client, "keep-").await == 2,
+    )
+    .await;
+    (sim, client)
 }
 
 /// The controller, in-process, acting on `sim` with short re-check and debounce delays; running
