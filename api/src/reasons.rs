@@ -83,7 +83,9 @@ reason_enum! {
         LocalStorageRequested,
         /// A kube-system pod without a PodDisruptionBudget.
         UnmovableKubeSystemPod,
-        /// A PodDisruptionBudget covering the pod allows no more disruptions.
+        /// Not reported any more: a PodDisruptionBudget paces a candidate's drain
+        /// (`WaitingForDisruptionBudget`) rather than making its node unremovable. Kept so that
+        /// statuses written by older versions still read.
         NotEnoughPdb,
         /// A volume pins the pod to this node (local PersistentVolume node affinity).
         PinnedToNode,
@@ -103,6 +105,10 @@ reason_enum! {
         Budget,
         /// The node group would go below `minNodesPerGroup` counting deletions in flight.
         NodeGroupMinSize,
+        /// A PodDisruptionBudget covering pods of the node allows no more disruptions now, once
+        /// the drains in flight have theirs (the status names it). The node stays a candidate
+        /// and starts as soon as replacements are ready and the budget allows it.
+        WaitingForDisruptionBudget,
     }
 }
 

@@ -258,6 +258,10 @@ pub struct CandidateStatus {
     /// Why it is not being drained yet (for example `NotUnneededLongEnough`), if anything holds it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// For `WaitingForDisruptionBudget`: the PodDisruptionBudget (`namespace/name`) that allows
+    /// no more disruptions now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption_budget: Option<String>,
 }
 
 /// A node being drained.
@@ -344,6 +348,11 @@ pub struct ScaleDownPolicyStatus {
     /// Nodes removed (or drained, in `Drain` mode) since the policy was created.
     #[serde(default)]
     pub removed_total: i64,
+    /// Evictions a PodDisruptionBudget refused (HTTP 429) since the policy was created. ebb
+    /// sends an eviction only when the budgets it sees allow it, so this stays near zero; a
+    /// growing count means another actor is disrupting the same pods.
+    #[serde(default)]
+    pub evictions_refused_total: i64,
     /// Unremovable nodes counted by reason.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unremovable: Vec<ReasonCount>,

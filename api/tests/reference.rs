@@ -79,6 +79,11 @@ fn troubleshooting_covers_every_reason() {
             ebb_api::reasons::DegradedReason::ALL
                 .iter()
                 .map(|r| r.as_str()),
+        )
+        .chain(
+            ebb_api::reasons::ThrottledReason::ALL
+                .iter()
+                .map(|r| r.as_str()),
         );
     for name in names {
         if !section.contains(&format!("| `{name}` |")) {

@@ -51,15 +51,16 @@ fn names(v: &Value) -> Vec<&str> {
 fn mixed_cluster_with_default_policy() {
     let doc = plan_json(&["--snapshot", &data("mixed.json")]);
     // small-4 runs only a DaemonSet pod: empty. small-1 (web + api, 0.85 cpu of 4) moves to the
-    // big nodes, which have room. small-2 also holds an api pod, but the api PDB
-    // (minAvailable 2 of 3) allows a single disruption, used by small-1.
+    // big nodes, which have room. small-2 also holds an api pod and fits too (candidacy is
+    // capacity), but the api PDB (minAvailable 2 of 3) allows a single disruption, which
+    // small-1's drain takes: small-2 waits for the budget.
     let cands: Vec<&str> = doc["candidates"]
         .as_array()
         .unwrap()
         .iter()
         .map(|c| c["node"].as_str().unwrap())
         .collect();
-    assert_eq!(cands, ["small-4", "small-1"]);
+    assert_eq!(cands, ["small-4", "small-1", "small-2"]);
     assert_eq!(doc["candidates"][0]["empty"], true);
     assert_eq!(doc["candidates"][0]["moves"], serde_json::json!([]));
     let moves = doc["candidates"][1]["moves"].as_array().unwrap();
@@ -72,8 +73,17 @@ fn mixed_cluster_with_default_policy() {
     assert_eq!(names(&doc["toDelete"]["empty"]), ["small-4"]);
     assert_eq!(names(&doc["toDelete"]["drain"]), ["small-1"]);
     assert_eq!(
-        reason(&doc, "small-2"),
-        ("BlockedByPod", Some("shop/api-5b7c-1"))
+        doc["candidates"][2]["throttled"],
+        "WaitingForDisruptionBudget"
+    );
+    assert_eq!(doc["candidates"][2]["pdb"], "shop/api");
+    assert!(
+        doc["unremovable"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|u| u["node"] != "small-2"),
+        "a budget does not make a node unremovable"
     );
     // pg-0 sits on a local PersistentVolume with node affinity to small-3.
     assert_eq!(reason(&doc, "small-3"), ("BlockedByPod", Some("db/pg-0")));
@@ -86,7 +96,10 @@ fn mixed_cluster_with_default_policy() {
     // Over half of 16 cpu requested on each big node (batch pods of 3 cpu).
     assert_eq!(reason(&doc, "big-1").0, "NotUnderutilized");
     assert_eq!(reason(&doc, "big-2").0, "NotUnderutilized");
-    assert_eq!(doc["throttled"], false);
+    assert_eq!(
+        doc["throttled"], true,
+        "small-2 is throttled by the api budget"
+    );
     assert_eq!(doc["simulation"]["timedOut"], false);
     assert_eq!(
         doc["simulation"]["nodesEvaluated"], 5,
@@ -109,6 +122,11 @@ fn json_fields_come_in_the_documented_order() {
         text.find(&format!("\"{k}\""))
             .unwrap_or_else(|| panic!("{k} missing"))
     };
+    // Top-level keys (two spaces in): `throttled` is also a field of a candidate.
+    let top = |k: &str| {
+        text.find(&format!("\n  \"{k}\""))
+            .unwrap_or_else(|| panic!("{k} missing"))
+    };
     let order = [
         "candidates",
         "toDelete",
@@ -116,7 +134,7 @@ fn json_fields_come_in_the_documented_order() {
         "throttled",
         "simulation",
     ];
-    assert!(order.windows(2).all(|w| pos(w[0]) < pos(w[1])), "{text}");
+    assert!(order.windows(2).all(|w| top(w[0]) < top(w[1])), "{text}");
     let sim = ["durationMs", "nodesEvaluated", "timedOut"];
     assert!(sim.windows(2).all(|w| pos(w[0]) < pos(w[1])));
     assert!(!text.contains("\"pod\": null"), "absent pods are omitted");
@@ -183,7 +201,7 @@ fn policy_selects_limits_and_budget_window() {
     assert!(doc["toDelete"]["drain"].as_array().unwrap().is_empty());
     assert_eq!(
         doc["candidates"].as_array().unwrap().len(),
-        2,
+        3,
         "still candidates"
     );
 }
@@ -210,7 +228,11 @@ fn table_output_names_nodes_and_reasons() {
         "{}",
         line("small-3")
     );
-    assert!(line("small-2").contains("NotEnoughPdb"));
+    assert!(
+        line("small-2").contains("throttled: WaitingForDisruptionBudget (shop/api)"),
+        "{}",
+        line("small-2")
+    );
     assert!(line("gpu-1").contains("NotReplicated"));
 }
 

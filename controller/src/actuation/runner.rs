@@ -380,6 +380,7 @@ impl EvictionObserver for Observer {
             EvictionCall::Blocked => {
                 self.tracker
                     .apply(&self.node, DrainEvent::EvictionBlocked, now);
+                self.tracker.record_refusal(&self.policy);
             }
             EvictionCall::Accepted => self.tracker.record_eviction(Evicted {
                 policy: self.policy.clone(),

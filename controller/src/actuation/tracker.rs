@@ -34,6 +34,8 @@ struct Inner {
     finished: Vec<Finished>,
     /// Evictions not yet handed to the planner (which keeps its own window).
     unseen: Vec<Evicted>,
+    /// Evictions a PodDisruptionBudget refused, per policy, not yet taken.
+    refused: BTreeMap<String, i64>,
 }
 
 /// Shared record of the actuator's work. Cheap to clone.
@@ -115,6 +117,16 @@ impl Tracker {
     /// Remember an eviction.
     pub fn record_eviction(&self, evicted: Evicted) {
         self.lock().unseen.push(evicted);
+    }
+
+    /// Count an eviction a PodDisruptionBudget refused (HTTP 429).
+    pub fn record_refusal(&self, policy: &str) {
+        *self.lock().refused.entry(policy.to_string()).or_insert(0) += 1;
+    }
+
+    /// Take the refusals of `policy` counted since the last call.
+    pub fn take_refused(&self, policy: &str) -> i64 {
+        self.lock().refused.remove(policy).unwrap_or(0)
     }
 
     /// Take the evictions of `policy` not taken yet (to tell the planner once).

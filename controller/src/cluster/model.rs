@@ -1,7 +1,7 @@
 //! The parsed, scheduling-relevant picture of nodes, pods, PDBs and owners that the snapshot
 //! holds: integers instead of quantity strings, selectors ready to match, shared pod classes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Index of a node in a [`crate::cluster::ClusterSnapshot`].
 pub type NodeId = u32;
@@ -390,9 +390,15 @@ pub struct PdbInfo {
     pub namespace: String,
     pub name: String,
     pub selector: Selector,
-    /// Disruptions allowed at snapshot time: `status.disruptionsAllowed` when present, else
-    /// computed from `minAvailable`/`maxUnavailable` and the healthy pods it selects.
+    /// Disruptions allowed at snapshot time: `status.disruptionsAllowed` when the disruption
+    /// controller has observed the budget's generation, else computed from
+    /// `minAvailable`/`maxUnavailable` and the healthy pods it selects.
     pub disruptions_allowed: i64,
+    /// Healthy pods the budget must keep (`status.desiredHealthy`, or computed likewise).
+    pub desired_healthy: i64,
+    /// Pods the API server has recorded as evicted and the disruption controller has not
+    /// processed yet (`status.disruptedPods`): no longer healthy whatever they look like.
+    pub disrupted: BTreeSet<String>,
 }
 
 impl PdbInfo {

@@ -1,12 +1,15 @@
 //! StartDeletion limits: which removable nodes start now. Empty nodes up to
-//! `maxScaleDownParallelism`, drains up to `maxDrainParallelism`, group minimum sizes, and
-//! time-windowed budgets (cron + duration, most restrictive active one wins, invalid → closed).
+//! `maxScaleDownParallelism`, drains up to `maxDrainParallelism`, group minimum sizes,
+//! time-windowed budgets (cron + duration, most restrictive active one wins, invalid → closed)
+//! and the PodDisruptionBudgets' remaining disruptions.
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
 use ebb_api::reasons::{ThrottledReason, UnremovableReason};
 use ebb_api::scaledown::Budget;
+
+use super::pdb::{Needs, PdbPacing};
 use jiff::Timestamp;
 use jiff::tz::TimeZone;
 
@@ -125,6 +128,8 @@ pub struct Removable {
     pub since: Timestamp,
     /// Node group (value of `nodeGroupLabel`).
     pub group: Option<String>,
+    /// Disruptions its drain needs, per PodDisruptionBudget.
+    pub needs: Needs,
 }
 
 /// Limits that apply to one selection.
@@ -144,6 +149,8 @@ pub struct InFlight {
     pub drains: i64,
     /// Per node group, both kinds.
     pub per_group: BTreeMap<Option<String>, i64>,
+    /// What the PodDisruptionBudgets allow beyond what the drains in flight still need.
+    pub pdbs: PdbPacing,
 }
 
 /// What StartDeletion does this loop.
@@ -154,6 +161,10 @@ pub struct Selection {
     pub throttled: Vec<(String, ThrottledReason)>,
     /// Removable, but not for long enough yet.
     pub waiting: Vec<(String, UnremovableReason)>,
+    /// Throttled by `WaitingForDisruptionBudget`: node → the budget (`namespace/name`).
+    pub held_by_pdb: BTreeMap<String, String>,
+    /// The earliest moment a waiting node will have been removable long enough.
+    pub next_due: Option<Timestamp>,
 }
 
 /// Picks the nodes to start deleting, in the order given (empty nodes first).
@@ -176,6 +187,7 @@ pub fn select(
     let mut per_group = in_flight.per_group.clone();
     let mut started = 0i64;
     let mut drains = 0i64;
+    let mut pdbs = in_flight.pdbs.clone();
     let ordered = removable
         .iter()
         .filter(|r| r.empty)
@@ -192,6 +204,9 @@ pub fn select(
             };
             if now.duration_since(r.since) < need {
                 sel.waiting.push((r.node.clone(), reason));
+                if let Ok(due) = r.since.checked_add(need) {
+                    sel.next_due = Some(sel.next_due.map_or(due, |d| d.min(due)));
+                }
                 continue;
             }
         }
@@ -205,6 +220,10 @@ pub fn select(
             Some(ThrottledReason::MaxDrainParallelism)
         } else if size - in_group - 1 < limits.min_nodes_per_group {
             Some(ThrottledReason::NodeGroupMinSize)
+        } else if let Some(pdb) = pdbs.holds(&r.needs) {
+            sel.held_by_pdb
+                .insert(r.node.clone(), pdbs.names[pdb].clone());
+            Some(ThrottledReason::WaitingForDisruptionBudget)
         } else {
             None
         };
@@ -213,6 +232,7 @@ pub fn select(
             continue;
         }
         started += 1;
+        pdbs.take(&r.needs);
         *per_group.entry(r.group.clone()).or_insert(0) += 1;
         if r.empty {
             sel.empty.push(r.node.clone());
@@ -235,6 +255,7 @@ mod tests {
             ready: true,
             since: "2026-01-01T00:00:00Z".parse().unwrap(),
             group: None,
+            needs: Needs::new(),
         }
     }
 

@@ -16,4 +16,6 @@ pub use planner::{
 };
 
 #[cfg(test)]
+mod pacing_tests;
+#[cfg(test)]
 mod planner_tests;

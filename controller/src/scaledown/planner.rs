@@ -13,7 +13,7 @@ use super::budgets::{self, InFlight, Removable, Selection};
 use super::config::PlannerConfig;
 use super::drainability::{PodDisposition, classify};
 use super::eligibility::{being_deleted, check_node, utilization};
-use super::pdb::PdbTracker;
+use super::pdb::{PdbTracker, PdbView};
 use super::simulation::{Greedy, Inputs, Sim};
 use crate::cluster::model::TaintEffect;
 use crate::cluster::{ClusterSnapshot, NodeId, PredicateChecker};
@@ -115,8 +115,6 @@ pub struct PlannerState {
     pub hints: DestinationHints,
     /// `recent_evictions`.
     pub recent_evictions: Vec<RecentEviction>,
-    /// `pdbs_remaining_disruptions` after the last loop (`namespace/name` → count).
-    pub pdbs_remaining: BTreeMap<String, i64>,
 }
 
 impl PlannerState {
@@ -403,7 +401,6 @@ pub fn plan(
         timed_out: greedy.timed_out,
         predicate_checks: sim.checker.stats().checks,
     };
-    let remaining = sim.pdbs.remaining(sim.snap);
     let new_hints = std::mem::take(&mut sim.new_hints);
     sim.snap.revert();
     drop(sim);
@@ -417,7 +414,7 @@ pub fn plan(
         candidates: greedy.candidates,
         unremovable: greedy.unremovable,
     };
-    state.remember(snap, &out, greedy.non_candidates, new_hints, remaining);
+    state.remember(snap, &out, greedy.non_candidates, new_hints);
     tracing::debug!(
         candidates = out.candidates.len(),
         unremovable = out.unremovable.len(),
@@ -430,14 +427,13 @@ pub fn plan(
 
 impl PlannerState {
     /// State for the next loop: the new candidate set, the non-candidates (refreshed, forgotten
-    /// once candidates or gone), the hints and the PDB allowances left.
+    /// once candidates or gone) and the hints.
     fn remember(
         &mut self,
         snap: &ClusterSnapshot,
         out: &Plan,
         non_candidates: BTreeMap<String, NonCandidate>,
         new_hints: HashMap<String, HashMap<String, String>>,
-        remaining: BTreeMap<String, i64>,
     ) {
         self.candidates = out
             .candidates
@@ -451,12 +447,12 @@ impl PlannerState {
             self.non_candidates.remove(&c.node);
         }
         self.hints.rotate(new_hints);
-        self.pdbs_remaining = remaining;
     }
 }
 
 /// StartDeletion: which candidates start now, given the deletions in flight (the deleted set:
-/// a node with pods left to move counts as a drain, else as empty).
+/// a node with pods left to move counts as a drain, else as empty) and what the
+/// PodDisruptionBudgets allow beyond what those drains still need.
 pub fn select_deletions(
     snap: &ClusterSnapshot,
     plan: &Plan,
@@ -465,8 +461,16 @@ pub fn select_deletions(
     now: Timestamp,
     ignore_unneeded_time: bool,
 ) -> Selection {
-    let mut in_flight = InFlight::default();
-    let no_pdbs_needed = &mut PdbTracker::new(snap);
+    let evicted = state
+        .recent_evictions
+        .iter()
+        .filter_map(|e| e.pod.metadata.uid.as_deref());
+    let mut pdbs = PdbView::new(snap, evicted);
+    let mut in_flight = InFlight {
+        pdbs: pdbs.pacing(),
+        ..InFlight::default()
+    };
+    let mut classes = PdbTracker::new(snap);
     for name in state.deleted.keys() {
         let Some(n) = snap.node_id(name) else {
             continue;
@@ -474,12 +478,13 @@ pub fn select_deletions(
         let movable = snap
             .pods_on(n)
             .iter()
-            .any(|p| classify(snap, *p, &cfg.rules, no_pdbs_needed) != PodDisposition::Stays);
+            .any(|p| classify(snap, *p, &cfg.rules, &mut classes) != PodDisposition::Stays);
         if movable {
             in_flight.drains += 1;
         } else {
             in_flight.empty += 1;
         }
+        in_flight.pdbs.take(&pdbs.needs(n, &cfg.rules));
         if cfg.node_selector.matches(&snap.node(n).labels) {
             let group = cfg
                 .node_group_label
@@ -497,6 +502,10 @@ pub fn select_deletions(
             ready: c.ready,
             since: c.since,
             group: c.group.clone(),
+            needs: snap
+                .node_id(&c.node)
+                .map(|n| pdbs.needs(n, &cfg.rules))
+                .unwrap_or_default(),
         })
         .collect();
     budgets::select(

@@ -2,15 +2,13 @@
 
 use std::time::Duration;
 
-use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
+use ebb_api::reasons::UnremovableReason;
 use jiff::Timestamp;
 
 use super::config::PlannerConfig;
 use super::planner::{Plan, PlannerState, StepStopwatch, plan};
 use crate::cluster::{ClusterObjects, ClusterSnapshot, PredicateChecker, build_snapshot};
-use crate::testkit::{
-    PodBuilder, node, node_state_warm, objects, pdb_min_available, pod, snapshot, taint,
-};
+use crate::testkit::{PodBuilder, node, node_state_warm, objects, pod, snapshot, taint};
 
 fn t(min: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + min * 60).unwrap()
@@ -138,37 +136,6 @@ fn destinations_without_soft_taints_come_before_fuller_ones() {
         "full",
         "without the taint, the fullest node wins"
     );
-}
-
-#[test]
-fn pdb_allows_one_disruption_across_nodes() {
-    let mut objs = objects(
-        [
-            node("big").cpu("16"),
-            node("a").cpu("8"),
-            node("b").cpu("8"),
-        ],
-        [
-            web("w0", "big", "9"),
-            web("w1", "a", "1"),
-            web("w2", "b", "1"),
-        ],
-    );
-    // 3 healthy, at least 2 available: one disruption allowed.
-    objs.pdbs.push(pdb_min_available("web", "app", "web", 2));
-    let mut s = build_snapshot(&objs).unwrap();
-    let mut state = PlannerState::default();
-    let p = run(&mut s, &PlannerConfig::default(), t(0), &mut state);
-    assert_eq!(names(&p), ["a"]);
-    let b = reason_of(&p, "b").unwrap();
-    assert_eq!(
-        (b.reason, b.pod_reason),
-        (
-            UnremovableReason::BlockedByPod,
-            Some(BlockingPodReason::NotEnoughPdb)
-        )
-    );
-    assert_eq!(state.pdbs_remaining.get("default/web"), Some(&0));
 }
 
 #[test]

@@ -102,8 +102,8 @@ impl<'a> Sim<'a> {
             .insert(uid, to);
     }
 
-    /// Step 1: pods left on nodes being deleted must still fit elsewhere (PDBs counted, not
-    /// checked). True when one fits nowhere.
+    /// Step 1: pods left on nodes being deleted must still fit elsewhere. True when one fits
+    /// nowhere.
     pub fn reverify_deleted(
         &mut self,
         deleted: &BTreeSet<String>,
@@ -123,7 +123,6 @@ impl<'a> Sim<'a> {
                 match self.find_place(pod, Some(name), hints) {
                     Some(d) => {
                         self.snap.place(pod, Some(d));
-                        self.pdbs.evict(self.snap, pod);
                         self.hint(name, pod, d);
                     }
                     None => {
@@ -203,7 +202,8 @@ impl<'a> Sim<'a> {
         pending
     }
 
-    /// Moves each of `pods` off node `name` (PDBs checked), stopping at the first that cannot go.
+    /// Moves each of `pods` off node `name`, stopping at the first that fits nowhere. Capacity
+    /// only: what PodDisruptionBudgets allow paces the drains, it does not make nodes needed.
     fn move_pods(
         &mut self,
         name: &str,
@@ -212,17 +212,9 @@ impl<'a> Sim<'a> {
     ) -> Result<Vec<(PodId, NodeId)>, Blocked> {
         let mut moves = Vec::with_capacity(pods.len());
         for &pod in pods {
-            if !self.pdbs.can_evict(self.snap, pod) {
-                return Err((
-                    UnremovableReason::BlockedByPod,
-                    pod,
-                    Some(BlockingPodReason::NotEnoughPdb),
-                ));
-            }
             match self.find_place(pod, Some(name), hints) {
                 Some(d) => {
                     self.snap.place(pod, Some(d));
-                    self.pdbs.evict(self.snap, pod);
                     moves.push((pod, d));
                 }
                 None => return Err((UnremovableReason::NoPlaceToMovePods, pod, None)),
@@ -243,16 +235,13 @@ impl<'a> Sim<'a> {
         let was_not_dest = self.not_dest[node as usize];
         self.not_dest[node as usize] = true;
         self.snap.fork();
-        self.pdbs.fork();
         match self.move_pods(name, pods, hints) {
             Ok(moves) => {
                 self.snap.commit();
-                self.pdbs.commit();
                 Ok(moves)
             }
             Err((reason, pod, pod_reason)) => {
                 self.snap.revert();
-                self.pdbs.revert();
                 self.epoch += 1;
                 self.not_dest[node as usize] = was_not_dest;
                 Err(Refusal::simulated(

@@ -1,6 +1,7 @@
 //! The documented output of `ebb-controller plan`: a stable JSON document (fields in a fixed
 //! order) and an aligned table for people.
 
+use ebb_api::reasons::ThrottledReason;
 use serde::Serialize;
 
 use crate::scaledown::Plan;
@@ -22,6 +23,9 @@ pub struct CandidateOut {
     /// The limit that holds this candidate back now (`ebb_api::reasons::ThrottledReason`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub throttled: Option<String>,
+    /// For `WaitingForDisruptionBudget`: the PodDisruptionBudget (`namespace/name`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pdb: Option<String>,
     /// Why this candidate is not deleted yet although it is removable (its unneeded or unready
     /// time is still running: `ebb_api::reasons::UnremovableReason`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,6 +95,7 @@ impl PlanOut {
                         .iter()
                         .find(|(n, _)| n == &c.node)
                         .map(|(_, r)| r.to_string()),
+                    pdb: sel.held_by_pdb.get(&c.node).cloned(),
                     waiting: sel
                         .waiting
                         .iter()
@@ -135,6 +140,14 @@ pub fn table(plan: &Plan, sel: &Selection) -> String {
             (
                 "drain".to_string(),
                 format!("{} pods → {}", c.moves.len(), dests.join(", ")),
+            )
+        } else if let Some(pdb) = sel.held_by_pdb.get(&c.node) {
+            (
+                "candidate".to_string(),
+                format!(
+                    "throttled: {} ({pdb})",
+                    ThrottledReason::WaitingForDisruptionBudget
+                ),
             )
         } else if let Some((_, r)) = sel.throttled.iter().find(|(n, _)| n == &c.node) {
             ("candidate".to_string(), format!("throttled: {r}"))

@@ -1,5 +1,9 @@
 //! PodDisruptionBudgets into [`PdbInfo`]: the selector and the disruptions allowed now (the
 //! status when the disruption controller has observed the budget, else computed from the pods).
+//! A status older than the budget's generation is not trusted: the API server refuses every
+//! eviction until the disruption controller catches up, so the allowance is computed instead.
+
+use std::collections::BTreeSet;
 
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -29,32 +33,46 @@ pub(super) fn pdb_infos(
             Some(s) => selector_from(s, "PodDisruptionBudget", &object)?,
             None => continue, // selects nothing
         };
-        let disruptions_allowed = match pdb
+        let generation = pdb.metadata.generation.unwrap_or(0);
+        let observed = pdb
             .status
             .as_ref()
-            .filter(|s| s.observed_generation.is_some())
-        {
-            Some(s) => i64::from(s.disruptions_allowed),
-            None => computed_allowance(pdb, &ns, &selector, view, &object)?,
+            .filter(|s| s.observed_generation.is_some_and(|g| g >= generation));
+        let (desired_healthy, disruptions_allowed, disrupted) = match observed {
+            Some(s) => (
+                i64::from(s.desired_healthy),
+                i64::from(s.disruptions_allowed),
+                s.disrupted_pods
+                    .iter()
+                    .flat_map(|m| m.keys().cloned())
+                    .collect(),
+            ),
+            None => {
+                let (desired, allowed) = computed_allowance(pdb, &ns, &selector, view, &object)?;
+                (desired, allowed, BTreeSet::new())
+            }
         };
         out.push(PdbInfo {
             namespace: ns,
             name,
             selector,
             disruptions_allowed,
+            desired_healthy,
+            disrupted,
         });
     }
     Ok(out)
 }
 
-/// Healthy selected pods beyond what the budget must keep (never negative).
+/// The healthy pods the budget must keep, and the healthy selected pods beyond that (never
+/// negative).
 fn computed_allowance(
     pdb: &PodDisruptionBudget,
     ns: &str,
     selector: &Selector,
     view: &PodsView,
     object: &str,
-) -> Result<i64, SnapshotError> {
+) -> Result<(i64, i64), SnapshotError> {
     let (mut expected, mut healthy) = (0i64, 0i64);
     for (i, p) in view.pods.iter().enumerate() {
         if p.namespace == ns
@@ -80,7 +98,7 @@ fn computed_allowance(
         object: object.to_string(),
         why: "minAvailable/maxUnavailable is neither a number nor a percentage".into(),
     })?;
-    Ok((healthy - desired).max(0))
+    Ok((desired, (healthy - desired).max(0)))
 }
 
 fn int_or_percent(v: &IntOrString, total: i64, round_up: bool) -> Option<i64> {

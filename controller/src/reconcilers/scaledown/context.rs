@@ -26,6 +26,8 @@ pub struct PolicyMemory {
     pub facts: Facts,
     /// Nodes removed since the policy was created (seeded from its status).
     pub removed_total: Option<i64>,
+    /// Evictions a PodDisruptionBudget refused since the policy was created (seeded likewise).
+    pub refused_total: Option<i64>,
     /// Cancels this policy's drains (policy deleted or switched to DryRun); a child of the
     /// controller's shutdown token, created on first use.
     pub cancel: Option<CancellationToken>,

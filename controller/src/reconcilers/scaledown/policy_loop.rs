@@ -73,6 +73,8 @@ struct PolicyLoop<'a> {
     stopped: bool,
     finished: Vec<Finished>,
     removed: i64,
+    /// Evictions refused by a PodDisruptionBudget since the policy was created.
+    refused: i64,
     /// The objects the plan is made from: a pod not among them on a node being drained landed
     /// after.
     objects: ClusterObjects,
@@ -127,6 +129,7 @@ impl<'a> PolicyLoop<'a> {
             stopped,
             finished: Vec::new(),
             removed: 0,
+            refused: 0,
             objects: ClusterObjects::default(),
             plan: None,
             selection: None,
@@ -161,6 +164,14 @@ impl<'a> PolicyLoop<'a> {
         }
         memory.removed_total = Some(removed);
         self.removed = removed;
+        let refused_before = memory.refused_total.unwrap_or_else(|| {
+            self.policy
+                .status
+                .as_ref()
+                .map_or(0, |s| s.evictions_refused_total)
+        });
+        self.refused = refused_before + tracker.take_refused(&self.name);
+        memory.refused_total = Some(self.refused);
         for e in tracker.take_evictions(&self.name) {
             if let Some(pod) = e.object {
                 memory.planner.record_eviction((*pod).clone(), e.at);
@@ -431,6 +442,7 @@ impl<'a> PolicyLoop<'a> {
             overlapping: &self.overlaps,
             degraded: self.degraded.as_ref(),
             removed_total: self.removed,
+            evictions_refused_total: self.refused,
             loop_duration: self.t0.elapsed(),
             previous: last,
         });

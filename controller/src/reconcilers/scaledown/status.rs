@@ -35,6 +35,7 @@ pub struct LoopFacts<'a> {
     pub overlapping: &'a BTreeMap<String, Vec<String>>,
     pub degraded: Option<&'a Degraded>,
     pub removed_total: i64,
+    pub evictions_refused_total: i64,
     pub loop_duration: Duration,
     pub previous: Option<&'a ScaleDownPolicyStatus>,
 }
@@ -88,6 +89,7 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
         candidates: candidates.len() as i32,
         draining: f.drains.len() as i32,
         removed_total: f.removed_total,
+        evictions_refused_total: f.evictions_refused_total,
         unremovable: by_reason
             .into_iter()
             .map(|(reason, count)| ReasonCount { reason, count })
@@ -129,6 +131,11 @@ fn candidate_rows(f: &LoopFacts<'_>, draining: &BTreeMap<&str, &Drain>) -> Vec<C
                 ScaleDownMode::DryRun => Some("DryRun".to_string()),
                 _ => waiting.get(c.node.as_str()).cloned(),
             },
+            disruption_budget: f
+                .selection
+                .and_then(|s| s.held_by_pdb.get(&c.node))
+                .filter(|_| f.mode != ScaleDownMode::DryRun)
+                .cloned(),
         })
         .collect()
 }
@@ -266,6 +273,7 @@ mod tests {
     fn drains_listed_in_flight_that_finished_since_are_counted_at_start() {
         let written = ScaleDownPolicyStatus {
             removed_total: 7,
+            evictions_refused_total: 0,
             draining_nodes: ["gone", "drained", "still-draining", "rolled-back"]
                 .map(|n| DrainingNodeStatus {
                     node: n.into(),
@@ -282,6 +290,7 @@ mod tests {
         assert_eq!(removed_at_start(None, finished), 0);
         let counted = ScaleDownPolicyStatus {
             removed_total: 3,
+            evictions_refused_total: 0,
             ..ScaleDownPolicyStatus::default()
         };
         assert_eq!(removed_at_start(Some(&counted), |_| true), 3);
@@ -328,6 +337,7 @@ mod tests {
             overlapping,
             degraded: None,
             removed_total: 4,
+            evictions_refused_total: 0,
             loop_duration: Duration::from_millis(42),
             previous: None,
         }
