@@ -45,6 +45,8 @@ pub enum EvictionResult {
     gone,
     /// Any other error.
     error,
+    /// Not sent: a PodDisruptionBudget allowed no more disruptions (counted once per wait).
+    deferred,
 }
 
 /// How a drain ended.

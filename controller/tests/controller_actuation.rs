@@ -10,8 +10,9 @@ use std::time::Duration;
 use controller_fake::FakeApi;
 use ebb_api::ScaleDownMode;
 use ebb_api::names::{LABEL_DRAINED, TAINT_TO_BE_DELETED};
+use ebb_controller::actuation::budget_gate::DisruptionGate;
 use ebb_controller::actuation::drain::EvictionCall;
-use ebb_controller::actuation::evict::{EvictionObserver, evict_with_retry};
+use ebb_controller::actuation::evict::{EvictionObserver, Evictor, evict_with_retry};
 use ebb_controller::actuation::pods::{PodRef, uids_on};
 use ebb_controller::actuation::taints;
 use ebb_controller::actuation::{
@@ -56,14 +57,19 @@ async fn a_pdb_429_is_retried_every_interval_until_accepted() {
     let calls = Calls(Default::default());
     let metrics = Metrics::new();
     let t0 = tokio::time::Instant::now();
+    let gate = DisruptionGate::new(api.pod_store(), api.pod_changes());
+    let ev = Evictor {
+        client: api.client(),
+        gate: &gate,
+        metrics: &metrics,
+        policy: "p",
+        observer: &calls,
+    };
     let ok = evict_with_retry(
-        api.client(),
+        &ev,
         &pod_ref("web-1", Some(3600)),
         &settings(),
         &CancellationToken::new(),
-        &metrics,
-        "p",
-        &calls,
     )
     .await;
     assert!(ok);
@@ -101,14 +107,20 @@ async fn a_pdb_that_never_allows_gives_up_at_max_pod_eviction_time() {
     api.script_evictions("default/db-0", &[429; 100]);
     let calls = Calls(Default::default());
     let t0 = tokio::time::Instant::now();
+    let metrics = Metrics::new();
+    let gate = DisruptionGate::new(api.pod_store(), api.pod_changes());
+    let ev = Evictor {
+        client: api.client(),
+        gate: &gate,
+        metrics: &metrics,
+        policy: "p",
+        observer: &calls,
+    };
     let ok = evict_with_retry(
-        api.client(),
+        &ev,
         &pod_ref("db-0", None),
         &settings(),
         &CancellationToken::new(),
-        &Metrics::new(),
-        "p",
-        &calls,
     )
     .await;
     assert!(!ok);

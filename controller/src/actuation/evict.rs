@@ -1,5 +1,5 @@
-//! Evictions through the policy/v1 Eviction API: per pod with the retry rule of
-//! [`after_eviction`](super::drain::after_eviction), per node in parallel with a bound.
+//! Evictions through the policy/v1 Eviction API: per pod, sent once the disruption gate allows it,
+//! with the retry rule of [`after_eviction`](super::drain::after_eviction); per node in parallel.
 
 use std::time::Duration;
 
@@ -9,6 +9,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{DeleteOptions, ObjectMeta, 
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::budget_gate::{Admission, DisruptionGate, Reservation};
 use super::drain::{EvictionCall, Retry, after_eviction, grace_seconds};
 use super::pods::PodRef;
 use crate::metrics::{EvictionLabels, EvictionResult, Metrics};
@@ -103,21 +104,71 @@ pub fn pdb_answer(call: &EvictionCall) -> &'static str {
     }
 }
 
-/// Evict `pod`, retrying 429s and errors every `retry_interval` until `max_time`. True when the
-/// pod is on its way out; false when it gave up or was cancelled.
-pub async fn evict_with_retry(
-    client: kube::Client,
+/// Where an eviction is sent from: the client, the gate of the budgets, and who is told.
+pub struct Evictor<'a> {
+    pub client: kube::Client,
+    pub gate: &'a DisruptionGate,
+    pub metrics: &'a Metrics,
+    pub policy: &'a str,
+    pub observer: &'a dyn EvictionObserver,
+}
+
+/// Waits until the budgets over `pod` allow its eviction (a budget change or `retry_interval`
+/// wakes it), holding its disruptions. `None` when cancelled or `deadline` passed.
+async fn admitted(
+    ev: &Evictor<'_>,
     pod: &PodRef,
     settings: &EvictionSettings,
     cancel: &CancellationToken,
-    metrics: &Metrics,
-    policy: &str,
-    observer: &dyn EvictionObserver,
+    deadline: tokio::time::Instant,
+) -> Option<Reservation> {
+    let mut waiting_for: Option<String> = None;
+    loop {
+        match ev.gate.admit(pod) {
+            Admission::Send(r) => return Some(r),
+            Admission::Wait { pdb } => {
+                if waiting_for.as_ref() != Some(&pdb) {
+                    tracing::info!(pod = %pod.key(), %pdb, "eviction waits for its disruption budget");
+                    ev.metrics
+                        .evictions
+                        .get_or_create(&EvictionLabels {
+                            policy: ev.policy.to_string(),
+                            result: EvictionResult::deferred,
+                        })
+                        .inc();
+                    waiting_for = Some(pdb);
+                }
+            }
+        }
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = ev.gate.changed(settings.retry_interval.min(deadline - now)) => {}
+        }
+    }
+}
+
+/// Evict `pod` once its budgets allow it, retrying 429s and errors every `retry_interval` until
+/// `max_time`. True when the pod is on its way out; false when it gave up or was cancelled.
+pub async fn evict_with_retry(
+    ev: &Evictor<'_>,
+    pod: &PodRef,
+    settings: &EvictionSettings,
+    cancel: &CancellationToken,
 ) -> bool {
     let started = tokio::time::Instant::now();
+    let deadline = started + settings.max_time;
     let mut attempts: u32 = 0;
     loop {
-        let call = evict_once(&client, pod, settings.grace_cap).await;
+        let Some(reservation) = admitted(ev, pod, settings, cancel, deadline).await else {
+            return false;
+        };
+        let call = evict_once(&ev.client, pod, settings.grace_cap).await;
+        ev.gate
+            .settle(reservation, matches!(call, EvictionCall::Accepted));
         attempts += 1;
         let result = match &call {
             EvictionCall::Accepted => EvictionResult::evicted,
@@ -134,14 +185,14 @@ pub async fn evict_with_retry(
         let span = tracing::Span::current();
         span.record("pdb", answer);
         span.record("attempts", u64::from(attempts));
-        metrics
+        ev.metrics
             .evictions
             .get_or_create(&EvictionLabels {
-                policy: policy.to_string(),
+                policy: ev.policy.to_string(),
                 result,
             })
             .inc();
-        observer.on_call(pod, &call);
+        ev.observer.on_call(pod, &call);
         match after_eviction(
             &call,
             started.elapsed(),
@@ -163,18 +214,14 @@ pub async fn evict_with_retry(
 /// Evict every pod, at most `settings.parallelism` at once. Returns the pods that could not be
 /// evicted (`namespace/name`, sorted).
 pub async fn evict_all(
-    client: kube::Client,
+    ev: &Evictor<'_>,
     pods: Vec<PodRef>,
     settings: &EvictionSettings,
     cancel: &CancellationToken,
-    metrics: &Metrics,
-    policy: &str,
-    observer: &dyn EvictionObserver,
 ) -> Vec<String> {
     let parallelism = settings.parallelism.max(1);
     let mut failed: Vec<String> = futures::stream::iter(pods)
         .map(|pod| {
-            let client = client.clone();
             let span = tracing::info_span!(
                 "evict",
                 pod = %pod.key(),
@@ -183,9 +230,7 @@ pub async fn evict_all(
             );
             async move {
                 let t0 = std::time::Instant::now();
-                let ok =
-                    evict_with_retry(client, &pod, settings, cancel, metrics, policy, observer)
-                        .await;
+                let ok = evict_with_retry(ev, &pod, settings, cancel).await;
                 tracing::debug!(
                     ok,
                     took_ms = t0.elapsed().as_millis() as u64,

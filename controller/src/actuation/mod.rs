@@ -1,6 +1,7 @@
 //! Actuation of a ScaleDownPolicy: soft taints, the drain state machine and its runner
 //! (taint, re-check, evict, wait, delete or mark), and restart re-derivation from taints.
 
+pub mod budget_gate;
 pub mod drain;
 pub mod evict;
 pub mod nodes;

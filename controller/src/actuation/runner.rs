@@ -7,14 +7,16 @@ use std::time::Duration;
 
 use ebb_api::ScaleDownMode;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::budget_gate::DisruptionGate;
 use super::drain::{Drain, DrainEvent, EvictionCall, GiveUpReason, Outcome, Step};
-use super::evict::{EvictionObserver, EvictionSettings, evict_all, evict_once};
+use super::evict::{EvictionObserver, EvictionSettings, Evictor, evict_all, evict_once};
 use super::nodes::{NodeWriteError, NodeWriter, Written};
 use super::pods::{self, PodRef};
 use super::taints::EbbTaint;
@@ -66,6 +68,7 @@ pub struct Actuator {
     nodes: NodeWriter,
     pods: Store<Pod>,
     pod_changes: watch::Receiver<u64>,
+    gate: DisruptionGate,
     tracker: Tracker,
     metrics: Metrics,
     recheck_delay: Duration,
@@ -86,6 +89,7 @@ impl Actuator {
         Self {
             nodes: NodeWriter::new(client.clone()),
             client,
+            gate: DisruptionGate::new(pods.clone(), pod_changes.clone()),
             pods,
             pod_changes,
             tracker,
@@ -94,6 +98,17 @@ impl Actuator {
             finished: None,
             tasks: Arc::default(),
         }
+    }
+
+    /// Send an eviction only when the PodDisruptionBudgets in `pdbs` allow it (`pdb_changes`
+    /// ticks on every budget event). Without it every eviction is sent and a refusal retried.
+    pub fn with_budgets(
+        mut self,
+        pdbs: Store<PodDisruptionBudget>,
+        pdb_changes: watch::Receiver<u64>,
+    ) -> Self {
+        self.gate = self.gate.with_budgets(pdbs, pdb_changes);
+        self
     }
 
     /// Send evictions through `client` (one without kube's automatic retry of 429s, so that a
@@ -282,14 +297,18 @@ impl Actuator {
             policy: order.policy.clone(),
             node: order.node.clone(),
         };
+        let evictor = Evictor {
+            client: self.client.clone(),
+            gate: &self.gate,
+            metrics: &self.metrics,
+            policy: &order.policy,
+            observer: &observer,
+        };
         let failed = evict_all(
-            self.client.clone(),
+            &evictor,
             on_node.evict.clone(),
             &order.settings,
             &order.cancel,
-            &self.metrics,
-            &order.policy,
-            &observer,
         )
         .await;
         if order.cancel.is_cancelled() {

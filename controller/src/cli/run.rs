@@ -21,6 +21,7 @@ use crate::reconcilers::placement::{self, PlacementSettings};
 use crate::reconcilers::scaledown::startup::recover_at_start;
 use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
 use crate::state::lease::{Leader, LeaderConfig};
+use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
 
 /// How the controller ended.
@@ -82,9 +83,13 @@ pub struct Settings {
     pub placement: PlacementSettings,
 }
 
-/// Debounce of policy loops: the node events ebb's own taint writes cause do not re-run every
-/// policy at once.
-pub const DEFAULT_DEBOUNCE: Duration = Duration::from_secs(2);
+/// Debounce of a policy's own events (its status writes come back as events).
+pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
+
+/// Node changes, budgets allowing more and finished drains wake every policy at most this often
+/// (the first at once, a burst as one wake at the end of the interval): drains waiting for a
+/// budget start well within a second, and ebb's own node writes do not loop the policies.
+pub const WAKE_INTERVAL: Duration = Duration::from_millis(500);
 
 impl Settings {
     /// Settings from the command line; `namespace` is `--namespace` or the client's default.
@@ -185,6 +190,8 @@ pub async fn serve(
         stores,
         pod_changes,
         node_changes,
+        pdb_changes,
+        budget_rises,
         tasks,
     } = watches;
     let _watch_tasks = AbortOnDrop(tasks);
@@ -199,7 +206,12 @@ pub async fn serve(
         leadership: Leadership::default(),
         stop,
     };
-    let scaledown = ScaleDown::start(clients, &settings, &shared, node_changes);
+    let wakes = Wakes {
+        node_changes,
+        budget_rises,
+        pdb_changes,
+    };
+    let scaledown = ScaleDown::start(clients, &settings, &shared, wakes);
     if !wait_for_policy_cache(&scaledown.ctx, &shared.stop).await? {
         return Ok(Exit::Stopped);
     }
@@ -345,6 +357,15 @@ async fn until_exit(leader: Option<&mut Leader>, stop: &CancellationToken) -> Ex
     }
 }
 
+/// What wakes every policy besides its own events: node changes, budgets allowing more, and
+/// (from the actuator) finished drains.
+struct Wakes {
+    node_changes: tokio::sync::mpsc::Receiver<()>,
+    budget_rises: tokio::sync::mpsc::Receiver<()>,
+    /// Ticks on every budget event (the actuator's disruption gate waits on it).
+    pdb_changes: tokio::sync::watch::Receiver<u64>,
+}
+
 /// The running ScaleDownPolicy reconciler.
 struct ScaleDown {
     ctx: Arc<Context>,
@@ -352,14 +373,14 @@ struct ScaleDown {
 }
 
 impl ScaleDown {
-    /// Builds the actuator and the context and runs the reconciler, woken by node changes and
-    /// finished drains besides policy events.
-    fn start(
-        clients: Clients,
-        settings: &Settings,
-        shared: &Shared,
-        mut node_changes: tokio::sync::mpsc::Receiver<()>,
-    ) -> Self {
+    /// Builds the actuator and the context and runs the reconciler, woken by node changes,
+    /// budgets allowing more and finished drains besides policy events.
+    fn start(clients: Clients, settings: &Settings, shared: &Shared, wakes: Wakes) -> Self {
+        let Wakes {
+            mut node_changes,
+            mut budget_rises,
+            pdb_changes,
+        } = wakes;
         let client = clients.api;
         let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let actuator = Actuator::new(
@@ -370,6 +391,7 @@ impl ScaleDown {
             shared.metrics.clone(),
         )
         .with_eviction_client(clients.evictions)
+        .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
         .notify_finished(finished_tx);
         let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
@@ -389,7 +411,12 @@ impl ScaleDown {
         let node_changes = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx));
         // A finished drain wakes the policies at once rather than at their next scan.
         let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());
-        let wake = futures::stream::select(node_changes, finished);
+        // A budget allowing more starts the drains waiting for it within the debounce.
+        let rises = futures::stream::poll_fn(move |cx| budget_rises.poll_recv(cx));
+        let wake = throttle(
+            futures::stream::select(futures::stream::select(node_changes, finished), rises),
+            WAKE_INTERVAL,
+        );
         let ctrl_stop = shared.stop.clone();
         let task = tokio::spawn(
             controller

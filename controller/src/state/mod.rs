@@ -1,9 +1,10 @@
-//! State both reconcilers share: the reflector stores of the watched kinds, and leadership
-//! (the Lease and the flag every write checks).
+//! State both reconcilers share: the reflector stores of the watched kinds, leadership (the
+//! Lease and the flag every write checks), and the coalescing of wake-ups.
 
 pub mod leadership;
 pub mod lease;
 pub mod stores;
+pub mod wakes;
 
 pub use leadership::Leadership;
 pub use stores::Stores;

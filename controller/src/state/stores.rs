@@ -41,6 +41,11 @@ pub struct Watches {
     pub pod_changes: watch::Receiver<u64>,
     /// A unit per node event that changed labels, taints or schedulability (coalesced).
     pub node_changes: mpsc::Receiver<()>,
+    /// Ticks on every PodDisruptionBudget event.
+    pub pdb_changes: watch::Receiver<u64>,
+    /// A unit when a budget allows more disruptions than before, or a new one appears
+    /// (coalesced): drains waiting for it may start.
+    pub budget_rises: mpsc::Receiver<()>,
     pub tasks: Vec<JoinHandle<()>>,
 }
 
@@ -136,6 +141,9 @@ where
 pub async fn start(client: kube::Client) -> Watches {
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
+    let (pdb_tx, pdb_changes) = watch::channel(0u64);
+    let (rise_tx, budget_rises) = mpsc::channel(1);
+    let allowed_before = std::sync::Mutex::new(std::collections::HashMap::<String, i32>::new());
     let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
     let mut tasks = Vec::new();
     let (nodes, t) = reflect(Api::<Node>::all(client.clone()), "Node", move |n: &Node| {
@@ -164,7 +172,28 @@ pub async fn start(client: kube::Client) -> Watches {
     let stores = Stores {
         nodes,
         pods,
-        pdbs: plain!(PodDisruptionBudget, "PodDisruptionBudget"),
+        pdbs: {
+            let api = Api::<PodDisruptionBudget>::all(client.clone());
+            let (s, t) = reflect(
+                api,
+                "PodDisruptionBudget",
+                move |b: &PodDisruptionBudget| {
+                    pdb_tx.send_modify(|v| *v = v.wrapping_add(1));
+                    let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+                    let allowed = b.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+                    let rose = allowed_before
+                        .lock()
+                        .map(|mut m| m.insert(key, allowed).is_none_or(|was| allowed > was))
+                        .unwrap_or(true);
+                    if rose {
+                        // Full channel: a wake-up is already pending, which is all we need.
+                        let _ = rise_tx.try_send(());
+                    }
+                },
+            );
+            tasks.push(t);
+            s
+        },
         replica_sets: plain!(ReplicaSet, "ReplicaSet"),
         stateful_sets: plain!(StatefulSet, "StatefulSet"),
         daemon_sets: plain!(DaemonSet, "DaemonSet"),
@@ -184,6 +213,8 @@ pub async fn start(client: kube::Client) -> Watches {
         stores,
         pod_changes,
         node_changes,
+        pdb_changes,
+        budget_rises,
         tasks,
     }
 }

@@ -24,14 +24,15 @@ use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
 use crate::scaledown::budgets::Selection;
 use crate::scaledown::{InstantStopwatch, Plan, PlannerConfig, plan, select_deletions};
 
-/// Runs one loop of `policy`.
+/// Runs one loop of `policy`. Returns when the next candidate will have been removable long
+/// enough (the loop should run again then), if one waits for that.
 pub async fn run(
     policy: &ScaleDownPolicy,
     ctx: &Context,
     memory: &mut PolicyMemory,
     now: jiff::Timestamp,
     t0: Instant,
-) -> Result<(), Error> {
+) -> Result<Option<jiff::Timestamp>, Error> {
     let mut l = PolicyLoop::observe(policy, ctx, now, t0).await;
     l.account_finished_drains(ctx, memory);
     l.plan(ctx, memory);
@@ -53,7 +54,7 @@ pub async fn run(
         took_ms = t0.elapsed().as_millis() as u64,
         "loop done"
     );
-    Ok(())
+    Ok(l.selection.and_then(|s| s.next_due))
 }
 
 /// What one loop knows, filled phase by phase.

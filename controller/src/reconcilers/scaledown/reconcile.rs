@@ -220,8 +220,25 @@ async fn apply(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Action
     let result = policy_loop::run(&policy, &ctx, &mut memory, now, t0).await;
     ctx.put_memory(&name, memory);
     ctx.metrics.observe(Function::reconcile, t0.elapsed());
-    result?;
-    Ok(Action::requeue(spec.scan_interval.as_duration()))
+    let next_due = result?;
+    Ok(Action::requeue(next_loop(
+        spec.scan_interval.as_duration(),
+        now,
+        next_due,
+    )))
+}
+
+/// When the policy runs again: after `scanInterval`, or sooner when a candidate's
+/// `unneededTime` runs out before that (a little after, so that it has).
+fn next_loop(scan: Duration, now: jiff::Timestamp, due: Option<jiff::Timestamp>) -> Duration {
+    const AFTER_DUE: Duration = Duration::from_millis(50);
+    match due {
+        None => scan,
+        Some(d) => {
+            let until = Duration::try_from(d.duration_since(now)).unwrap_or(Duration::ZERO);
+            scan.min(until + AFTER_DUE)
+        }
+    }
 }
 
 /// Server-side apply of the whole status (field manager `ebb-controller`).
@@ -298,4 +315,26 @@ async fn cleanup(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Acti
     }
     tracing::info!(policy = %name, taints_removed = removed, "policy deleted; its taints are gone");
     Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_loop_comes_when_a_candidate_is_due() {
+        let now = jiff::Timestamp::from_second(1_800_000_000).unwrap();
+        let scan = Duration::from_secs(10);
+        let at = |s: i64| now + jiff::SignedDuration::from_secs(s);
+        assert_eq!(next_loop(scan, now, None), scan);
+        assert_eq!(
+            next_loop(scan, now, Some(at(3))),
+            Duration::from_millis(3050)
+        );
+        assert_eq!(next_loop(scan, now, Some(at(60))), scan);
+        assert_eq!(
+            next_loop(scan, now, Some(at(-2))),
+            Duration::from_millis(50)
+        );
+    }
 }
