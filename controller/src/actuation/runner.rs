@@ -29,6 +29,8 @@ pub type Recheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
 /// Default wait between the `to-be-deleted` taint and the re-check.
 pub const DEFAULT_RECHECK_DELAY: Duration = Duration::from_secs(5);
+/// How often a drain waiting for its pods looks at the cache without a change tick.
+const POD_GONE_RECHECK: Duration = Duration::from_secs(5);
 /// Extra time, beyond the capped grace period, that evicted pods get to disappear.
 pub const POD_GONE_SLACK: Duration = Duration::from_secs(30);
 /// Attempts at removing the taint when a drain is rolled back.
@@ -363,6 +365,9 @@ impl Actuator {
                         tokio::time::sleep(Duration::from_secs(1)).await;
                     }
                 }
+                // The cache may change without a tick (a re-list after a failed watch): look
+                // again now and then.
+                _ = tokio::time::sleep(POD_GONE_RECHECK) => {}
             }
         }
     }

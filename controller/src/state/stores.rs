@@ -49,11 +49,13 @@ pub struct Watches {
     pub tasks: Vec<JoinHandle<()>>,
 }
 
-/// Run one reflector; `on_event` sees every applied or deleted object.
+/// Run one reflector; `on_event` sees every applied or deleted object, and `Changed` when a
+/// re-list has replaced the cache (objects deleted meanwhile vanish without an event of their
+/// own, and a waiter on a change must look again).
 fn reflect<K>(
     api: Api<K>,
     kind: &'static str,
-    on_event: impl Fn(&K) + Send + 'static,
+    on_event: impl Fn(Changed<'_, K>) + Send + 'static,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()>
@@ -68,28 +70,39 @@ where
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         .modify(|o: &mut K| o.managed_fields_mut().clear())
-        .reflect(writer)
-        .touched_objects();
+        .reflect(writer);
     let task = tokio::spawn(drive(stream, kind, on_event));
     (store, task)
 }
 
+/// What changed in a cache.
+pub enum Changed<'a, K> {
+    /// An object was added, modified or deleted (or listed again).
+    Object(&'a K),
+    /// A re-list finished: the cache now holds exactly the listed objects.
+    Relisted,
+}
+
 async fn drive<K>(
-    stream: impl Stream<Item = Result<K, watcher::Error>>,
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
     kind: &'static str,
-    on_event: impl Fn(&K),
+    on_event: impl Fn(Changed<'_, K>),
 ) {
     let mut stream = std::pin::pin!(stream);
     let mut seen: u64 = 0;
     while let Some(item) = stream.next().await {
         match item {
-            Ok(obj) => {
+            Ok(
+                watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
+            ) => {
                 seen += 1;
-                on_event(&obj);
+                on_event(Changed::Object(&o));
                 if seen.is_multiple_of(10_000) {
                     tracing::debug!(kind, seen, "watch events");
                 }
             }
+            Ok(watcher::Event::InitDone) => on_event(Changed::Relisted),
+            Ok(watcher::Event::Init) => {}
             // The backoff retries; say so once per failure.
             Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
         }
@@ -137,34 +150,67 @@ where
     store
 }
 
+/// The PodDisruptionBudget cache: `changes` ticks on every event, `rises` gets a unit when a
+/// budget allows more disruptions than before, appears, or the cache was re-listed.
+fn watch_budgets(
+    client: kube::Client,
+    changes: watch::Sender<u64>,
+    rises: mpsc::Sender<()>,
+) -> (Store<PodDisruptionBudget>, JoinHandle<()>) {
+    let allowed_before = std::sync::Mutex::new(std::collections::HashMap::<String, i32>::new());
+    let api = Api::<PodDisruptionBudget>::all(client);
+    reflect(api, "PodDisruptionBudget", move |c| {
+        changes.send_modify(|v| *v = v.wrapping_add(1));
+        let rose = match c {
+            Changed::Object(b) => {
+                let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
+                let allowed = b.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+                allowed_before
+                    .lock()
+                    .map(|mut m| m.insert(key, allowed).is_none_or(|was| allowed > was))
+                    .unwrap_or(true)
+            }
+            Changed::Relisted => true,
+        };
+        if rose {
+            // Full channel: a wake-up is already pending, which is all we need.
+            let _ = rises.try_send(());
+        }
+    })
+}
+
 /// Start the watches (cluster-wide).
 pub async fn start(client: kube::Client) -> Watches {
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
     let (pdb_tx, pdb_changes) = watch::channel(0u64);
     let (rise_tx, budget_rises) = mpsc::channel(1);
-    let allowed_before = std::sync::Mutex::new(std::collections::HashMap::<String, i32>::new());
     let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
     let mut tasks = Vec::new();
-    let (nodes, t) = reflect(Api::<Node>::all(client.clone()), "Node", move |n: &Node| {
-        let print = node_fingerprint(n);
-        let fresh = seen_nodes
-            .lock()
-            .map(|mut seen| seen.insert(n.name_any(), print) != Some(print))
-            .unwrap_or(true);
+    let (nodes, t) = reflect(Api::<Node>::all(client.clone()), "Node", move |c| {
+        let fresh = match c {
+            Changed::Object(n) => {
+                let print = node_fingerprint(n);
+                seen_nodes
+                    .lock()
+                    .map(|mut seen| seen.insert(n.name_any(), print) != Some(print))
+                    .unwrap_or(true)
+            }
+            Changed::Relisted => true,
+        };
         if fresh {
             // Full channel: a wake-up is already pending, which is all we need.
             let _ = node_tx.try_send(());
         }
     });
     tasks.push(t);
-    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |_: &Pod| {
+    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |_| {
         pod_tx.send_modify(|v| *v = v.wrapping_add(1));
     });
     tasks.push(t);
     macro_rules! plain {
         ($kind:ty, $name:literal) => {{
-            let (s, t) = reflect(Api::<$kind>::all(client.clone()), $name, |_: &$kind| {});
+            let (s, t) = reflect(Api::<$kind>::all(client.clone()), $name, |_| {});
             tasks.push(t);
             s
         }};
@@ -173,24 +219,7 @@ pub async fn start(client: kube::Client) -> Watches {
         nodes,
         pods,
         pdbs: {
-            let api = Api::<PodDisruptionBudget>::all(client.clone());
-            let (s, t) = reflect(
-                api,
-                "PodDisruptionBudget",
-                move |b: &PodDisruptionBudget| {
-                    pdb_tx.send_modify(|v| *v = v.wrapping_add(1));
-                    let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
-                    let allowed = b.status.as_ref().map_or(0, |s| s.disruptions_allowed);
-                    let rose = allowed_before
-                        .lock()
-                        .map(|mut m| m.insert(key, allowed).is_none_or(|was| allowed > was))
-                        .unwrap_or(true);
-                    if rose {
-                        // Full channel: a wake-up is already pending, which is all we need.
-                        let _ = rise_tx.try_send(());
-                    }
-                },
-            );
+            let (s, t) = watch_budgets(client.clone(), pdb_tx, rise_tx);
             tasks.push(t);
             s
         },
