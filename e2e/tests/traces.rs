@@ -788,11 +788,12 @@ async fn node_agent_recovery_is_one_trace_with_its_counts(backend) {
     drop(again);
 }
 
-/// A PodDisruptionBudget that allows no disruption yet: the drain's `evict` spans record the
-/// API server's refusals (`pdb=refused`, the 429s of the audit log) and then its acceptance.
-/// (The set-up of the scale-down test of PDB refusals: never-ready pods the budget protects
-/// until three more pods are ready.)
-async fn a_pdb_refusal_is_an_eviction_event_of_the_drain(backend) {
+/// A PodDisruptionBudget that allows no disruption yet: the drain's `evict` spans record the wait
+/// for the budget (naming it), then the API server's answers: one `pdb=refused` event per 429 of
+/// the audit log (if any got through) and the acceptance last. (The set-up of the scale-down test
+/// of evictions waiting for their budget: never-ready pods the budget protects until three more
+/// pods are ready.)
+async fn a_drain_waiting_for_its_budget_shows_in_its_evict_span(backend) {
     let col = collector();
     let c = Cluster::start(backend, 20.0).await.unwrap();
     let env = &c.env;
@@ -876,14 +877,26 @@ async fn a_pdb_refusal_is_an_eviction_event_of_the_drain(backend) {
         assert_eq!(answers.last(), Some(&"accepted"), "{show}");
         assert!(answers[..answers.len() - 1].iter().all(|a| *a == "refused"), "{answers:?}");
         assert_eq!(evicts[0].int("attempts"), Some(answers.len() as i64), "{show}");
+        let waited = evicts[0]
+            .events
+            .iter()
+            .position(|(n, a)| {
+                n == "eviction waits for its disruption budget"
+                    && a.get("pdb").and_then(Value::as_str) == Some(&format!("default/{tier}"))
+            });
+        let answered = evicts[0].events.iter().position(|(n, _)| n == "eviction");
+        assert!(
+            waited.is_some() && waited < answered,
+            "the wait for the budget, named, comes before the eviction:\n{show}"
+        );
         refused_events += answers.len() - 1;
     }
-    assert!(refused_429 > 0, "the budget refused evictions (429) first");
+    assert!(refused_429 <= 1, "evictions wait for the budget rather than being refused");
     assert_eq!(
         refused_events, refused_429,
         "one refused event per 429 the API server answered"
     );
-    eprintln!("a drain that waited on its budget:\n{}", tree(&spans, &drains[0].trace));
+    eprintln!("a drain that waited for its budget:\n{}", tree(&spans, &drains[0].trace));
 }
 
 }
