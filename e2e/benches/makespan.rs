@@ -213,10 +213,14 @@ fn median_replacement(log: &PodLog, since: Instant) -> Duration {
 const PACED_TIME_FACTOR: f64 = 10.0;
 /// A pod starts (Running and Ready) this long after it is bound, in sim time: 2 s real.
 const PACED_START_DELAY: &str = "20s";
+/// Drains (and deletions) at once in the PDB-paced family: above k, so that the budget paces
+/// the pool rather than the drain limit (a drain keeps its slot until its node is deleted, after
+/// its pod's grace period).
+const PACED_DRAIN_PARALLELISM: i64 = 20;
 
 /// A fresh cluster of `nodes` pool nodes with one pod each under a PDB of `maxUnavailable: k`,
 /// two large nodes that can take every pod, and a DrainAndDelete policy (`unneededTime` 5 s,
-/// `maxDrainParallelism` 8): how long until every pool node is gone, against the bound.
+/// `maxDrainParallelism` 20): how long until every pool node is gone, against the bound.
 async fn pdb_paced(nodes: usize, k: usize) -> PdbPaced {
     let (sim, client) = pool_cluster(
         PACED_TIME_FACTOR,
@@ -241,7 +245,8 @@ async fn pdb_paced(nodes: usize, k: usize) -> PdbPaced {
             "mode": "DrainAndDelete",
             "unneededTime": "5s",
             "utilizationThreshold": 0.6,
-            "maxDrainParallelism": 8,
+            "maxScaleDownParallelism": PACED_DRAIN_PARALLELISM,
+            "maxDrainParallelism": PACED_DRAIN_PARALLELISM,
         },
     }))
     .expect("policy");
@@ -407,7 +412,7 @@ fn pdb_paced_family(runtime: &tokio::runtime::Runtime) {
         .collect();
     println!();
     println!(
-        "PDB-paced pools: one pod per node (start delay {PACED_START_DELAY} sim), PDB maxUnavailable k, unneededTime 5s, maxDrainParallelism 8, time factor {PACED_TIME_FACTOR} (all times real)"
+        "PDB-paced pools: one pod per node (start delay {PACED_START_DELAY} sim), PDB maxUnavailable k, unneededTime 5s, maxDrainParallelism {PACED_DRAIN_PARALLELISM}, time factor {PACED_TIME_FACTOR} (all times real)"
     );
     for r in &paced {
         println!(

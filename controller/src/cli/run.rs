@@ -89,7 +89,7 @@ pub const DEFAULT_DEBOUNCE: Duration = Duration::from_millis(200);
 /// Node changes, budgets allowing more and finished drains wake every policy at most this often
 /// (the first at once, a burst as one wake at the end of the interval): drains waiting for a
 /// budget start well within a second, and ebb's own node writes do not loop the policies.
-pub const WAKE_INTERVAL: Duration = Duration::from_millis(500);
+pub const WAKE_INTERVAL: Duration = Duration::from_millis(200);
 
 impl Settings {
     /// Settings from the command line; `namespace` is `--namespace` or the client's default.
@@ -411,7 +411,7 @@ impl ScaleDown {
         let node_changes = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx));
         // A finished drain wakes the policies at once rather than at their next scan.
         let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());
-        // A budget allowing more starts the drains waiting for it within the debounce.
+        // A budget allowing more starts the drains waiting for it within the wake interval.
         let rises = futures::stream::poll_fn(move |cx| budget_rises.poll_recv(cx));
         let wake = throttle(
             futures::stream::select(futures::stream::select(node_changes, finished), rises),
