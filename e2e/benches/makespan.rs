@@ -213,14 +213,14 @@ fn median_replacement(log: &PodLog, since: Instant) -> Duration {
 const PACED_TIME_FACTOR: f64 = 10.0;
 /// A pod starts (Running and Ready) this long after it is bound, in sim time: 2 s real.
 const PACED_START_DELAY: &str = "20s";
-/// Drains (and deletions) at once in the PDB-paced family: above k, so that the budget paces
-/// the pool rather than the drain limit (a drain keeps its slot until its node is deleted, after
-/// its pod's grace period).
-const PACED_DRAIN_PARALLELISM: i64 = 20;
+/// Drains (and deletions) at once in the PDB-paced family: well above k, so that the budget
+/// paces the pool rather than the drain limit (a drain keeps its slot until its node is deleted,
+/// after its pod's grace period: with k = 10 about 20 drains are in flight).
+const PACED_DRAIN_PARALLELISM: i64 = 50;
 
 /// A fresh cluster of `nodes` pool nodes with one pod each under a PDB of `maxUnavailable: k`,
 /// two large nodes that can take every pod, and a DrainAndDelete policy (`unneededTime` 5 s,
-/// `maxDrainParallelism` 20): how long until every pool node is gone, against the bound.
+/// `maxDrainParallelism` 50): how long until every pool node is gone, against the bound.
 async fn pdb_paced(nodes: usize, k: usize) -> PdbPaced {
     let (sim, client) = pool_cluster(
         PACED_TIME_FACTOR,
