@@ -261,9 +261,11 @@ impl NodeFacts {
 
     /// Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
     /// TaintToleration score steers pods away from them, ebb's own deletion-candidate taint
-    /// included: most pods tolerate none), then fullest first (binpacking from the other end of
-    /// the list).
-    fn destination_order(&self, snap: &ClusterSnapshot) -> Vec<NodeId> {
+    /// included: most pods tolerate none); then nodes this policy will keep (not governed, or
+    /// above the threshold) before underutilised ones it may remove next, so that pods do not
+    /// land on a node only to hold it back for another round and another `unneededTime`; then
+    /// fullest first (binpacking from the other end of the list).
+    fn destination_order(&self, snap: &ClusterSnapshot, threshold: f64) -> Vec<NodeId> {
         let soft_taints: Vec<usize> = (0..snap.node_count() as NodeId)
             .map(|n| {
                 snap.node(n)
@@ -274,10 +276,15 @@ impl NodeFacts {
             })
             .collect();
         let util = &self.util;
+        let mut removable_later = vec![false; snap.node_count()];
+        for &n in &self.governed {
+            removable_later[n as usize] = util[n as usize] < threshold;
+        }
         let mut order: Vec<NodeId> = (0..snap.node_count() as NodeId).collect();
         order.sort_by(|a, b| {
             soft_taints[*a as usize]
                 .cmp(&soft_taints[*b as usize])
+                .then_with(|| removable_later[*a as usize].cmp(&removable_later[*b as usize]))
                 .then_with(|| util[*b as usize].total_cmp(&util[*a as usize]))
                 .then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
         });
@@ -363,7 +370,7 @@ pub fn plan(
     state.deleted.retain(|n, _| snap.node_id(n).is_some());
     let deleted: BTreeSet<String> = state.deleted.keys().cloned().collect();
     let facts = NodeFacts::gather(snap, cfg, &deleted);
-    let dest_order = facts.destination_order(snap);
+    let dest_order = facts.destination_order(snap, cfg.utilization_threshold);
     let not_dest = not_destinations(snap, &deleted);
 
     snap.fork();

@@ -502,3 +502,30 @@ fn warm_roles_count_distinct_localized_roles() {
     assert_eq!(counts.get("b"), None);
     assert_eq!(counts.get("c"), None);
 }
+
+#[test]
+fn pods_go_to_nodes_the_policy_keeps_before_nodes_it_may_remove_next() {
+    // `a` and `b` (governed, a quarter used) and `k` (empty, not governed). Fullest-first alone
+    // would move a's pod onto `b`, holding `b` back for another round; `k` stays anyway.
+    let spec: ebb_api::ScaleDownPolicySpec =
+        serde_json::from_value(serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "p"}}}))
+            .unwrap();
+    let cfg = PlannerConfig::from_spec(&spec).unwrap();
+    let mut s = snapshot(
+        [
+            node("a").cpu("4").label("pool", "p"),
+            node("b").cpu("4").label("pool", "p"),
+            node("k").cpu("16"),
+        ],
+        [web("w1", "a", "1"), web("w2", "b", "1")],
+    );
+    let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
+    assert_eq!(names(&p), ["a", "b"], "{p:?}");
+    assert!(
+        p.candidates
+            .iter()
+            .flat_map(|c| &c.moves)
+            .all(|m| m.to == "k"),
+        "{p:?}"
+    );
+}
