@@ -162,7 +162,13 @@ mod tests {
         for r in BlockingPodReason::ALL {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
+        for r in ThrottledReason::ALL {
+            assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
+        }
         assert_eq!(DrainPhase::WaitingForPods.to_string(), "WaitingForPods");
-        assert_eq!(ThrottledReason::ALL.len(), 4);
+        assert_eq!(
+            ThrottledReason::WaitingForDisruptionBudget.to_string(),
+            "WaitingForDisruptionBudget"
+        );
     }
 }

@@ -49,6 +49,19 @@ fn pod_ref(name: &str, grace: Option<i64>) -> PodRef {
     }
 }
 
+/// Evicts `pod` through `api` for policy `p` with [`settings`], no budgets gating it.
+async fn evict_as_p(api: &FakeApi, pod: &PodRef, calls: &Calls, metrics: &Metrics) -> bool {
+    let gate = DisruptionGate::new(api.pod_store(), api.pod_changes());
+    let ev = Evictor {
+        client: api.client(),
+        gate: &gate,
+        metrics,
+        policy: "p",
+        observer: calls,
+    };
+    evict_with_retry(&ev, pod, &settings(), &CancellationToken::new()).await
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pdb_429_is_retried_every_interval_until_accepted() {
     let api = FakeApi::new();
@@ -57,21 +70,7 @@ async fn a_pdb_429_is_retried_every_interval_until_accepted() {
     let calls = Calls(Default::default());
     let metrics = Metrics::new();
     let t0 = tokio::time::Instant::now();
-    let gate = DisruptionGate::new(api.pod_store(), api.pod_changes());
-    let ev = Evictor {
-        client: api.client(),
-        gate: &gate,
-        metrics: &metrics,
-        policy: "p",
-        observer: &calls,
-    };
-    let ok = evict_with_retry(
-        &ev,
-        &pod_ref("web-1", Some(3600)),
-        &settings(),
-        &CancellationToken::new(),
-    )
-    .await;
+    let ok = evict_as_p(&api, &pod_ref("web-1", Some(3600)), &calls, &metrics).await;
     assert!(ok);
     assert_eq!(
         *calls.0.lock().unwrap(),
@@ -108,21 +107,7 @@ async fn a_pdb_that_never_allows_gives_up_at_max_pod_eviction_time() {
     let calls = Calls(Default::default());
     let t0 = tokio::time::Instant::now();
     let metrics = Metrics::new();
-    let gate = DisruptionGate::new(api.pod_store(), api.pod_changes());
-    let ev = Evictor {
-        client: api.client(),
-        gate: &gate,
-        metrics: &metrics,
-        policy: "p",
-        observer: &calls,
-    };
-    let ok = evict_with_retry(
-        &ev,
-        &pod_ref("db-0", None),
-        &settings(),
-        &CancellationToken::new(),
-    )
-    .await;
+    let ok = evict_as_p(&api, &pod_ref("db-0", None), &calls, &metrics).await;
     assert!(!ok);
     // Calls at 0, 10, ..., 120 s: 13 calls, then the next retry would pass 120 s.
     assert_eq!(calls.0.lock().unwrap().len(), 13);

@@ -13,7 +13,7 @@ use super::config::PlannerConfig;
 use super::pdb::{Needs, PdbPacing};
 use super::planner::{PlannerState, StepStopwatch, plan, select_deletions};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
-use crate::testkit::{PodBuilder, node, objects, pdb_min_available, pod};
+use crate::testkit::{PodBuilder, config_selecting, node, objects, pdb_min_available, pod};
 
 fn t(min: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + min * 60).unwrap()
@@ -250,10 +250,7 @@ fn every_budget_over_a_pod_must_allow_its_disruption() {
 
 #[test]
 fn pods_of_a_budget_outside_the_policy_count_too() {
-    let spec: ebb_api::ScaleDownPolicySpec =
-        serde_json::from_value(serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "p"}}}))
-            .unwrap();
-    let cfg = PlannerConfig::from_spec(&spec).unwrap();
+    let cfg = config_selecting("pool", "p");
     let cluster = |outside_ready: bool| {
         let outside = web("w0", "other");
         let mut objs = objects(

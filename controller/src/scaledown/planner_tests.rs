@@ -8,7 +8,9 @@ use jiff::Timestamp;
 use super::config::PlannerConfig;
 use super::planner::{Plan, PlannerState, StepStopwatch, plan};
 use crate::cluster::{ClusterObjects, ClusterSnapshot, PredicateChecker, build_snapshot};
-use crate::testkit::{PodBuilder, node, node_state_warm, objects, pod, snapshot, taint};
+use crate::testkit::{
+    PodBuilder, config_selecting, node, node_state_warm, objects, pod, snapshot, taint,
+};
 
 fn t(min: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + min * 60).unwrap()
@@ -507,10 +509,7 @@ fn warm_roles_count_distinct_localized_roles() {
 fn pods_go_to_nodes_the_policy_keeps_before_nodes_it_may_remove_next() {
     // `a` and `b` (governed, a quarter used) and `k` (empty, not governed). Fullest-first alone
     // would move a's pod onto `b`, holding `b` back for another round; `k` stays anyway.
-    let spec: ebb_api::ScaleDownPolicySpec =
-        serde_json::from_value(serde_json::json!({"nodeSelector": {"matchLabels": {"pool": "p"}}}))
-            .unwrap();
-    let cfg = PlannerConfig::from_spec(&spec).unwrap();
+    let cfg = config_selecting("pool", "p");
     let mut s = snapshot(
         [
             node("a").cpu("4").label("pool", "p"),

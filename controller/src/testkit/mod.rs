@@ -15,7 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 pub use node_states::node_state_warm;
 pub use nodes::{NodeBuilder, node, taint};
 pub use pods::{PodBuilder, pod};
-pub use snapshots::{objects, snapshot};
+pub use snapshots::{config_selecting, objects, snapshot};
 pub use workloads::{daemon_set, pdb_min_available, replica_set, stateful_set};
 
 /// Sets `key=value` in an optional label or annotation map.

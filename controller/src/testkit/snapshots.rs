@@ -84,3 +84,18 @@ pub fn snapshot(
         Err(e) => panic!("test snapshot is invalid: {e}"),
     }
 }
+
+/// The planner's view of a policy that selects the nodes labelled `key=value` (defaults
+/// otherwise).
+pub fn config_selecting(key: &str, value: &str) -> crate::scaledown::PlannerConfig {
+    let spec: ebb_api::ScaleDownPolicySpec = match serde_json::from_value(
+        serde_json::json!({"nodeSelector": {"matchLabels": {key: value}}}),
+    ) {
+        Ok(s) => s,
+        Err(e) => panic!("test policy spec: {e}"),
+    };
+    match crate::scaledown::PlannerConfig::from_spec(&spec) {
+        Ok(c) => c,
+        Err(e) => panic!("test policy: {e}"),
+    }
+}
