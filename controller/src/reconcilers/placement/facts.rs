@@ -22,9 +22,15 @@ pub fn is_ready(node: &Node) -> bool {
         .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
-/// A ScaleDownPolicy has the node in its candidate set or is deleting it.
+/// A ScaleDownPolicy has the node in its candidate set, is deleting it, or has drained it
+/// (`Drain` mode: cordoned and labelled `ebb.dev/drained`; a pod must not wait for it).
 pub fn is_draining(node: &Node) -> bool {
     node.metadata.deletion_timestamp.is_some()
+        || node
+            .metadata
+            .labels
+            .as_ref()
+            .is_some_and(|l| l.contains_key(names::LABEL_DRAINED))
         || node
             .spec
             .as_ref()
@@ -99,7 +105,16 @@ mod tests {
         assert!(is_draining(&node(tainted)));
         let mut cordoned = ready;
         cordoned["spec"] = json!({"unschedulable": true});
-        assert!(!view(&node(cordoned)).schedulable_ready);
+        assert!(!view(&node(cordoned.clone())).schedulable_ready);
+        assert!(
+            !is_draining(&node(cordoned.clone())),
+            "cordoned by someone else: wait"
+        );
+        cordoned["metadata"]["labels"] = json!({"ebb.dev/drained": "true"});
+        assert!(
+            is_draining(&node(cordoned)),
+            "drained by ebb: do not wait for it"
+        );
         assert!(!is_ready(&node(json!({"metadata": {"name": "b"}}))));
     }
 }
