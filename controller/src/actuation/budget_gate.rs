@@ -12,6 +12,7 @@ use tokio::sync::watch;
 
 use super::pods::PodRef;
 use crate::cluster::build::selector_from;
+use crate::cluster::model::Selector;
 use crate::scaledown::pdb::allowance;
 
 /// How long an accepted eviction counts against its budgets when the pod cache never shows the
@@ -52,10 +53,36 @@ pub struct DisruptionGate {
     ledger: Arc<Mutex<Ledger>>,
 }
 
-/// One budget as the gate reads it.
+/// One budget as the gate reads it (its selector parsed once).
 struct Budget<'a> {
     key: String,
     pdb: &'a PodDisruptionBudget,
+    selector: Selector,
+}
+
+impl<'a> Budget<'a> {
+    /// The budget, if it selects anything (a budget without a selector selects none).
+    fn read(pdb: &'a PodDisruptionBudget) -> Option<Self> {
+        let sel = pdb.spec.as_ref()?.selector.as_ref()?;
+        Some(Budget {
+            key: format!(
+                "{}/{}",
+                pdb.metadata.namespace.as_deref().unwrap_or_default(),
+                pdb.metadata.name.as_deref().unwrap_or_default()
+            ),
+            pdb,
+            selector: selector_from(sel, "PodDisruptionBudget", "").ok()?,
+        })
+    }
+
+    /// Whether it selects `pod` (same namespace, labels match).
+    fn selects(&self, pod: &Pod) -> bool {
+        let empty = BTreeMap::new();
+        self.pdb.metadata.namespace == pod.metadata.namespace
+            && self
+                .selector
+                .matches(pod.metadata.labels.as_ref().unwrap_or(&empty))
+    }
 }
 
 impl DisruptionGate {
@@ -110,15 +137,8 @@ impl DisruptionGate {
         let budgets = pdbs.state();
         let over: Vec<Budget> = budgets
             .iter()
-            .filter(|b| selects(b, object))
-            .map(|b| Budget {
-                key: format!(
-                    "{}/{}",
-                    b.metadata.namespace.as_deref().unwrap_or_default(),
-                    b.metadata.name.as_deref().unwrap_or_default()
-                ),
-                pdb: b,
-            })
+            .filter_map(|b| Budget::read(b))
+            .filter(|b| b.selects(object))
             .collect();
         let mut ledger = self.lock();
         prune(&mut ledger, &pods);
@@ -196,19 +216,6 @@ fn ready(pod: &Pod) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// Whether budget `b` selects `pod` (same namespace; a budget without a selector selects none).
-fn selects(b: &PodDisruptionBudget, pod: &Pod) -> bool {
-    if b.metadata.namespace != pod.metadata.namespace {
-        return false;
-    }
-    let Some(sel) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
-        return false;
-    };
-    let empty = BTreeMap::new();
-    selector_from(sel, "PodDisruptionBudget", "")
-        .is_ok_and(|s| s.matches(pod.metadata.labels.as_ref().unwrap_or(&empty)))
-}
-
 /// Forgets accepted evictions the pod cache now shows (pod terminating or gone) or that are old.
 fn prune(ledger: &mut Ledger, pods: &[Arc<Pod>]) {
     let live: HashSet<&str> = pods
@@ -254,7 +261,7 @@ fn cost(
     let disrupted = status.disrupted_pods.as_ref();
     let healthy = pods
         .iter()
-        .filter(|p| selects(b.pdb, p) && ready(p) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| b.selects(p) && ready(p) && p.metadata.deletion_timestamp.is_none())
         .filter(|p| {
             !p.metadata
                 .uid
