@@ -84,15 +84,6 @@ impl PdbPacing {
             }
         }
     }
-
-    /// Remaining disruptions by budget name, for status and logs.
-    pub fn remaining_by_name(&self) -> BTreeMap<String, i64> {
-        self.names
-            .iter()
-            .cloned()
-            .zip(self.remaining.iter().copied())
-            .collect()
-    }
 }
 
 /// Reads a snapshot's budgets: what each allows now and what each node's drain needs.
