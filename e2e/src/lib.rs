@@ -2,8 +2,10 @@
 //! control plane), the demo, and the end-to-end tests and benches.
 
 pub mod audit;
+pub mod capi;
 pub mod faults;
 pub mod harness;
+pub mod karpenter;
 pub mod pdb_safety;
 pub mod rbac;
 pub mod setup;
