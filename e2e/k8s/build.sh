@@ -22,6 +22,11 @@
 #   build.sh otelcol [regen]     build the OpenTelemetry Collector the trace
 #                                tests export to (not part of the default
 #                                build; see otelcol/builder-config.yaml)
+#   build.sh capi [regen|manager] copy Cluster API's core CRDs into
+#                                .../<k8s version>/cluster-api-crds (not part
+#                                of the default build); regen writes the
+#                                wrapper module cluster-api/, manager builds
+#                                CAPI's core manager (capi-manager)
 #   build.sh --print-bin-dir     print the bin dir, build nothing
 #
 # Output: ${EBB_K8S_CACHE:-$HOME/.cache/ebb-k8s}/<k8s version>/bin, plus the
@@ -342,6 +347,95 @@ build_peers() {
   ((${#failed[@]} == 0)) || die "could not build: ${failed[*]}"
 }
 
+# --- capi: Cluster API for the ClusterAPI removal tests (built on request) ---
+# `build.sh capi` copies Cluster API's core CRDs (Cluster, Machine, MachineSet,
+# MachineDeployment and the other kinds of core/config/crd/bases) from
+# sigs.k8s.io/cluster-api@CAPI_VERSION in the Go module cache into
+# $OUT/cluster-api-crds; a stamp makes it a no-op when current. The bases carry
+# no conversion webhook (the kustomize patches of core/config/crd/patches add
+# it): v1beta1 is served (deprecated), v1beta2 is served and stored, and the
+# API server converts between them by rewriting apiVersion (strategy None).
+# `build.sh capi regen` writes the wrapper module cluster-api/ (CAPI's replace
+# of its ./api module becomes the published sigs.k8s.io/cluster-api/api at the
+# same version); `build.sh capi manager` builds CAPI's core manager (package
+# main sigs.k8s.io/cluster-api/core) as capi-manager.
+CAPI_VERSION=v1.14.2
+CAPI_CRD_DIR=$OUT/cluster-api-crds
+
+capi_crds() {
+  local src st f n=0
+  st="$CAPI_VERSION core/config/crd/bases"
+  if [[ -f $CAPI_CRD_DIR/.stamp && "$(cat "$CAPI_CRD_DIR/.stamp")" == "$st" ]]; then
+    log "==> Cluster API CRDs $CAPI_VERSION: up to date"
+    return
+  fi
+  src=$(cd "$HERE" && GOFLAGS= mod_field "sigs.k8s.io/cluster-api@$CAPI_VERSION" Dir) ||
+    die "cannot download sigs.k8s.io/cluster-api@$CAPI_VERSION through the Go module proxy"
+  [[ -d $src/core/config/crd/bases ]] || die "Cluster API's CRDs not found in $src/core/config/crd/bases"
+  for f in clusters machines machinesets machinedeployments; do
+    [[ -f $src/core/config/crd/bases/cluster.x-k8s.io_$f.yaml ]] || die "no $f CRD in $src/core/config/crd/bases"
+  done
+  ! grep -l 'conversion:' "$src"/core/config/crd/bases/*.yaml >/dev/null ||
+    die "a Cluster API base CRD now names a conversion webhook; it would not serve without CAPI's webhook server"
+  rm -rf "$CAPI_CRD_DIR"
+  mkdir -p "$CAPI_CRD_DIR"
+  for f in "$src"/core/config/crd/bases/*.yaml; do
+    cp "$f" "$CAPI_CRD_DIR/"
+    n=$((n + 1))
+  done
+  chmod -R u+w "$CAPI_CRD_DIR"
+  echo "$st" >"$CAPI_CRD_DIR/.stamp"
+  log "==> $n Cluster API CRDs $CAPI_VERSION copied to $CAPI_CRD_DIR"
+}
+
+regen_cluster_api() {
+  local dir=$HERE/cluster-api gomod
+  gomod=$(cd "$HERE" && GOFLAGS= mod_field "sigs.k8s.io/cluster-api@$CAPI_VERSION" GoMod)
+  [[ -f $gomod ]] || die "could not download sigs.k8s.io/cluster-api@$CAPI_VERSION"
+  mkdir -p "$dir"
+  {
+    gen_header "Builds Cluster API's core manager (package sigs.k8s.io/cluster-api/core) from sigs.k8s.io/cluster-api@$CAPI_VERSION with CAPI's own replace list."
+    echo "module ebb.local/e2e/k8s/cluster-api"
+    echo
+    awk '$1 == "go" && NF == 2 { print; exit }' "$gomod"
+    echo
+    awk '/^godebug \(/ { inblock = 1; print; next }
+         inblock { print; if ($0 ~ /^\)/) inblock = 0; next }
+         /^godebug / { print }' "$gomod"
+    echo
+    echo "require sigs.k8s.io/cluster-api $CAPI_VERSION"
+    echo
+    echo "tool sigs.k8s.io/cluster-api/core"
+    echo
+    echo "replace ("
+    # every replace of CAPI's go.mod; a local path (./api) becomes the module
+    # it names at CAPI's version (published as sigs.k8s.io/cluster-api/api)
+    awk -v v="$CAPI_VERSION" '
+      /^replace \(/ { inblock = 1; next }
+      inblock && /^\)/ { inblock = 0; next }
+      inblock || /^replace / {
+        line = $0; sub(/^replace[ \t]+/, "", line); sub(/^[ \t]+/, "", line)
+        n = split(line, f, /[ \t]+/)
+        if (f[2] != "=>") next
+        if (f[3] ~ /^\.\.?\//) printf "\t%s => %s %s\n", f[1], f[1], v
+        else printf "\t%s => %s %s\n", f[1], f[3], f[4]
+      }' "$gomod"
+    echo ")"
+  } >"$dir/go.mod"
+  grep -q 'sigs.k8s.io/cluster-api/api => ' "$dir/go.mod" || die "CAPI's replace of its api module not found in $gomod"
+  rm -f "$dir/go.sum"
+  (cd "$dir" && GOFLAGS= go mod tidy)
+  log "regenerated $dir/go.mod"
+}
+
+build_cluster_api() {
+  local ldflags="-s -w" p="sigs.k8s.io/cluster-api/version" minor
+  minor=${CAPI_VERSION#v1.}
+  minor=${minor%%.*}
+  ldflags+=" -X $p.gitVersion=$CAPI_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  go_build "$HERE/cluster-api" "$CAPI_VERSION" "$ldflags" "capi-manager=sigs.k8s.io/cluster-api/core"
+}
+
 # --- otelcol: the OpenTelemetry Collector of the trace tests (built on request) ---
 # The Collector builder (go.opentelemetry.io/collector/cmd/builder) at
 # OTELCOL_VERSION generates the collector's main package from
@@ -436,6 +530,17 @@ main() {
     for n in $(names_or_all "$@"); do "build_$n"; done
     log "==> done in $((SECONDS - start))s; binaries in:"
     echo "$BIN_DIR"
+    ;;
+  capi)
+    check_go
+    mkdir -p "$BIN_DIR"
+    case ${2:-} in
+    '') capi_crds ;;
+    regen) regen_cluster_api ;;
+    manager) capi_crds && build_cluster_api ;;
+    *) die "unknown capi command '$2' (capi [regen|manager])" ;;
+    esac
+    echo "$OUT"
     ;;
   otelcol)
     check_go
