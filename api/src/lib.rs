@@ -19,4 +19,7 @@ pub mod token;
 pub use duration::{DurationError, KubeDuration, parse_duration};
 pub use nodestate::{NodeState, NodeStateSpec, NodeStateStatus};
 pub use placement::{PlacementHistory, PlacementHistorySpec, PlacementHistoryStatus, RoleSpec};
-pub use scaledown::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec, ScaleDownPolicyStatus};
+pub use scaledown::{
+    Removal, RemovalMethod, ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec,
+    ScaleDownPolicyStatus,
+};

@@ -20,6 +20,29 @@ pub const CA_ANNOTATION_SCALE_DOWN_DISABLED: &str =
     "cluster-autoscaler.kubernetes.io/scale-down-disabled";
 /// Karpenter's annotation: on a node it keeps the node, on a pod it blocks its eviction.
 pub const KARPENTER_DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Karpenter's node label naming the NodePool that provisioned the node.
+pub const KARPENTER_NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
+/// Karpenter's taint on nodes it is disrupting (consolidating, expiring, terminating).
+pub const KARPENTER_DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+/// Cluster API's node annotation naming the node's Machine.
+pub const CAPI_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/machine";
+/// Cluster API's node annotation naming the namespace of the node's Cluster and Machine.
+pub const CAPI_CLUSTER_NAMESPACE_ANNOTATION: &str = "cluster.x-k8s.io/cluster-namespace";
+/// Cluster API's node annotations naming the Machine's owner (`MachineSet`, name).
+pub const CAPI_OWNER_KIND_ANNOTATION: &str = "cluster.x-k8s.io/owner-kind";
+pub const CAPI_OWNER_NAME_ANNOTATION: &str = "cluster.x-k8s.io/owner-name";
+/// Machine annotation that makes Cluster API delete this Machine first when its MachineSet
+/// scales down (what Cluster Autoscaler's `clusterapi` provider sets).
+pub const CAPI_DELETE_MACHINE_ANNOTATION: &str = "cluster.x-k8s.io/delete-machine";
+/// MachineSet/MachineDeployment annotation: the node group's minimum size (Cluster
+/// Autoscaler's `clusterapi` provider reads it too).
+pub const CAPI_MIN_SIZE_ANNOTATION: &str =
+    "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+/// ebb's Machine annotation: the drained node it removes, and the owner's generation before
+/// ebb lowered its replicas (`<node>@<Kind>/<name>@<generation>`), so that a restart between
+/// marking and scaling lowers them exactly once.
+pub const ANNOTATION_MACHINE_REMOVAL: &str = "ebb.dev/removal";
+
 /// Pod annotation: `"true"` lets ebb evict a pod that would otherwise block, `"false"` blocks.
 pub const ANNOTATION_SAFE_TO_EVICT: &str = "ebb.dev/safe-to-evict";
 /// Cluster Autoscaler's pod annotation with the same meaning.

@@ -65,6 +65,17 @@ reason_enum! {
         DestinationOfMovedPods,
         /// Something unexpected happened while evaluating the node; see the message.
         UnexpectedError,
+        /// The policy's `removal.method` (`ClusterAPI` or `Karpenter`) does not apply to the
+        /// node: it has no Machine (`cluster.x-k8s.io/machine` annotation) or no NodeClaim
+        /// names it. Draining it would leave its machine running.
+        NoMachineToRemove,
+        /// The node's machine is managed by Cluster API or Karpenter (`removal.method: Auto`),
+        /// but the controller was not started with that removal enabled (`--cluster-api`,
+        /// `--karpenter`; chart `removal.clusterAPI.enabled`, `removal.karpenter.enabled`).
+        RemovalMethodNotEnabled,
+        /// Karpenter is disrupting the node (it carries Karpenter's `karpenter.sh/disrupted`
+        /// taint): ebb leaves it to Karpenter.
+        DisruptedByKarpenter,
     }
 }
 
@@ -133,6 +144,10 @@ reason_enum! {
         /// `mode: DrainAndDelete`, but the controller may not delete Nodes (RBAC): nothing is
         /// drained rather than evicting pods from nodes it cannot remove.
         NodeDeletionForbidden,
+        /// `removal.method` is `ClusterAPI` or `Karpenter` but the controller was not started
+        /// with that removal enabled, or may not act on its objects (RBAC), or the kinds are
+        /// not served: nothing is drained.
+        RemovalMethodNotEnabled,
     }
 }
 
@@ -145,8 +160,12 @@ reason_enum! {
         Evicting,
         /// Evictions accepted; waiting for the pods to terminate.
         WaitingForPods,
-        /// All pods gone; deleting the Node object (DrainAndDelete) or labelling it drained.
+        /// All pods gone; deleting the Node object, marking its Machine and scaling its group
+        /// down, or deleting its NodeClaim (DrainAndDelete), or labelling it drained (Drain).
         Deleting,
+        /// The machine was handed off (Machine marked and its group scaled down, or NodeClaim
+        /// deleted); waiting for the Machine or NodeClaim and the Node to go.
+        WaitingForRemoval,
     }
 }
 

@@ -23,6 +23,68 @@ pub enum ScaleDownMode {
     DrainAndDelete,
 }
 
+/// How a node drained by a `DrainAndDelete` policy is given back.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema,
+)]
+pub enum RemovalMethod {
+    /// Per node: `ClusterAPI` when the Node carries the `cluster.x-k8s.io/machine` and
+    /// `cluster.x-k8s.io/cluster-namespace` annotations, `Karpenter` when it carries the
+    /// `karpenter.sh/nodepool` label and a NodeClaim names it, otherwise `Node`.
+    #[default]
+    Auto,
+    /// Delete the Node object only. The machine behind it keeps running until something else
+    /// (a cloud provider's node group, a person) removes it.
+    Node,
+    /// Mark the node's Machine `cluster.x-k8s.io/delete-machine` and scale its MachineSet (or
+    /// the MachineDeployment owning that) down by one; Cluster API deletes the machine.
+    #[serde(rename = "ClusterAPI")]
+    ClusterApi,
+    /// Delete the node's NodeClaim; Karpenter terminates the instance and the Node.
+    Karpenter,
+}
+
+impl RemovalMethod {
+    /// The name as in the spec, status, events and metrics.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            RemovalMethod::Auto => "Auto",
+            RemovalMethod::Node => "Node",
+            RemovalMethod::ClusterApi => "ClusterAPI",
+            RemovalMethod::Karpenter => "Karpenter",
+        }
+    }
+}
+
+impl std::fmt::Display for RemovalMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How drained nodes are removed (`mode: DrainAndDelete`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Removal {
+    /// `Auto` (default), `Node`, `ClusterAPI` or `Karpenter`.
+    #[serde(default)]
+    pub method: RemovalMethod,
+    /// How long after the hand-off (Machine marked and its group scaled down, NodeClaim
+    /// deleted) the Machine or NodeClaim and the Node may take to go before a Warning Event
+    /// and the drain's `removal.stuck` say so. ebb keeps waiting; nothing is undone.
+    #[serde(default = "defaults::removal_timeout")]
+    pub timeout: KubeDuration,
+}
+
+impl Default for Removal {
+    fn default() -> Self {
+        Removal {
+            method: RemovalMethod::Auto,
+            timeout: defaults::removal_timeout(),
+        }
+    }
+}
+
 /// A time-windowed limit on how many nodes may be disrupted at once (Karpenter-style).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -97,6 +159,7 @@ pub struct Budget {
 )]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.maxDrainParallelism <= self.maxScaleDownParallelism").message("maxDrainParallelism cannot exceed maxScaleDownParallelism: drains count toward the total number of deletions in flight"))]
+#[x_kube(validation = Rule::new("!has(self.removal) || self.mode != 'Drain'").message("removal applies to mode DrainAndDelete (and is previewed in DryRun); mode Drain keeps its nodes, so it cannot have a removal"))]
 pub struct ScaleDownPolicySpec {
     /// Nodes this policy governs. Empty selects every node. A node selected by two policies is
     /// left alone by both (Degraded: OverlappingPolicies).
@@ -180,6 +243,10 @@ pub struct ScaleDownPolicySpec {
     /// `DrainAndDelete` (also delete the Node object).
     #[serde(default)]
     pub mode: ScaleDownMode,
+    /// How drained nodes are given back (`mode: DrainAndDelete`; previewed in `DryRun`, refused
+    /// with `Drain`). Absent means `method: Auto`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<Removal>,
     /// Time-windowed disruption limits; the most restrictive active one wins.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
@@ -231,6 +298,9 @@ pub mod defaults {
     pub fn max_bulk_soft_taint_time() -> KubeDuration {
         KubeDuration::from_secs(3)
     }
+    pub fn removal_timeout() -> KubeDuration {
+        KubeDuration::from_secs(900)
+    }
 }
 
 impl Default for ScaleDownPolicySpec {
@@ -281,6 +351,33 @@ pub struct DrainingNodeStatus {
     /// Evictions refused by a PodDisruptionBudget so far.
     #[serde(default)]
     pub evictions_blocked: i32,
+    /// How the node is being removed, once its pods are gone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removal: Option<RemovalStatus>,
+}
+
+/// The removal of one drained node: the method used and the object acted on.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RemovalStatus {
+    /// `Node`, `ClusterAPI` or `Karpenter` (never `Auto`: the method chosen for this node).
+    pub method: RemovalMethod,
+    /// What ebb acted on: `Machine <namespace>/<name>` (scaling `MachineDeployment
+    /// <namespace>/<name>` or `MachineSet ...` down), `NodeClaim <name>` or `Node <name>`.
+    pub object: String,
+    /// The node group scaled down (`MachineDeployment <namespace>/<name>` or `MachineSet ...`),
+    /// for `ClusterAPI`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaled: Option<String>,
+    /// When the hand-off was done (Machine marked and group scaled down, NodeClaim deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handed_off: Option<Time>,
+    /// The Machine or NodeClaim and the Node have not gone within `removal.timeout`.
+    #[serde(default)]
+    pub stuck: bool,
+    /// What is still there, when stuck.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A node that cannot be removed, with the reason.
@@ -348,6 +445,10 @@ pub struct ScaleDownPolicyStatus {
     /// Nodes removed (or drained, in `Drain` mode) since the policy was created.
     #[serde(default)]
     pub removed_total: i64,
+    /// Removals whose Machine or NodeClaim and Node have not gone within `removal.timeout`
+    /// (listed in `drainingNodes` with `removal.stuck`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub removals_stuck: i32,
     /// Evictions a PodDisruptionBudget refused (HTTP 429) since the policy was created. ebb
     /// sends an eviction only when the budgets it sees allow it, so this stays near zero; a
     /// growing count means another actor is disrupting the same pods.
@@ -368,6 +469,10 @@ pub struct ScaleDownPolicyStatus {
     /// The last planning loop.
     #[serde(default)]
     pub last_loop: LoopStatus,
+}
+
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Most entries listed in `candidateNodes` and `unremovableNodes`.

@@ -59,6 +59,28 @@ pub enum DrainResult {
     gave_up,
 }
 
+/// A step of a drained node's removal (the `outcome` label of `ebb_removals`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum RemovalOutcome {
+    /// The Machine was marked and its group scaled down, or the NodeClaim deleted.
+    handed_off,
+    /// The Node (and its Machine or NodeClaim) is gone.
+    removed,
+    /// Still there past `removal.timeout` (counted once per removal).
+    stuck,
+    /// The hand-off failed; the node was untainted.
+    failed,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemovalLabels {
+    pub policy: String,
+    /// `Node`, `ClusterAPI` or `Karpenter`.
+    pub method: String,
+    pub outcome: RemovalOutcome,
+}
+
 /// How a gated pod was released (the `outcome` label of `ebb_placements`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -144,6 +166,7 @@ pub struct Metrics {
     pub unneeded_nodes: Family<PolicyLabels, Gauge>,
     pub unremovable_nodes: Family<PolicyReasonLabels, Gauge>,
     pub nodes_scaled_down: Family<ScaleDownLabels, Counter>,
+    pub removals: Family<RemovalLabels, Counter>,
     pub evictions: Family<EvictionLabels, Counter>,
     pub drains_in_progress: Family<PolicyLabels, Gauge>,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
@@ -169,6 +192,7 @@ impl Metrics {
             unneeded_nodes: Family::<PolicyLabels, Gauge>::default(),
             unremovable_nodes: Family::<PolicyReasonLabels, Gauge>::default(),
             nodes_scaled_down: Family::<ScaleDownLabels, Counter>::default(),
+            removals: Family::<RemovalLabels, Counter>::default(),
             evictions: Family::<EvictionLabels, Counter>::default(),
             drains_in_progress: Family::<PolicyLabels, Gauge>::default(),
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
@@ -202,6 +226,11 @@ impl Metrics {
             "nodes_scaled_down",
             "Nodes removed (or drained in Drain mode), by kind",
             self.nodes_scaled_down.clone(),
+        );
+        r.register(
+            "removals",
+            "Removal steps of drained nodes (DrainAndDelete), by method and outcome",
+            self.removals.clone(),
         );
         r.register(
             "evictions",

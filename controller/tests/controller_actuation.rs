@@ -200,6 +200,9 @@ fn order(api: &FakeApi, node: &str, mode: ScaleDownMode) -> DrainOrder {
         resume_from: None,
         recheck: Arc::new(|_| Ok(())),
         cancel: CancellationToken::new(),
+        target: None,
+        group_min: 0,
+        removal_timeout: Duration::from_secs(60),
     }
 }
 

@@ -349,6 +349,7 @@ async fn start_controller(
         identity: "bench".into(),
         debounce: Duration::from_millis(100),
         placement: Default::default(),
+        removal: Default::default(),
     };
     let controller = tokio::spawn(serve(
         Clients::single(sim.client_as("ebb-controller").await.expect("client")),

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ebb_api::reasons::DrainPhase;
+use ebb_api::scaledown::RemovalStatus;
 
 use crate::metrics::{DrainResult, ScaleDownKind};
 
@@ -20,6 +21,9 @@ pub enum GiveUpReason {
     PodsDidNotTerminate { pods: Vec<String> },
     /// The Kubernetes API failed in a way the drain cannot recover from.
     ApiError(String),
+    /// The machine could not be handed off (its group is at its minimum, the Machine or
+    /// NodeClaim names another node, ...); the node is untainted.
+    RemovalFailed(String),
     /// The policy was deleted, or the controller is stopping.
     Cancelled,
 }
@@ -33,6 +37,7 @@ impl GiveUpReason {
             GiveUpReason::EvictionTimeout { .. } => "EvictionTimeout",
             GiveUpReason::PodsDidNotTerminate { .. } => "PodsDidNotTerminate",
             GiveUpReason::ApiError(_) => "ApiError",
+            GiveUpReason::RemovalFailed(_) => "RemovalFailed",
             GiveUpReason::Cancelled => "Cancelled",
         }
     }
@@ -73,6 +78,7 @@ impl std::fmt::Display for GiveUpReason {
                 list(pods)
             ),
             GiveUpReason::ApiError(e) => write!(f, "Kubernetes API error: {e}"),
+            GiveUpReason::RemovalFailed(e) => write!(f, "the machine was not removed: {e}"),
             GiveUpReason::Cancelled => {
                 write!(f, "cancelled (policy deleted or controller stopping)")
             }
@@ -111,7 +117,7 @@ impl Outcome {
 }
 
 /// What happened, as reported by the runner.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum DrainEvent {
     /// The re-check after the taint passed.
     RecheckPassed,
@@ -123,7 +129,14 @@ pub enum DrainEvent {
     PodsRemaining(i32),
     /// No pod that must go is left on the node.
     PodsGone,
-    /// The node was deleted or labelled drained.
+    /// The node is being removed this way (method and object), in `Deleting`.
+    Removing(RemovalStatus),
+    /// The machine was handed off (Machine marked and its group scaled down, or NodeClaim
+    /// deleted) at this time; waiting for it and the Node to go.
+    HandedOff(jiff::Timestamp),
+    /// The Machine or NodeClaim, or the Node, is still there past `removal.timeout`.
+    RemovalStuck(String),
+    /// The node was deleted (or is gone with its machine) or labelled drained.
     Finished,
     /// The drain cannot go on.
     GiveUp(GiveUpReason),
@@ -158,6 +171,8 @@ pub struct Drain {
     pub started: jiff::Timestamp,
     pub pods_remaining: i32,
     pub evictions_blocked: i32,
+    /// How the node is being removed, from `Deleting` on (`DrainAndDelete`).
+    pub removal: Option<RemovalStatus>,
 }
 
 impl Drain {
@@ -171,6 +186,7 @@ impl Drain {
             started,
             pods_remaining: 0,
             evictions_blocked: 0,
+            removal: None,
         }
     }
 
@@ -196,7 +212,24 @@ impl Drain {
                 self.pods_remaining = 0;
                 Step::Continue(Deleting)
             }
-            (Deleting, DrainEvent::Finished) => Step::Done(Outcome::Removed),
+            (Deleting, DrainEvent::Removing(r)) => {
+                self.removal = Some(r.clone());
+                Step::Continue(Deleting)
+            }
+            (Deleting, DrainEvent::HandedOff(at)) if self.removal.is_some() => {
+                if let Some(r) = self.removal.as_mut() {
+                    r.handed_off = Some(ebb_api::conditions::Time(*at));
+                }
+                Step::Continue(WaitingForRemoval)
+            }
+            (WaitingForRemoval, DrainEvent::RemovalStuck(message)) => {
+                if let Some(r) = self.removal.as_mut() {
+                    r.stuck = true;
+                    r.message = Some(message.clone());
+                }
+                Step::Continue(WaitingForRemoval)
+            }
+            (Deleting | WaitingForRemoval, DrainEvent::Finished) => Step::Done(Outcome::Removed),
             (phase, event) => {
                 return Err(InvalidTransition {
                     node: self.node.clone(),
@@ -299,6 +332,44 @@ mod tests {
             Ok(Step::Continue(DrainPhase::Deleting))
         );
         assert_eq!(d.pods_remaining, 0);
+        assert_eq!(
+            d.apply(DrainEvent::Finished),
+            Ok(Step::Done(Outcome::Removed))
+        );
+    }
+
+    #[test]
+    fn a_machine_removal_waits_after_the_hand_off() {
+        let mut d = drain();
+        d.apply(DrainEvent::RecheckPassed).unwrap();
+        d.apply(DrainEvent::PodsGone).unwrap();
+        assert!(
+            d.apply(DrainEvent::HandedOff(jiff::Timestamp::UNIX_EPOCH))
+                .is_err(),
+            "no hand-off before the method is known"
+        );
+        let removal = RemovalStatus {
+            method: ebb_api::RemovalMethod::ClusterApi,
+            object: "Machine infra/m1".into(),
+            scaled: Some("MachineDeployment infra/md".into()),
+            handed_off: None,
+            stuck: false,
+            message: None,
+        };
+        d.apply(DrainEvent::Removing(removal)).unwrap();
+        assert_eq!(
+            d.apply(DrainEvent::HandedOff(jiff::Timestamp::UNIX_EPOCH)),
+            Ok(Step::Continue(DrainPhase::WaitingForRemoval))
+        );
+        assert!(d.removal.as_ref().is_some_and(|r| r.handed_off.is_some()));
+        d.apply(DrainEvent::RemovalStuck(
+            "Machine infra/m1 still there".into(),
+        ))
+        .unwrap();
+        let r = d.removal.clone().expect("removal");
+        assert!(r.stuck);
+        assert_eq!(r.message.as_deref(), Some("Machine infra/m1 still there"));
+        assert!(d.apply(DrainEvent::PodsGone).is_err());
         assert_eq!(
             d.apply(DrainEvent::Finished),
             Ok(Step::Done(Outcome::Removed))

@@ -1,5 +1,6 @@
 //! Actuation of a ScaleDownPolicy: soft taints, the drain state machine and its runner
-//! (taint, re-check, evict, wait, delete or mark), and restart re-derivation from taints.
+//! (taint, re-check, evict, wait, remove or mark), machine removal through Cluster API or
+//! Karpenter, and restart re-derivation from taints.
 
 pub mod budget_gate;
 pub mod drain;
@@ -7,6 +8,7 @@ pub mod evict;
 pub mod nodes;
 pub mod pods;
 pub mod recover;
+pub mod removal;
 pub mod runner;
 pub mod taints;
 pub mod tracker;

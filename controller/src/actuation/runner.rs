@@ -19,9 +19,13 @@ use super::drain::{Drain, DrainEvent, EvictionCall, GiveUpReason, Outcome, Step}
 use super::evict::{EvictionObserver, EvictionSettings, Evictor, evict_all, evict_once};
 use super::nodes::{NodeWriteError, NodeWriter, Written};
 use super::pods::{self, PodRef};
+use super::removal::{HandedOff, Remover};
 use super::taints::EbbTaint;
 use super::tracker::{Evicted, Tracker};
-use crate::metrics::{DrainResult, Function, Metrics, ScaleDownKind, ScaleDownLabels};
+use crate::metrics::{
+    DrainResult, Function, Metrics, RemovalLabels, RemovalOutcome, ScaleDownKind, ScaleDownLabels,
+};
+use crate::scaledown::removal::Target;
 
 /// The planner's re-check of one node after it was tainted: `Err(reason)` when it is no longer
 /// removable.
@@ -35,6 +39,10 @@ const POD_GONE_RECHECK: Duration = Duration::from_secs(5);
 pub const POD_GONE_SLACK: Duration = Duration::from_secs(30);
 /// Attempts at removing the taint when a drain is rolled back.
 const ROLLBACK_ATTEMPTS: u32 = 5;
+/// Attempts at a hand-off failing with a retryable error (it is idempotent).
+const HAND_OFF_ATTEMPTS: u32 = 5;
+/// How often a handed-off removal looks whether the machine and the Node are gone.
+const REMOVAL_POLL: Duration = Duration::from_secs(2);
 
 /// One node to drain.
 pub struct DrainOrder {
@@ -51,6 +59,13 @@ pub struct DrainOrder {
     pub recheck: Recheck,
     /// Cancelled when the policy is deleted or the controller stops.
     pub cancel: CancellationToken,
+    /// `DrainAndDelete`: what removing the node acts on (`None`: the Node object).
+    pub target: Option<Target>,
+    /// The policy's `minNodesPerGroup`, which a Cluster API group keeps too.
+    pub group_min: i32,
+    /// `removal.timeout`: how long a handed-off machine may take to go before it is reported
+    /// stuck.
+    pub removal_timeout: Duration,
 }
 
 /// Why a drain did not start.
@@ -71,6 +86,7 @@ pub struct Actuator {
     pods: Store<Pod>,
     pod_changes: watch::Receiver<u64>,
     gate: DisruptionGate,
+    remover: Remover,
     tracker: Tracker,
     metrics: Metrics,
     recheck_delay: Duration,
@@ -90,6 +106,7 @@ impl Actuator {
     ) -> Self {
         Self {
             nodes: NodeWriter::new(client.clone()),
+            remover: Remover::new(client.clone()),
             client,
             gate: DisruptionGate::new(pods.clone(), pod_changes.clone()),
             pods,
@@ -118,6 +135,16 @@ impl Actuator {
     pub fn with_eviction_client(mut self, client: kube::Client) -> Self {
         self.client = client;
         self
+    }
+
+    /// Remove drained nodes with `remover` (which methods it carries out).
+    pub fn with_remover(mut self, remover: Remover) -> Self {
+        self.remover = remover;
+        self
+    }
+
+    pub fn remover(&self) -> &Remover {
+        &self.remover
     }
 
     /// Wait between the taint and the re-check.
@@ -214,7 +241,14 @@ impl Actuator {
         let outcome = match self.drive(&order).await {
             Ok(()) => Outcome::Removed,
             Err(reason) => {
-                self.roll_back(&order.node).await;
+                // A machine handed off is going: its node is never made schedulable again.
+                let handed_off = self
+                    .tracker
+                    .get(&order.node)
+                    .is_some_and(|d| d.phase == ebb_api::reasons::DrainPhase::WaitingForRemoval);
+                if !handed_off {
+                    self.roll_back(&order.node).await;
+                }
                 Outcome::GaveUp(reason)
             }
         };
@@ -268,6 +302,24 @@ impl Actuator {
 
     async fn drive(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
         let node = order.node.as_str();
+        if order.resume_from.is_some()
+            && order.mode == ScaleDownMode::DrainAndDelete
+            && let Some(target) = &order.target
+            && self
+                .remover
+                .committed(node, target)
+                .await
+                .map_err(|e| GiveUpReason::ApiError(e.to_string()))?
+        {
+            // Handed off before a restart: finish the removal, nothing to re-check or evict.
+            tracing::info!(
+                node,
+                "removal was handed off before a restart; waiting for it"
+            );
+            self.step(node, DrainEvent::RecheckPassed);
+            self.step(node, DrainEvent::PodsGone);
+            return self.remove(order).await;
+        }
         // Tainted: wait, then re-check that nothing changed under the plan.
         tokio::select! {
             _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
@@ -336,12 +388,130 @@ impl Actuator {
         self.step(node, DrainEvent::PodsGone);
 
         // Deleting.
-        let written = match order.mode {
-            ScaleDownMode::DrainAndDelete => self.nodes.delete(node).await,
-            _ => self.nodes.mark_drained(node).await,
-        };
-        written.map_err(|e| GiveUpReason::ApiError(e.to_string()))?;
+        if order.mode == ScaleDownMode::DrainAndDelete {
+            return self.remove(order).await;
+        }
+        self.nodes
+            .mark_drained(node)
+            .await
+            .map_err(|e| GiveUpReason::ApiError(e.to_string()))?;
         Ok(())
+    }
+
+    /// `DrainAndDelete` once the pods are gone: delete the Node, or hand its machine off and
+    /// wait for it and the Node to go.
+    async fn remove(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+        let node = order.node.as_str();
+        let target = order.target.clone().unwrap_or(Target::Node);
+        self.step(
+            node,
+            DrainEvent::Removing(super::removal::status_for(node, &target)),
+        );
+        let node_uid = self.remover.node_uid(node).await.ok().flatten();
+        let handed = self.hand_off(order, &target).await.inspect_err(|_| {
+            self.count_removal(order, &target, RemovalOutcome::failed);
+        })?;
+        if target == Target::Node {
+            self.count_removal(order, &target, RemovalOutcome::removed);
+            return Ok(());
+        }
+        tracing::info!(
+            method = %target.method(),
+            object = %handed.status.object,
+            scaled = handed.status.scaled.as_deref().unwrap_or(""),
+            replicas = ?handed.replicas,
+            "machine handed off"
+        );
+        if let Some(r) = &handed.status.scaled
+            && let Some(d) = self.tracker.get(node)
+            && let Some(mut status) = d.removal
+        {
+            status.scaled = Some(r.clone());
+            self.step(node, DrainEvent::Removing(status));
+        }
+        self.step(node, DrainEvent::HandedOff(jiff::Timestamp::now()));
+        self.count_removal(order, &target, RemovalOutcome::handed_off);
+        self.wait_removed(order, &target, &handed, node_uid.as_deref())
+            .await?;
+        self.count_removal(order, &target, RemovalOutcome::removed);
+        Ok(())
+    }
+
+    /// The hand-off, retried while it fails in a way worth retrying (it is idempotent).
+    async fn hand_off(
+        &self,
+        order: &DrainOrder,
+        target: &Target,
+    ) -> Result<HandedOff, GiveUpReason> {
+        let mut attempt = 1;
+        loop {
+            match self
+                .remover
+                .hand_off(&order.node, target, order.group_min)
+                .await
+            {
+                Ok(h) => return Ok(h),
+                Err(e) if e.retryable() && attempt < HAND_OFF_ATTEMPTS => {
+                    tracing::warn!(attempt, error = %e, "hand-off failed; trying again");
+                    tokio::select! {
+                        _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                        _ = tokio::time::sleep(Duration::from_secs(u64::from(attempt))) => {}
+                    }
+                    attempt += 1;
+                }
+                Err(e) => return Err(GiveUpReason::RemovalFailed(e.to_string())),
+            }
+        }
+    }
+
+    /// Waits until the Machine or NodeClaim and the Node are gone; past `removal.timeout` the
+    /// drain is marked stuck (once) and keeps waiting.
+    async fn wait_removed(
+        &self,
+        order: &DrainOrder,
+        target: &Target,
+        handed: &HandedOff,
+        node_uid: Option<&str>,
+    ) -> Result<(), GiveUpReason> {
+        let deadline = tokio::time::Instant::now() + order.removal_timeout;
+        let mut stuck = false;
+        loop {
+            match self
+                .remover
+                .remaining(&order.node, node_uid, target, handed.uid.as_deref())
+                .await
+            {
+                Ok(left) if left.is_empty() => return Ok(()),
+                Ok(left) if !stuck && tokio::time::Instant::now() >= deadline => {
+                    stuck = true;
+                    let message = format!(
+                        "{} still there {}s after the hand-off",
+                        left.join(" and "),
+                        order.removal_timeout.as_secs()
+                    );
+                    tracing::warn!(%message, "removal stuck");
+                    self.step(&order.node, DrainEvent::RemovalStuck(message));
+                    self.count_removal(order, target, RemovalOutcome::stuck);
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot check the removal"),
+            }
+            tokio::select! {
+                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = tokio::time::sleep(REMOVAL_POLL) => {}
+            }
+        }
+    }
+
+    fn count_removal(&self, order: &DrainOrder, target: &Target, outcome: RemovalOutcome) {
+        self.metrics
+            .removals
+            .get_or_create(&RemovalLabels {
+                policy: order.policy.clone(),
+                method: target.method().as_str().to_string(),
+                outcome,
+            })
+            .inc();
     }
 
     async fn wait_pods_gone(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {

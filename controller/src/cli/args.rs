@@ -75,6 +75,20 @@ pub struct RunArgs {
     /// previous key).
     #[arg(long, env = "EBB_TOKEN_ROTATION", default_value_t = KubeDuration(PlacementSettings::DEFAULT_KEY_ROTATION))]
     pub token_rotation: ebb_api::KubeDuration,
+    /// Remove drained nodes' machines through Cluster API (`removal.method: ClusterAPI`, or
+    /// `Auto` on nodes with a Machine): watches MachineSets and MachineDeployments, marks
+    /// Machines and scales their groups down. Fails at start when Cluster API is not served.
+    #[arg(long, env = "EBB_CLUSTER_API", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub cluster_api: bool,
+    /// Kubeconfig of the Cluster API management cluster, when it is not this cluster (the
+    /// chart mounts it from a Secret).
+    #[arg(long, env = "EBB_CLUSTER_API_KUBECONFIG")]
+    pub cluster_api_kubeconfig: Option<std::path::PathBuf>,
+    /// Remove drained nodes' machines through Karpenter (`removal.method: Karpenter`, or `Auto`
+    /// on nodes a NodeClaim names): watches NodeClaims and deletes them. Fails at start when
+    /// Karpenter's NodeClaim is not served.
+    #[arg(long, env = "EBB_KARPENTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub karpenter: bool,
 }
 
 /// Output format of `plan`.

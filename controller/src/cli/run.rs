@@ -13,6 +13,7 @@ use kube::runtime::{Controller, watcher};
 use tokio_util::sync::CancellationToken;
 use tokio_util::sync::DropGuard;
 
+use crate::actuation::removal::{ClusterApi, ClusterApiKinds, Karpenter, KarpenterKinds, Remover};
 use crate::actuation::{Actuator, Tracker};
 use crate::cli::RunArgs;
 use crate::http::{Readiness, router};
@@ -21,6 +22,7 @@ use crate::reconcilers::placement::{self, PlacementSettings};
 use crate::reconcilers::scaledown::startup::recover_at_start;
 use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
 use crate::state::lease::{Leader, LeaderConfig};
+use crate::state::providers::ProviderSources;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
 
@@ -81,6 +83,60 @@ pub struct Settings {
     pub debounce: Duration,
     /// Placement of gated pods by PlacementHistories.
     pub placement: PlacementSettings,
+    /// Which machine removals are enabled besides deleting Node objects.
+    pub removal: RemovalSettings,
+}
+
+/// Machine removal through Cluster API and Karpenter (both off by default).
+#[derive(Clone, Debug, Default)]
+pub struct RemovalSettings {
+    pub cluster_api: bool,
+    /// The Cluster API management cluster's kubeconfig (`None`: this cluster).
+    pub cluster_api_kubeconfig: Option<std::path::PathBuf>,
+    pub karpenter: bool,
+}
+
+impl RemovalSettings {
+    /// Discovers the enabled providers' kinds; an error says what is missing and how to fix it.
+    async fn sources(&self, client: &kube::Client) -> anyhow::Result<ProviderSources> {
+        let mut out = ProviderSources::default();
+        if self.cluster_api {
+            let capi = match &self.cluster_api_kubeconfig {
+                None => client.clone(),
+                Some(path) => {
+                    let kubeconfig =
+                        kube::config::Kubeconfig::read_from(path).with_context(|| {
+                            format!("reading --cluster-api-kubeconfig {}", path.display())
+                        })?;
+                    let config = kube::Config::from_custom_kubeconfig(
+                        kubeconfig,
+                        &kube::config::KubeConfigOptions::default(),
+                    )
+                    .await
+                    .with_context(|| {
+                        format!("using --cluster-api-kubeconfig {}", path.display())
+                    })?;
+                    kube::Client::try_from(config)
+                        .context("building the Cluster API management cluster's client")?
+                }
+            };
+            let kinds = ClusterApiKinds::discover(&capi)
+                .await
+                .map_err(anyhow::Error::msg)
+                .context("--cluster-api")?;
+            tracing::info!(machine = %kinds.machine.api_version, "Cluster API removal enabled");
+            out.cluster_api = Some((capi, kinds));
+        }
+        if self.karpenter {
+            let kinds = KarpenterKinds::discover(client)
+                .await
+                .map_err(anyhow::Error::msg)
+                .context("--karpenter")?;
+            tracing::info!(node_claim = %kinds.node_claim.api_version, "Karpenter removal enabled");
+            out.karpenter = Some((client.clone(), kinds));
+        }
+        Ok(out)
+    }
 }
 
 /// Debounce of a policy's own events (its status writes come back as events).
@@ -110,6 +166,11 @@ impl Settings {
                 key_rotation: args.token_rotation.as_duration(),
                 token_secret: (namespace.to_string(), args.token_secret.clone()),
                 ..PlacementSettings::default()
+            },
+            removal: RemovalSettings {
+                cluster_api: args.cluster_api,
+                cluster_api_kubeconfig: args.cluster_api_kubeconfig.clone(),
+                karpenter: args.karpenter,
             },
         }
     }
@@ -183,7 +244,8 @@ pub async fn serve(
     let _stop_on_exit: DropGuard = stop.clone().drop_guard();
     // HTTP endpoints first, so liveness holds while we campaign and sync.
     serve_http(&settings, metrics.clone(), readiness.clone(), stop.clone()).await?;
-    let Some(watches) = sync_caches(&clients.api, &readiness, &stop).await? else {
+    let sources = settings.removal.sources(&clients.api).await?;
+    let Some(watches) = sync_caches(&clients.api, &sources, &readiness, &stop).await? else {
         return Ok(Exit::Stopped);
     };
     let stores::Watches {
@@ -211,7 +273,7 @@ pub async fn serve(
         budget_rises,
         pdb_changes,
     };
-    let scaledown = ScaleDown::start(clients, &settings, &shared, wakes);
+    let scaledown = ScaleDown::start(clients, &settings, &shared, wakes, &sources);
     if !wait_for_policy_cache(&scaledown.ctx, &shared.stop).await? {
         return Ok(Exit::Stopped);
     }
@@ -284,10 +346,11 @@ async fn serve_http(
 /// does not wait for leadership, only for it to be known).
 async fn sync_caches(
     client: &kube::Client,
+    sources: &ProviderSources,
     readiness: &Readiness,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<stores::Watches>> {
-    let watches = stores::start(client.clone()).await;
+    let watches = stores::start(client.clone(), sources).await;
     tracing::info!("waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
@@ -375,13 +438,26 @@ struct ScaleDown {
 impl ScaleDown {
     /// Builds the actuator and the context and runs the reconciler, woken by node changes,
     /// budgets allowing more and finished drains besides policy events.
-    fn start(clients: Clients, settings: &Settings, shared: &Shared, wakes: Wakes) -> Self {
+    fn start(
+        clients: Clients,
+        settings: &Settings,
+        shared: &Shared,
+        wakes: Wakes,
+        sources: &ProviderSources,
+    ) -> Self {
         let Wakes {
             mut node_changes,
             mut budget_rises,
             pdb_changes,
         } = wakes;
         let client = clients.api;
+        let mut remover = Remover::new(client.clone());
+        if let Some((c, kinds)) = &sources.cluster_api {
+            remover = remover.with_cluster_api(ClusterApi::new(c.clone(), kinds.clone()));
+        }
+        if let Some((c, kinds)) = &sources.karpenter {
+            remover = remover.with_karpenter(Karpenter::new(c.clone(), kinds.clone()));
+        }
         let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let actuator = Actuator::new(
             client.clone(),
@@ -393,6 +469,7 @@ impl ScaleDown {
         .with_eviction_client(clients.evictions)
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
+        .with_remover(remover)
         .notify_finished(finished_tx);
         let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
         // Debounced: the node events our own taint writes cause do not re-run every policy at once.

@@ -4,6 +4,7 @@
 pub mod build;
 pub mod model;
 pub mod predicates;
+pub mod providers;
 pub mod quantity;
 pub mod snapshot;
 pub mod undo;

@@ -375,6 +375,8 @@ pub struct NodeInfo {
     /// Workload roles whose local data the node holds warm (from its NodeState); the planner
     /// prefers to drain nodes with fewer.
     pub warm_roles: u32,
+    /// The Cluster API Machine or Karpenter NodeClaim behind the node, if one manages it.
+    pub machine: Option<super::providers::MachineLink>,
 }
 
 impl NodeInfo {

@@ -126,8 +126,10 @@ pub struct Removable {
     pub ready: bool,
     /// When it entered the candidate set.
     pub since: Timestamp,
-    /// Node group (value of `nodeGroupLabel`).
+    /// Node group (value of `nodeGroupLabel`, or the machine's MachineDeployment or NodePool).
     pub group: Option<String>,
+    /// Fewest nodes the group keeps ([`Limits::group_min`]).
+    pub group_min: i64,
     /// Disruptions its drain needs, per PodDisruptionBudget.
     pub needs: Needs,
 }
@@ -140,6 +142,20 @@ pub struct Limits {
     pub unneeded_time: jiff::SignedDuration,
     pub unready_time: jiff::SignedDuration,
     pub min_nodes_per_group: i64,
+    /// Honour a Cluster API node group's `cluster-api-autoscaler-node-group-min-size` too
+    /// (off for the re-check of a drain, whose group minimum was checked when it started).
+    pub annotated_group_min: bool,
+}
+
+impl Limits {
+    /// Fewest nodes a group keeps: `minNodesPerGroup`, or the group's own minimum size
+    /// annotation when larger.
+    pub fn group_min(&self, annotated: Option<i64>) -> i64 {
+        match annotated {
+            Some(m) if self.annotated_group_min => self.min_nodes_per_group.max(m),
+            _ => self.min_nodes_per_group,
+        }
+    }
 }
 
 /// Deletions already in flight.
@@ -218,7 +234,7 @@ pub fn select(
             Some(ThrottledReason::MaxScaleDownParallelism)
         } else if !r.empty && in_flight.drains + drains >= limits.max_drain_parallelism {
             Some(ThrottledReason::MaxDrainParallelism)
-        } else if size - in_group - 1 < limits.min_nodes_per_group {
+        } else if size - in_group - 1 < r.group_min {
             Some(ThrottledReason::NodeGroupMinSize)
         } else if let Some(pdb) = pdbs.holds(&r.needs) {
             sel.held_by_pdb
@@ -255,6 +271,7 @@ mod tests {
             ready: true,
             since: "2026-01-01T00:00:00Z".parse().unwrap(),
             group: None,
+            group_min: 0,
             needs: Needs::new(),
         }
     }
@@ -266,6 +283,7 @@ mod tests {
             unneeded_time: jiff::SignedDuration::from_mins(10),
             unready_time: jiff::SignedDuration::from_mins(20),
             min_nodes_per_group: 0,
+            annotated_group_min: true,
         }
     }
 
@@ -349,11 +367,11 @@ mod tests {
     fn group_minimum_counts_deletions_in_flight() {
         let mut a = removable("a", true);
         a.group = Some("pool".into());
+        a.group_min = 2;
         let mut b = a.clone();
         b.node = "b".into();
         let sizes = BTreeMap::from([(Some("pool".to_string()), 4)]);
-        let mut l = limits(10, 10);
-        l.min_nodes_per_group = 2;
+        let l = limits(10, 10);
         let inf = InFlight {
             empty: 1,
             per_group: BTreeMap::from([(Some("pool".to_string()), 1)]),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ebb_api::ScaleDownPolicySpec;
+use ebb_api::{RemovalMethod, ScaleDownMode, ScaleDownPolicySpec};
 use thiserror::Error;
 
 use super::budgets::{Budgets, Limits, parse_budgets};
@@ -35,6 +35,9 @@ pub struct PlannerConfig {
     pub recent_eviction_window: jiff::SignedDuration,
     /// Budgets, or why they are invalid (then deletions are held: fail closed).
     pub budgets: Budgets,
+    /// The removal method nodes are checked against: `mode: DrainAndDelete` (default `Auto`),
+    /// or `DryRun` with a `removal` to preview; `None` when nothing is removed.
+    pub removal: Option<RemovalMethod>,
 }
 
 impl PlannerConfig {
@@ -82,11 +85,17 @@ impl PlannerConfig {
                 unneeded_time: spec.unneeded_time.as_span(),
                 unready_time: spec.unready_time.as_span(),
                 min_nodes_per_group: i64::from(spec.min_nodes_per_group.max(0)),
+                annotated_group_min: true,
             },
             simulation_timeout: spec.simulation_timeout.as_duration(),
             min_nodes_evaluated: spec.min_nodes_evaluated.max(0) as usize,
             recent_eviction_window: spec.recent_eviction_window.as_span(),
             budgets: parse_budgets(&spec.budgets),
+            removal: match (spec.mode, &spec.removal) {
+                (ScaleDownMode::DrainAndDelete, r) => Some(r.clone().unwrap_or_default().method),
+                (ScaleDownMode::DryRun, Some(r)) => Some(r.method),
+                _ => None,
+            },
         })
     }
 }

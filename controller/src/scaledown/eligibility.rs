@@ -46,7 +46,7 @@ pub fn being_deleted(snap: &ClusterSnapshot, node: NodeId, deleted: &BTreeSet<St
     n.deleting || deleted.contains(&n.name) || n.has_taint(names::TAINT_TO_BE_DELETED)
 }
 
-/// Node-level reasons, in order: being deleted, scale-down disabled by annotation (ebb's, Cluster
+/// Node-level reasons, in order: being deleted, being disrupted by Karpenter, scale-down disabled by annotation (ebb's, Cluster
 /// Autoscaler's or Karpenter's), cordoned by someone else, utilisation at or above the
 /// threshold (skipped for unready nodes, which are removable whatever they request).
 pub fn check_node(
@@ -59,6 +59,9 @@ pub fn check_node(
     let n = snap.node(node);
     if being_deleted(snap, node, deleted) {
         return Err(UnremovableReason::CurrentlyBeingDeleted);
+    }
+    if n.has_taint(names::KARPENTER_DISRUPTED_TAINT) {
+        return Err(UnremovableReason::DisruptedByKarpenter);
     }
     let ann = &n.annotations;
     if names::is_true(ann.get(names::ANNOTATION_SCALE_DOWN_DISABLED))
@@ -121,6 +124,14 @@ mod tests {
             );
         }
         assert_eq!(reason(n1().unschedulable(), &[]), Err(Unschedulable));
+        assert_eq!(
+            reason(
+                n1().taint(taint(names::KARPENTER_DISRUPTED_TAINT, "", "NoSchedule")),
+                &[]
+            ),
+            Err(DisruptedByKarpenter),
+            "ebb does not fight Karpenter's own disruption"
+        );
         // 2 cpu of 3 requested: 0.67 ≥ 0.5.
         assert_eq!(
             reason(node("n1").cpu("3").mem("8Gi"), &[]),

@@ -7,6 +7,7 @@ pub mod drainability;
 pub mod eligibility;
 pub mod pdb;
 pub mod planner;
+pub mod removal;
 mod simulation;
 
 pub use config::{PlannerConfig, PolicyError};

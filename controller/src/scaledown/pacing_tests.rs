@@ -340,6 +340,7 @@ fn limits() -> Limits {
         unneeded_time: jiff::SignedDuration::ZERO,
         unready_time: jiff::SignedDuration::ZERO,
         min_nodes_per_group: 0,
+        annotated_group_min: true,
     }
 }
 
@@ -384,6 +385,7 @@ proptest! {
                 ready: true,
                 since: t(0),
                 group: None,
+                group_min: 0,
                 needs: n.clone(),
             })
             .collect();

@@ -14,6 +14,7 @@ use super::config::PlannerConfig;
 use super::drainability::{PodDisposition, classify};
 use super::eligibility::{being_deleted, check_node, utilization};
 use super::pdb::{PdbTracker, PdbView};
+use super::removal;
 use super::simulation::{Greedy, Inputs, Sim};
 use crate::cluster::model::TaintEffect;
 use crate::cluster::{ClusterSnapshot, NodeId, PredicateChecker};
@@ -170,6 +171,8 @@ pub struct Candidate {
     pub empty: bool,
     pub ready: bool,
     pub group: Option<String>,
+    /// Fewest nodes its group keeps.
+    pub group_min: i64,
     pub moves: Vec<Move>,
 }
 
@@ -215,7 +218,27 @@ pub(super) struct NodeFacts {
     pub groups: Vec<Option<String>>,
     pub governed: Vec<NodeId>,
     pub group_sizes: BTreeMap<Option<String>, i64>,
+    /// Fewest nodes each group keeps (`minNodesPerGroup`, or the group's own minimum).
+    pub group_mins: BTreeMap<Option<String>, i64>,
     pub deleting_per_group: BTreeMap<Option<String>, i64>,
+}
+
+/// The node group of `n`: its `nodeGroupLabel` value when the policy sets one, else the
+/// MachineDeployment, MachineSet or NodePool behind it (none for other nodes).
+pub(super) fn group_key(snap: &ClusterSnapshot, cfg: &PlannerConfig, n: NodeId) -> Option<String> {
+    let node = snap.node(n);
+    match &cfg.node_group_label {
+        Some(l) => node.labels.get(l).cloned(),
+        None => node.machine.as_ref().and_then(|m| m.group.clone()),
+    }
+}
+
+/// The minimum size annotated on `n`'s Cluster API node group (when groups come from it).
+fn annotated_group_min(snap: &ClusterSnapshot, cfg: &PlannerConfig, n: NodeId) -> Option<i64> {
+    match &cfg.node_group_label {
+        Some(_) => None,
+        None => snap.node(n).machine.as_ref().and_then(|m| m.group_min),
+    }
 }
 
 impl NodeFacts {
@@ -229,17 +252,15 @@ impl NodeFacts {
             .clone()
             .filter(|n| cfg.node_selector.matches(&snap.node(*n).labels))
             .collect();
-        let groups: Vec<Option<String>> = nodes
-            .map(|n| {
-                cfg.node_group_label
-                    .as_ref()
-                    .and_then(|l| snap.node(n).labels.get(l).cloned())
-            })
-            .collect();
+        let groups: Vec<Option<String>> = nodes.map(|n| group_key(snap, cfg, n)).collect();
         let mut group_sizes = BTreeMap::new();
+        let mut group_mins = BTreeMap::new();
         let mut deleting_per_group = BTreeMap::new();
         for &n in &governed {
             *group_sizes.entry(groups[n as usize].clone()).or_insert(0) += 1;
+            let min = cfg.limits.group_min(annotated_group_min(snap, cfg, n));
+            let at_least = group_mins.entry(groups[n as usize].clone()).or_insert(min);
+            *at_least = (*at_least).max(min);
             if being_deleted(snap, n, deleted) {
                 *deleting_per_group
                     .entry(groups[n as usize].clone())
@@ -251,12 +272,21 @@ impl NodeFacts {
             groups,
             governed,
             group_sizes,
+            group_mins,
             deleting_per_group,
         }
     }
 
     pub fn group_of(&self, n: NodeId) -> Option<String> {
         self.groups[n as usize].clone()
+    }
+
+    /// Fewest nodes `group` keeps.
+    pub fn group_min(&self, group: &Option<String>, cfg: &PlannerConfig) -> i64 {
+        self.group_mins
+            .get(group)
+            .copied()
+            .unwrap_or(cfg.limits.min_nodes_per_group)
     }
 
     /// Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
@@ -312,8 +342,8 @@ fn by_util(snap: &ClusterSnapshot, util: &[f64], a: NodeId, b: NodeId) -> std::c
         .then_with(|| na.name.cmp(&nb.name))
 }
 
-/// Step 3: the governed nodes that may be removed, previous candidates first, then least
-/// utilised. The others are recorded as unremovable (all of them while pods are pending).
+/// Step 3: the governed nodes that may be removed (node checks, then whether the policy's
+/// removal method applies), previous candidates first, then least utilised. The others are recorded as unremovable (all of them while pods are pending).
 fn eligible_nodes(
     snap: &ClusterSnapshot,
     facts: &NodeFacts,
@@ -325,7 +355,11 @@ fn eligible_nodes(
 ) -> Vec<NodeId> {
     let mut eligible: Vec<NodeId> = Vec::new();
     for &n in &facts.governed {
-        let check = check_node(snap, n, deleted, cfg.utilization_threshold, cfg.utilization);
+        let check = check_node(snap, n, deleted, cfg.utilization_threshold, cfg.utilization)
+            .and_then(|()| match cfg.removal {
+                Some(method) => removal::target(method, snap.node(n).machine.as_ref()).map(drop),
+                None => Ok(()),
+            });
         match check {
             Ok(()) if pending => unremovable.push(Unremovable::node(
                 snap,
@@ -493,11 +527,10 @@ pub fn select_deletions(
         }
         in_flight.pdbs.take(&pdbs.needs(n, &cfg.rules));
         if cfg.node_selector.matches(&snap.node(n).labels) {
-            let group = cfg
-                .node_group_label
-                .as_ref()
-                .and_then(|l| snap.node(n).labels.get(l).cloned());
-            *in_flight.per_group.entry(group).or_insert(0) += 1;
+            *in_flight
+                .per_group
+                .entry(group_key(snap, cfg, n))
+                .or_insert(0) += 1;
         }
     }
     let removable: Vec<Removable> = plan
@@ -509,6 +542,7 @@ pub fn select_deletions(
             ready: c.ready,
             since: c.since,
             group: c.group.clone(),
+            group_min: c.group_min,
             needs: snap
                 .node_id(&c.node)
                 .map(|n| pdbs.needs(n, &cfg.rules))

@@ -374,7 +374,7 @@ impl Greedy {
         let size = facts.group_sizes.get(&group).copied().unwrap_or(0);
         let taken = facts.deleting_per_group.get(&group).copied().unwrap_or(0)
             + self.candidates_per_group.get(&group).copied().unwrap_or(0);
-        if size - taken - 1 < cfg.limits.min_nodes_per_group {
+        if size - taken - 1 < facts.group_min(&group, cfg) {
             return Err(Refusal::limit(UnremovableReason::NodeGroupMinSizeReached));
         }
         if self.used_as_dest[node as usize] {
@@ -409,6 +409,7 @@ impl Greedy {
                 .unwrap_or(inputs.now),
             empty: d.empty,
             ready: sim.snap.node(node).ready,
+            group_min: inputs.facts.group_min(&group, inputs.cfg),
             group,
             moves: Vec::with_capacity(d.moves.len()),
             node: name,

@@ -3,6 +3,7 @@
 
 pub mod leadership;
 pub mod lease;
+pub mod providers;
 pub mod stores;
 pub mod wakes;
 

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::providers::{ProviderSources, ProviderStores};
 use crate::cluster::ClusterObjects;
 
 /// The caches of every kind the controller reads.
@@ -32,6 +33,8 @@ pub struct Stores {
     /// The node agents' NodeStates (warm data per node): read when there, never waited for, so
     /// a cluster without agents (or without the CRD) still plans.
     pub node_states: Store<NodeState>,
+    /// Cluster API's and Karpenter's objects, when their removal is enabled.
+    pub providers: ProviderStores,
 }
 
 /// The running watches and what they signal.
@@ -179,8 +182,8 @@ fn watch_budgets(
     })
 }
 
-/// Start the watches (cluster-wide).
-pub async fn start(client: kube::Client) -> Watches {
+/// Start the watches (cluster-wide), with those of the enabled removal providers.
+pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches {
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
     let (pdb_tx, pdb_changes) = watch::channel(0u64);
@@ -237,6 +240,7 @@ pub async fn start(client: kube::Client) -> Watches {
             empty()
         },
         node_states: plain!(NodeState, "NodeState"),
+        providers: ProviderStores::start(providers, &mut tasks),
     };
     Watches {
         stores,
@@ -259,6 +263,7 @@ impl Stores {
         self.daemon_sets.wait_until_ready().await?;
         self.jobs.wait_until_ready().await?;
         self.replication_controllers.wait_until_ready().await?;
+        self.providers.wait_synced().await?;
         Ok(())
     }
 
@@ -292,6 +297,7 @@ impl Stores {
             jobs: all(&self.jobs),
             replication_controllers: all(&self.replication_controllers),
             node_states: all(&self.node_states),
+            providers: self.providers.index(),
             ..ClusterObjects::default()
         }
     }

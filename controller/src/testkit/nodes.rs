@@ -97,6 +97,10 @@ impl NodeBuilder {
     pub fn build(self) -> Node {
         self.0
     }
+    /// The node as the snapshot parses it (no machine behind it).
+    pub fn info(self) -> crate::cluster::NodeInfo {
+        crate::cluster::build::parse_node(&self.0).expect("test node parses")
+    }
 }
 
 impl From<NodeBuilder> for Node {

@@ -155,6 +155,7 @@ impl FakeApi {
             jobs: empty_store(),
             replication_controllers: empty_store(),
             node_states: empty_store(),
+            providers: Default::default(),
         }
     }
 

@@ -70,6 +70,7 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
         Ok(list.items)
     }
     Ok(ClusterObjects {
+        providers: Default::default(),
         nodes: all::<Node>(&client, "nodes").await?,
         pods: all::<Pod>(&client, "pods").await?,
         pdbs: all::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,

@@ -23,6 +23,7 @@ use thiserror::Error;
 use super::model::{
     ClassId, NodeId, NodeInfo, PodAffinityTerm, PodInfo, Resources, SchedClass, SchedRequirements,
 };
+use super::providers::{ProviderIndex, link};
 use super::quantity::{QuantityError, parse_milli, parse_units};
 use super::snapshot::ClusterSnapshot;
 pub use nodes::{parse_node, warm_roles_by_node};
@@ -49,6 +50,8 @@ pub struct ClusterObjects {
     pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
     /// Optional: the node agents' NodeStates, for the roles whose data each node holds warm.
     pub node_states: Vec<NodeState>,
+    /// Optional: Cluster API's and Karpenter's objects, for the machine behind each node.
+    pub providers: ProviderIndex,
 }
 
 /// Input that cannot be turned into a snapshot.
@@ -161,7 +164,13 @@ fn parse_nodes(
     let mut nodes = Vec::with_capacity(objects.nodes.len());
     let mut node_ids: HashMap<String, NodeId> = HashMap::new();
     for n in &objects.nodes {
-        let info = parse_node(n)?;
+        let mut info = parse_node(n)?;
+        info.machine = link(
+            &info.name,
+            &info.labels,
+            &info.annotations,
+            &objects.providers,
+        );
         if node_ids
             .insert(info.name.clone(), nodes.len() as NodeId)
             .is_some()

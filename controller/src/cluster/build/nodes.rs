@@ -60,6 +60,7 @@ pub fn parse_node(node: &Node) -> Result<NodeInfo, SnapshotError> {
         ready,
         deleting: node.metadata.deletion_timestamp.is_some(),
         warm_roles: 0,
+        machine: None,
         name,
     })
 }

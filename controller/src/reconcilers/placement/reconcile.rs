@@ -150,6 +150,7 @@ mod tests {
             jobs: reflector::store().0,
             replication_controllers: reflector::store().0,
             node_states: reflector::store().0,
+            providers: Default::default(),
         }
     }
 

@@ -22,6 +22,7 @@ use crate::actuation::{Drain, DrainOrder, EvictionSettings, Outcome, Recheck};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
 use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
 use crate::scaledown::budgets::Selection;
+use crate::scaledown::removal::target_of_node;
 use crate::scaledown::{InstantStopwatch, Plan, PlannerConfig, plan, select_deletions};
 
 /// Runs one loop of `policy`. Returns when the next candidate will have been removable long
@@ -105,9 +106,13 @@ impl<'a> PolicyLoop<'a> {
         let cfg = PlannerConfig::from_spec(spec).map_err(|e| e.to_string());
         let deletion_forbidden = spec.mode == ScaleDownMode::DrainAndDelete
             && ctx.node_deletion.allowed(&ctx.client).await == Some(false);
+        let method_not_enabled =
+            spec.removal.as_ref().map(|r| r.method).filter(|m| {
+                spec.mode != ScaleDownMode::Drain && !ctx.actuator.remover().enabled(*m)
+            });
         let degraded = selection::degraded(
             cfg.as_ref().err().cloned(),
-            deletion_forbidden,
+            selection::removal_refusal(deletion_forbidden, method_not_enabled),
             cfg.as_ref().ok().map(|c| &c.budgets),
             spec.node_group_label.as_deref(),
             nodes
@@ -344,7 +349,10 @@ impl<'a> PolicyLoop<'a> {
             if self.overlaps.contains_key(node) || self.draining_now.contains(node) {
                 continue;
             }
-            let order = self.drain_order(ctx, memory, cfg, p, node, empty, cancel.clone());
+            let Some(order) = self.drain_order(ctx, memory, cfg, p, node, empty, cancel.clone())
+            else {
+                continue;
+            };
             match ctx.actuator.start(order).await {
                 Ok(Some(_)) => {
                     memory.planner.start_deleting(node, self.now);
@@ -361,8 +369,9 @@ impl<'a> PolicyLoop<'a> {
         }
     }
 
-    /// The actuator's order for one node: its kind, eviction settings, the pods planned on it
-    /// and the re-check against a fresh snapshot.
+    /// The actuator's order for one node: its kind, eviction settings, the pods planned on it,
+    /// the re-check against a fresh snapshot and what removing it acts on (`None` when that
+    /// changed since the plan: the node waits for the next loop).
     #[allow(clippy::too_many_arguments)]
     fn drain_order(
         &self,
@@ -373,7 +382,25 @@ impl<'a> PolicyLoop<'a> {
         node: &str,
         empty: bool,
         cancel: tokio_util::sync::CancellationToken,
-    ) -> DrainOrder {
+    ) -> Option<DrainOrder> {
+        let spec = &self.policy.spec;
+        let target = match cfg.removal {
+            Some(method) if spec.mode == ScaleDownMode::DrainAndDelete => {
+                let object = self
+                    .objects
+                    .nodes
+                    .iter()
+                    .find(|n| n.metadata.name.as_deref() == Some(node))?;
+                match target_of_node(method, object, &self.objects.providers) {
+                    Ok(t) => Some(t),
+                    Err(reason) => {
+                        tracing::info!(node, %reason, "not drained: its removal no longer applies");
+                        return None;
+                    }
+                }
+            }
+            _ => None,
+        };
         let ready = p
             .candidates
             .iter()
@@ -391,17 +418,25 @@ impl<'a> PolicyLoop<'a> {
         let state = memory.planner.clone();
         let recheck: Recheck =
             Arc::new(move |n: &str| recheck_node(stores.objects(), &rcfg, &state, n));
-        DrainOrder {
+        Some(DrainOrder {
             policy: self.name.clone(),
             node: node.to_string(),
             kind,
-            mode: self.policy.spec.mode,
-            settings: EvictionSettings::from_spec(&self.policy.spec),
+            mode: spec.mode,
+            settings: EvictionSettings::from_spec(spec),
             planned_pods: uids_on(node, &self.objects.pods),
             resume_from: None,
             recheck,
             cancel,
-        }
+            target,
+            group_min: spec.min_nodes_per_group,
+            removal_timeout: spec
+                .removal
+                .clone()
+                .unwrap_or_default()
+                .timeout
+                .as_duration(),
+        })
     }
 
     /// DryRun or stopped: drains of this policy stop, and its soft taints go.

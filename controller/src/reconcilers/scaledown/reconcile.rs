@@ -184,7 +184,9 @@ pub fn recheck_node(
             values: vec![node.to_string()],
         }],
     };
-    cfg.limits.min_nodes_per_group = 0; // checked when the drain was selected
+    // group minimums were checked when the drain was selected
+    cfg.limits.min_nodes_per_group = 0;
+    cfg.limits.annotated_group_min = false;
     cfg.min_nodes_evaluated = 1;
     let mut state = state.clone();
     let now = jiff::Timestamp::now();

@@ -120,11 +120,41 @@ fn list(names: impl IntoIterator<Item = String>) -> String {
     s
 }
 
+/// Why a `DrainAndDelete` policy could not remove what it drains: Nodes may not be deleted
+/// (RBAC), or its explicit `removal.method` is not enabled in this controller.
+pub fn removal_refusal(
+    deletion_forbidden: bool,
+    method_not_enabled: Option<ebb_api::RemovalMethod>,
+) -> Option<Degraded> {
+    if deletion_forbidden {
+        return Some(Degraded {
+            reason: DegradedReason::NodeDeletionForbidden,
+            message: "mode DrainAndDelete needs permission to delete Nodes, which the controller's service account lacks; install the chart with controller.allowNodeDeletion=true, or use mode: Drain. Nothing is drained until then.".into(),
+            stops_policy: true,
+        });
+    }
+    let method = method_not_enabled?;
+    let how = match method {
+        ebb_api::RemovalMethod::ClusterApi => {
+            "--cluster-api (chart: removal.clusterAPI.enabled=true)"
+        }
+        _ => "--karpenter (chart: removal.karpenter.enabled=true)",
+    };
+    Some(Degraded {
+        reason: DegradedReason::RemovalMethodNotEnabled,
+        message: format!(
+            "spec.removal.method is {method}, but the controller was not started with {how}, or could not find that API; see its log. Nothing is drained until then."
+        ),
+        stops_policy: true,
+    })
+}
+
 /// Bad input and conflicts of one policy, worst first. `spec_error` is the planner's verdict on
-/// the spec; `nodes` are the Node objects the policy selects.
+/// the spec; `refusal` what keeps it from removing nodes ([`removal_refusal`]); `nodes` are the
+/// Node objects the policy selects.
 pub fn degraded<'a>(
     spec_error: Option<String>,
-    deletion_forbidden: bool,
+    refusal: Option<Degraded>,
     budgets: Option<&Budgets>,
     group_label: Option<&str>,
     nodes: impl IntoIterator<Item = &'a Node>,
@@ -137,12 +167,8 @@ pub fn degraded<'a>(
             stops_policy: true,
         });
     }
-    if deletion_forbidden {
-        return Some(Degraded {
-            reason: DegradedReason::NodeDeletionForbidden,
-            message: "mode DrainAndDelete needs permission to delete Nodes, which the controller's service account lacks; install the chart with controller.allowNodeDeletion=true, or use mode: Drain. Nothing is drained until then.".into(),
-            stops_policy: true,
-        });
+    if refusal.is_some() {
+        return refusal;
     }
     if let Some(Budgets::Invalid(why)) = budgets {
         return Some(Degraded {
@@ -285,7 +311,7 @@ mod tests {
         let none = BTreeMap::new();
         let d = degraded(
             Some("spec.nodeSelector: bad operator".into()),
-            true,
+            removal_refusal(true, None),
             None,
             None,
             &good,
@@ -294,12 +320,16 @@ mod tests {
         .unwrap();
         assert_eq!(d.reason, DegradedReason::InvalidSpec);
         assert!(d.message.contains("bad operator") && d.stops_policy);
-        let d = degraded(None, true, None, None, &good, &none).unwrap();
+        let d = degraded(None, removal_refusal(true, None), None, None, &good, &none).unwrap();
         assert_eq!(d.reason, DegradedReason::NodeDeletionForbidden);
         assert!(d.stops_policy && d.message.contains("controller.allowNodeDeletion=true"));
-        let d = degraded(None, false, None, None, &Vec::<Node>::new(), &none).unwrap();
+        let capi = removal_refusal(false, Some(ebb_api::RemovalMethod::ClusterApi));
+        let d = degraded(None, capi, None, None, &good, &none).unwrap();
+        assert_eq!(d.reason, DegradedReason::RemovalMethodNotEnabled);
+        assert!(d.stops_policy && d.message.contains("removal.clusterAPI.enabled=true"));
+        let d = degraded(None, None, None, None, &Vec::<Node>::new(), &none).unwrap();
         assert_eq!(d.reason, DegradedReason::SelectorMatchesNothing);
-        let d = degraded(None, false, None, Some("pool"), &unlabelled, &none).unwrap();
+        let d = degraded(None, None, None, Some("pool"), &unlabelled, &none).unwrap();
         assert_eq!(d.reason, DegradedReason::GroupLabelMissing);
         assert!(
             d.message.contains("n2") && !d.message.contains("n1,"),
@@ -307,16 +337,13 @@ mod tests {
             d.message
         );
         let invalid = Budgets::Invalid("budgets[0].schedule: bad cron".into());
-        let d = degraded(None, false, Some(&invalid), None, &good, &none).unwrap();
+        let d = degraded(None, None, Some(&invalid), None, &good, &none).unwrap();
         assert_eq!(d.reason, DegradedReason::InvalidBudget);
         let overlaps = [("n1".to_string(), vec!["other".to_string()])].into();
-        let d = degraded(None, false, None, Some("pool"), &good, &overlaps).unwrap();
+        let d = degraded(None, None, None, Some("pool"), &good, &overlaps).unwrap();
         assert_eq!(d.reason, DegradedReason::OverlappingPolicies);
         assert!(d.message.contains("other") && d.message.contains("n1"));
         assert!(!d.stops_policy);
-        assert_eq!(
-            degraded(None, false, None, Some("pool"), &good, &none),
-            None
-        );
+        assert_eq!(degraded(None, None, None, Some("pool"), &good, &none), None);
     }
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ebb_api::ScaleDownPolicy;
+use ebb_api::{ScaleDownMode, ScaleDownPolicy};
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
@@ -13,6 +13,7 @@ use crate::actuation::pods::{classify, uids_on};
 use crate::actuation::recover::{Resume, recover};
 use crate::actuation::{DrainOrder, EbbTaint, EvictionSettings, Recheck};
 use crate::metrics::ScaleDownKind;
+use crate::scaledown::removal::target_of_node;
 use crate::scaledown::{PlannerConfig, PlannerState};
 
 /// What start-up recovery did.
@@ -79,6 +80,7 @@ async fn resume(
     nodes: &[Arc<Node>],
     r: &Resume,
 ) -> bool {
+    let method = cfg.removal;
     let stores = ctx.stores.clone();
     let recheck: Recheck =
         Arc::new(move |n: &str| recheck_node(stores.objects(), &cfg, &PlannerState::default(), n));
@@ -98,6 +100,23 @@ async fn resume(
     } else {
         ScaleDownKind::underutilized
     };
+    let spec = &policy.spec;
+    let target = match (spec.mode, method) {
+        (ScaleDownMode::DrainAndDelete, Some(method)) => {
+            let node = nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(r.node.as_str()));
+            match node.map(|n| target_of_node(method, n, &ctx.stores.providers.index())) {
+                Some(Ok(t)) => Some(t),
+                Some(Err(reason)) => {
+                    tracing::warn!(node = %r.node, %reason, "start-up: not resuming a drain whose removal no longer applies");
+                    return false;
+                }
+                None => return false,
+            }
+        }
+        _ => None,
+    };
     let order = DrainOrder {
         policy: r.policy.clone(),
         node: r.node.clone(),
@@ -108,6 +127,14 @@ async fn resume(
         resume_from: Some(r.started.unwrap_or_else(jiff::Timestamp::now)),
         recheck,
         cancel: ctx.cancel_token(&r.policy),
+        target,
+        group_min: spec.min_nodes_per_group,
+        removal_timeout: spec
+            .removal
+            .clone()
+            .unwrap_or_default()
+            .timeout
+            .as_duration(),
     };
     match ctx.actuator.start(order).await {
         Ok(started) => started.is_some(),

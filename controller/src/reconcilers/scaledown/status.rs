@@ -89,6 +89,11 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
         candidates: candidates.len() as i32,
         draining: f.drains.len() as i32,
         removed_total: f.removed_total,
+        removals_stuck: f
+            .drains
+            .iter()
+            .filter(|d| d.removal.as_ref().is_some_and(|r| r.stuck))
+            .count() as i32,
         evictions_refused_total: f.evictions_refused_total,
         unremovable: by_reason
             .into_iter()
@@ -180,6 +185,7 @@ fn draining_row(d: &Drain) -> DrainingNodeStatus {
         started: Some(Time(d.started)),
         pods_remaining: d.pods_remaining,
         evictions_blocked: d.evictions_blocked,
+        removal: d.removal.clone(),
     }
 }
 
@@ -281,6 +287,7 @@ mod tests {
                     started: None,
                     pods_remaining: 1,
                     evictions_blocked: 0,
+                    removal: None,
                 })
                 .to_vec(),
             ..ScaleDownPolicyStatus::default()
@@ -305,6 +312,7 @@ mod tests {
 
     fn candidate(name: &str, moves: usize) -> Candidate {
         Candidate {
+            group_min: 0,
             node: name.into(),
             since: ts(100),
             empty: moves == 0,
