@@ -22,9 +22,13 @@ pub const NAMESPACE: &str = "ebb-system";
 pub const RELEASE: &str = "ebb";
 
 /// The values the identities are rendered with: node deletion allowed (DrainAndDelete policies
-/// need it; everything else is the chart's default).
+/// need it) and both machine removals' RBAC (Cluster API, Karpenter); everything else is the
+/// chart's default.
 pub fn e2e_values() -> Value {
-    json!({"controller": {"allowNodeDeletion": true}})
+    json!({
+        "controller": {"allowNodeDeletion": true},
+        "removal": {"clusterAPI": {"enabled": true}, "karpenter": {"enabled": true}},
+    })
 }
 
 /// The chart's ServiceAccount a workspace binary runs as, if it is one of the chart's.

@@ -18,6 +18,8 @@ pub const DRAIN_FAILED: &str = "DrainFailed";
 pub const NODE_REMOVED: &str = "NodeRemoved";
 pub const THROTTLED: &str = "Throttled";
 pub const DEGRADED: &str = "Degraded";
+pub const MACHINE_HANDED_OFF: &str = "MachineHandedOff";
+pub const REMOVAL_STUCK: &str = "RemovalStuck";
 
 /// What one loop saw, as far as Events are concerned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -28,6 +30,30 @@ pub struct Facts {
     pub blocked: BTreeSet<String>,
     pub throttled: Option<ThrottledReason>,
     pub degraded: Option<(DegradedReason, String)>,
+    /// Drains whose machine was handed off, by node.
+    pub removals: BTreeMap<String, RemovalFact>,
+}
+
+/// A handed-off removal as far as Events go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemovalFact {
+    /// What was acted on, and the group scaled down (`Machine ns/m, MachineDeployment ns/md`).
+    pub what: String,
+    /// Why it is stuck, once it is.
+    pub stuck: Option<String>,
+}
+
+impl RemovalFact {
+    pub fn of(r: &ebb_api::scaledown::RemovalStatus) -> Self {
+        let what = match &r.scaled {
+            Some(group) => format!("{} marked for deletion and {group} scaled down", r.object),
+            None => format!("{} deleted", r.object),
+        };
+        RemovalFact {
+            what: format!("{} ({})", what, r.method),
+            stuck: r.stuck.then(|| r.message.clone().unwrap_or_default()),
+        }
+    }
 }
 
 /// The object an Event is about.
@@ -92,6 +118,7 @@ pub fn transitions(
             "a PodDisruptionBudget refused an eviction; retrying every evictionRetryInterval until maxPodEvictionTime".into(),
         ));
     }
+    out.extend(handed_off(prev, next));
     out.extend(finished.iter().flat_map(finished_drain));
     if next.throttled != prev.throttled
         && let Some(r) = next.throttled
@@ -149,12 +176,38 @@ fn started_drains(policy: &str, prev: &Facts, next: &Facts) -> Vec<Planned> {
     out
 }
 
+/// Per node: one Event when its machine is handed off, a Warning when the removal is stuck.
+fn handed_off(prev: &Facts, next: &Facts) -> Vec<Planned> {
+    let mut out = Vec::new();
+    for (node, r) in &next.removals {
+        let before = prev.removals.get(node);
+        if before.is_none() {
+            let note = format!("{}; waiting for the machine and the Node to go", r.what);
+            out.push(about(node, false, MACHINE_HANDED_OFF, note));
+        }
+        if let Some(why) = &r.stuck
+            && before.is_none_or(|b| b.stuck.is_none())
+        {
+            let note = format!(
+                "{}: {why}; see the Troubleshooting section \"A removal is stuck\"",
+                r.what
+            );
+            out.push(about(node, true, REMOVAL_STUCK, note));
+        }
+    }
+    out
+}
+
 /// A removed node: one Event on the policy; an abandoned drain: one on the node and the policy.
 fn finished_drain(f: &Finished) -> Vec<Planned> {
     let node = &f.drain.node;
     match &f.outcome {
         Outcome::Removed => {
-            let note = format!("node {node} removed ({})", kind_name(f.drain.kind));
+            let how = match &f.drain.removal {
+                Some(r) => format!(" through {}: {}", r.method, r.object),
+                None => String::new(),
+            };
+            let note = format!("node {node} removed ({}){how}", kind_name(f.drain.kind));
             vec![about(node, false, NODE_REMOVED, note)]
         }
         Outcome::GaveUp(reason) => {
@@ -241,6 +294,7 @@ mod tests {
             blocked: set(&["c"]),
             throttled: Some(ThrottledReason::MaxDrainParallelism),
             degraded: Some((DegradedReason::OverlappingPolicies, "x".into())),
+            removals: BTreeMap::new(),
         };
         assert!(transitions("p", &f, &f, &[]).is_empty());
     }
@@ -257,6 +311,7 @@ mod tests {
             blocked: set(&["c"]),
             throttled: Some(ThrottledReason::Budget),
             degraded: None,
+            removals: BTreeMap::new(),
         };
         let t0 = jiff::Timestamp::UNIX_EPOCH;
         let finished = vec![
@@ -295,6 +350,46 @@ mod tests {
         assert_eq!(events[1].related, None);
         // The next loop with the same facts is silent.
         assert!(transitions("p", &next, &next, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_hand_off_is_announced_once_and_a_stuck_removal_warns_once() {
+        let status = ebb_api::scaledown::RemovalStatus {
+            method: ebb_api::RemovalMethod::ClusterApi,
+            object: "Machine infra/m1".into(),
+            scaled: Some("MachineDeployment infra/md".into()),
+            handed_off: None,
+            stuck: false,
+            message: None,
+        };
+        let handed = Facts {
+            removals: [("n1".to_string(), RemovalFact::of(&status))].into(),
+            ..Facts::default()
+        };
+        let out = transitions("p", &Facts::default(), &handed, &[]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].reason, MACHINE_HANDED_OFF);
+        assert!(!out[0].warning);
+        assert!(
+            out[0].note.contains("Machine infra/m1 marked for deletion and MachineDeployment infra/md scaled down (ClusterAPI)"),
+            "{}",
+            out[0].note
+        );
+        assert!(transitions("p", &handed, &handed, &[]).is_empty());
+        let stuck_status = ebb_api::scaledown::RemovalStatus {
+            stuck: true,
+            message: Some("Machine infra/m1 still there 900s after the hand-off".into()),
+            ..status
+        };
+        let stuck = Facts {
+            removals: [("n1".to_string(), RemovalFact::of(&stuck_status))].into(),
+            ..Facts::default()
+        };
+        let out = transitions("p", &handed, &stuck, &[]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(out[0].reason, REMOVAL_STUCK);
+        assert!(out[0].warning && out[0].note.contains("still there 900s"));
+        assert!(transitions("p", &stuck, &stuck, &[]).is_empty());
     }
 
     #[test]

@@ -505,6 +505,13 @@ impl<'a> PolicyLoop<'a> {
                 .filter(|d| d.evictions_blocked > 0)
                 .map(|d| d.node.clone())
                 .collect(),
+            removals: drains
+                .iter()
+                .filter_map(|d| {
+                    let r = d.removal.as_ref().filter(|r| r.handed_off.is_some())?;
+                    Some((d.node.clone(), events::RemovalFact::of(r)))
+                })
+                .collect(),
             throttled: if self.stopped {
                 None
             } else {
