@@ -660,7 +660,19 @@ impl Controller {
         leader_election: bool,
         recheck: &str,
     ) -> anyhow::Result<Self> {
-        let args = Self::args(user, leader_election, recheck);
+        Self::spawn_with(env, user, leader_election, recheck, &[])
+    }
+
+    /// [`Self::spawn`] with more flags (for example `--cluster-api`).
+    pub fn spawn_with(
+        env: &TestEnv,
+        user: &str,
+        leader_election: bool,
+        recheck: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
+        let mut args = Self::args(user, leader_election, recheck);
+        args.extend_from_slice(extra);
         let mut child = env.spawn_binary_as(user, "ebb-controller", &args)?;
         let log = child.capture_output();
         Ok(Self { child, log })
