@@ -231,13 +231,18 @@ fn expected(spec: &[(&str, &str, &str, &str)]) -> BTreeSet<(String, String, Stri
 /// nodes.rs and evict.rs, the finalizer and status writes of controller/reconcile.rs, the pod
 /// patches and deletes, status writes and NodeState watch of reconcilers/placement/, kube's event
 /// recorder).
-fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, String, String)> {
+/// The controller's cluster rules; `removal`: with `removal.clusterAPI.enabled` and
+/// `removal.karpenter.enabled` (their rules and nothing more).
+fn controller_cluster_rules(
+    node_delete: bool,
+    removal: bool,
+) -> BTreeSet<(String, String, String, String)> {
     let nodes = if node_delete {
         "delete,get,list,patch,watch"
     } else {
         "get,list,patch,watch"
     };
-    expected(&[
+    let mut rules = expected(&[
         ("", "nodes", nodes, ""),
         ("", "pods", "delete,list,patch,watch", ""),
         ("", "pods/eviction", "create", ""),
@@ -256,7 +261,26 @@ fn controller_cluster_rules(node_delete: bool) -> BTreeSet<(String, String, Stri
         ("ebb.dev", "placementhistories", "list,watch", ""),
         ("ebb.dev", "placementhistories/status", "patch", ""),
         ("ebb.dev", "nodestates", "list,watch", ""),
-    ])
+    ]);
+    if removal {
+        rules.extend(expected(&[
+            ("cluster.x-k8s.io", "machines", "get,list,patch,watch", ""),
+            (
+                "cluster.x-k8s.io",
+                "machinedeployments,machinesets",
+                "get,list,watch",
+                "",
+            ),
+            (
+                "cluster.x-k8s.io",
+                "machinedeployments/scale,machinesets/scale",
+                "get,patch,update",
+                "",
+            ),
+            ("karpenter.sh", "nodeclaims", "delete,get,list,watch", ""),
+        ]));
+    }
+    rules
 }
 
 /// Environment variables a binary reads: the `[env: NAME=]` of `<binary> run --help`.
@@ -639,7 +663,7 @@ async fn assert_controller_rbac(c: &kube::Client) {
     );
     assert_eq!(
         rules,
-        controller_cluster_rules(false),
+        controller_cluster_rules(false, false),
         "controller ClusterRole"
     );
     let role = get::<Role>(c, "ebb-controller")
@@ -974,6 +998,8 @@ async fn assert_binaries_act(
 async fn upgrade_with_every_option(env: &TestEnv, c: &kube::Client, kubeconfig: &str, chart: &str) {
     let values = json!({
         "controller": {"allowNodeDeletion": true},
+        "removal": {"clusterAPI": {"enabled": true, "managementKubeconfigSecret": "capi-management"},
+                    "karpenter": {"enabled": true}},
         "otel": {"endpoint": "http://collector.observability:4317",
                  "resourceAttributes": {"deployment.environment": "test"}},
         "nodeAgent": {"resetState": true, "serveSocket": false,
@@ -1021,8 +1047,8 @@ async fn assert_upgraded(c: &kube::Client) {
         .unwrap();
     assert_eq!(
         flatten(cr.rules.as_deref().unwrap_or_default()),
-        controller_cluster_rules(true),
-        "allowNodeDeletion grants delete on nodes, nothing else"
+        controller_cluster_rules(true, true),
+        "allowNodeDeletion grants delete on nodes, the removal providers their own rules, nothing else"
     );
     let deploy = get::<Deployment>(c, "ebb-controller").await.unwrap();
     let ctrl_c = deploy.spec.unwrap().template.spec.unwrap().containers[0].clone();
@@ -1046,6 +1072,27 @@ async fn assert_upgraded(c: &kube::Client) {
         "ebb-controller",
         &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
     );
+    for (name, value) in [
+        ("EBB_CLUSTER_API", "true"),
+        ("EBB_KARPENTER", "true"),
+        (
+            "EBB_CLUSTER_API_KUBECONFIG",
+            "/etc/ebb/cluster-api/kubeconfig",
+        ),
+    ] {
+        assert_eq!(
+            ctrl_env.get(name).map(String::as_str),
+            Some(value),
+            "{name}"
+        );
+    }
+    let mgmt = ctrl_c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.mount_path == "/etc/ebb/cluster-api")
+        .expect("the management cluster's kubeconfig is mounted");
+    assert_eq!(mgmt.read_only, Some(true));
     let ds = get::<DaemonSet>(c, "ebb-node-agent").await.unwrap();
     let agent_c = ds.spec.unwrap().template.spec.unwrap().containers[0].clone();
     let agent_env = env_of(&agent_c);
