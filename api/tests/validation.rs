@@ -84,6 +84,25 @@ fn drain_parallelism_cannot_exceed_total() {
 }
 
 #[test]
+fn a_removal_needs_a_mode_that_removes() {
+    assert_rejected(
+        "ScaleDownPolicy",
+        json!({"mode": "Drain", "removal": {"method": "ClusterAPI"}}),
+        None,
+        "mode Drain keeps its nodes, so it cannot have a removal",
+    );
+    for mode in ["DrainAndDelete", "DryRun"] {
+        assert_accepted(
+            "ScaleDownPolicy",
+            json!({"mode": mode, "removal": {"method": "Karpenter", "timeout": "5m"}}),
+            None,
+        );
+    }
+    // the default mode (DryRun) previews it
+    assert_accepted("ScaleDownPolicy", json!({"removal": {}}), None);
+}
+
+#[test]
 fn budget_schedule_and_duration_go_together() {
     let with = |b: Value| json!({"budgets": [b]});
     assert_rejected(

@@ -320,3 +320,45 @@ fn json_carries_what_the_table_shows() {
         assert_eq!(detail_shown, in_json, "table row {row:?} vs JSON {c}");
     }
 }
+
+#[test]
+fn machines_form_node_groups_and_pick_their_removal() {
+    // Auto: the three Cluster API nodes form MachineDeployment infra/md-0 (min-size 2), so one
+    // of them goes; the NodePool and the plain node have no minimum.
+    let doc = plan_json(&[
+        "--snapshot",
+        &data("machines.json"),
+        "--policy",
+        &data("policy-remove.yaml"),
+    ]);
+    let candidates: Vec<&str> = doc["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["node"].as_str().unwrap())
+        .collect();
+    let capi: Vec<&&str> = candidates.iter().filter(|n| n.starts_with("capi-")).collect();
+    assert_eq!(capi.len(), 1, "{candidates:?}");
+    for n in ["karp-0", "karp-1", "plain-0"] {
+        assert!(candidates.contains(&n), "{n} in {candidates:?}");
+    }
+    let held: Vec<&str> = ["capi-0", "capi-1", "capi-2"]
+        .into_iter()
+        .filter(|n| !capi.contains(&n))
+        .collect();
+    for n in held {
+        assert_eq!(reason(&doc, n).0, "NodeGroupMinSizeReached");
+    }
+    // Without the Cluster API and Karpenter objects ebb cannot tell the machines' groups or
+    // NodeClaims: those nodes wait, the plain node does not.
+    let doc = plan_json(&[
+        "--snapshot",
+        &data("machines-nodes-only.json"),
+        "--policy",
+        &data("policy-remove.yaml"),
+    ]);
+    for n in ["capi-0", "capi-1", "capi-2", "karp-0", "karp-1"] {
+        assert_eq!(reason(&doc, n).0, "RemovalMethodNotEnabled", "{n}");
+    }
+    assert_eq!(doc["candidates"][0]["node"], "plain-0");
+}

@@ -103,6 +103,22 @@ async fn the_real_api_server_enforces_every_rule_and_bound() {
             "maxDrainParallelism cannot exceed maxScaleDownParallelism",
         ),
         (
+            "a removal with mode Drain",
+            sdp(
+                "p9",
+                json!({"mode": "Drain", "removal": {"method": "ClusterAPI"}}),
+            ),
+            "mode Drain keeps its nodes, so it cannot have a removal",
+        ),
+        (
+            "an unknown removal method",
+            sdp(
+                "p10",
+                json!({"mode": "DrainAndDelete", "removal": {"method": "Terraform"}}),
+            ),
+            "Unsupported value: \"Terraform\"",
+        ),
+        (
             "budget schedule without duration",
             sdp(
                 "p2",

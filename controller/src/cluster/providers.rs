@@ -135,6 +135,50 @@ fn cluster_api_link(
     }
 }
 
+impl ProviderIndex {
+    /// Adds a MachineSet (Cluster API is then known to be there).
+    pub fn add_machine_set(&mut self, o: &kube::api::DynamicObject) {
+        let (Some(ns), Some(name)) = (o.metadata.namespace.clone(), o.metadata.name.clone()) else {
+            return;
+        };
+        let deployment = o
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.kind == "MachineDeployment" && r.controller == Some(true))
+            .map(|r| r.name.clone());
+        let info = MachineSetInfo {
+            deployment,
+            min_size: parse_min_size(o.metadata.annotations.as_ref()),
+        };
+        self.cluster_api
+            .get_or_insert_default()
+            .machine_sets
+            .insert((ns, name), info);
+    }
+
+    /// Adds a MachineDeployment.
+    pub fn add_machine_deployment(&mut self, o: &kube::api::DynamicObject) {
+        let (Some(ns), Some(name)) = (o.metadata.namespace.clone(), o.metadata.name.clone()) else {
+            return;
+        };
+        self.cluster_api
+            .get_or_insert_default()
+            .machine_deployments
+            .insert((ns, name), parse_min_size(o.metadata.annotations.as_ref()));
+    }
+
+    /// Adds a NodeClaim (Karpenter is then known to be there).
+    pub fn add_node_claim(&mut self, o: &kube::api::DynamicObject) {
+        let k = self.karpenter.get_or_insert_default();
+        if let (Some(node), Some(name)) = (o.data["status"]["nodeName"].as_str(), &o.metadata.name)
+        {
+            k.claims_by_node.insert(node.to_string(), name.clone());
+        }
+    }
+}
+
 /// The minimum size annotation's value, when it is a non-negative integer.
 pub fn parse_min_size(annotations: Option<&BTreeMap<String, String>>) -> Option<i64> {
     annotations?

@@ -1,8 +1,6 @@
 //! Caches of Cluster API's MachineSets and MachineDeployments and Karpenter's NodeClaims, when
 //! their removal is enabled, indexed for the snapshot (node groups, minimums, NodeClaims).
 
-use std::collections::HashMap;
-
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::reflector::{self, Store};
@@ -10,9 +8,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 
 use crate::actuation::removal::{ClusterApiKinds, KarpenterKinds};
-use crate::cluster::providers::{
-    ClusterApiIndex, KarpenterIndex, MachineSetInfo, ProviderIndex, parse_min_size,
-};
+use crate::cluster::providers::ProviderIndex;
 
 /// Where the provider objects are read from: the Cluster API management cluster (this one
 /// unless `--cluster-api-kubeconfig` says otherwise) and this cluster for NodeClaims.
@@ -95,47 +91,22 @@ impl ProviderStores {
 
     /// The index the snapshot resolves each node's machine with.
     pub fn index(&self) -> ProviderIndex {
-        ProviderIndex {
-            cluster_api: self.machine_sets.as_ref().map(|ms| ClusterApiIndex {
-                machine_sets: ms.state().iter().filter_map(|o| machine_set(o)).collect(),
-                machine_deployments: self
-                    .machine_deployments
-                    .iter()
-                    .flat_map(|s| s.state())
-                    .filter_map(|o| {
-                        let key = (o.metadata.namespace.clone()?, o.metadata.name.clone()?);
-                        Some((key, parse_min_size(o.metadata.annotations.as_ref())))
-                    })
-                    .collect(),
-            }),
-            karpenter: self.node_claims.as_ref().map(|nc| KarpenterIndex {
-                claims_by_node: nc
-                    .state()
-                    .iter()
-                    .filter_map(|o| {
-                        let node = o.data["status"]["nodeName"].as_str()?;
-                        Some((node.to_string(), o.metadata.name.clone()?))
-                    })
-                    .collect::<HashMap<_, _>>(),
-            }),
+        let mut index = ProviderIndex::default();
+        if self.machine_sets.is_some() {
+            index.cluster_api = Some(Default::default());
         }
+        if self.node_claims.is_some() {
+            index.karpenter = Some(Default::default());
+        }
+        for o in self.machine_sets.iter().flat_map(|s| s.state()) {
+            index.add_machine_set(&o);
+        }
+        for o in self.machine_deployments.iter().flat_map(|s| s.state()) {
+            index.add_machine_deployment(&o);
+        }
+        for o in self.node_claims.iter().flat_map(|s| s.state()) {
+            index.add_node_claim(&o);
+        }
+        index
     }
-}
-
-fn machine_set(o: &DynamicObject) -> Option<((String, String), MachineSetInfo)> {
-    let key = (o.metadata.namespace.clone()?, o.metadata.name.clone()?);
-    let deployment = o
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.kind == "MachineDeployment" && r.controller == Some(true))
-        .map(|r| r.name.clone());
-    Some((
-        key,
-        MachineSetInfo {
-            deployment,
-            min_size: parse_min_size(o.metadata.annotations.as_ref()),
-        },
-    ))
 }

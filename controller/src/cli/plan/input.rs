@@ -153,6 +153,15 @@ impl Item<'_> {
             "PersistentVolume" => o.persistent_volumes.push(self.take()?),
             "PersistentVolumeClaim" => o.persistent_volume_claims.push(self.take()?),
             "NodeState" => o.node_states.push(self.take()?),
+            "MachineSet" | "MachineDeployment" | "NodeClaim" => {
+                let kind = self.kind.clone();
+                let d: kube::api::DynamicObject = self.take()?;
+                match kind.as_str() {
+                    "MachineSet" => o.providers.add_machine_set(&d),
+                    "MachineDeployment" => o.providers.add_machine_deployment(&d),
+                    _ => o.providers.add_node_claim(&d),
+                }
+            }
             "" => out.warnings.push(format!(
                 "{}: items[{}] ({}) has no kind; skipped",
                 self.path, self.index, self.name

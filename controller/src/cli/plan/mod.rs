@@ -70,7 +70,7 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
         Ok(list.items)
     }
     Ok(ClusterObjects {
-        providers: Default::default(),
+        providers: list_providers(&client).await?,
         nodes: all::<Node>(&client, "nodes").await?,
         pods: all::<Pod>(&client, "pods").await?,
         pdbs: all::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
@@ -92,6 +92,45 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
             }
         },
     })
+}
+
+/// Cluster API's MachineSets and MachineDeployments and Karpenter's NodeClaims, where the API
+/// server serves them (planning as a controller with both removals enabled would).
+async fn list_providers(
+    client: &kube::Client,
+) -> anyhow::Result<crate::cluster::providers::ProviderIndex> {
+    use crate::actuation::removal::{ClusterApiKinds, KarpenterKinds};
+    use kube::api::{Api, DynamicObject, ListParams};
+    let mut index = crate::cluster::providers::ProviderIndex::default();
+    let list = |ar: &kube::api::ApiResource| {
+        let api = Api::<DynamicObject>::all_with(client.clone(), ar);
+        let what = ar.plural.clone();
+        async move {
+            let items = api
+                .list(&ListParams::default())
+                .await
+                .with_context(|| format!("listing {what}"))?
+                .items;
+            eprintln!("listed {} {what}", items.len());
+            anyhow::Ok(items)
+        }
+    };
+    if let Ok(kinds) = ClusterApiKinds::discover(client).await {
+        index.cluster_api = Some(Default::default());
+        for o in list(&kinds.machine_set).await? {
+            index.add_machine_set(&o);
+        }
+        for o in list(&kinds.machine_deployment).await? {
+            index.add_machine_deployment(&o);
+        }
+    }
+    if let Ok(kinds) = KarpenterKinds::discover(client).await {
+        index.karpenter = Some(Default::default());
+        for o in list(&kinds.node_claim).await? {
+            index.add_node_claim(&o);
+        }
+    }
+    Ok(index)
 }
 
 /// The `plan` subcommand.
