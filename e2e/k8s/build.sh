@@ -325,14 +325,20 @@ build_cluster_autoscaler() {
 
 build_karpenter() {
   go_build "$HERE/karpenter" "$KARPENTER_VERSION" "-s -w" "karpenter-kwok=sigs.k8s.io/karpenter/kwok"
-  # Karpenter's CRDs (NodePool, NodeClaim, KWOKNodeClass), read from its module
-  local src
+  # Karpenter's CRDs (NodePool, NodeClaim, KWOKNodeClass), read from its module; copied once
+  # per version, and into place in one rename, so a test reading them never sees them half gone.
+  local dest=$OUT/karpenter-crds src tmp
+  [[ "$(cat "$dest/.stamp" 2>/dev/null)" == "$KARPENTER_VERSION" ]] && return 0
   src=$(cd "$HERE/karpenter" && mod_field "sigs.k8s.io/karpenter@$KARPENTER_VERSION" Dir)
-  rm -rf "$OUT/karpenter-crds"
-  mkdir -p "$OUT/karpenter-crds"
   [[ -d $src/kwok/charts/crds && -d $src/kwok/apis/crds ]] || die "Karpenter's KWOK CRDs not found in $src"
-  find "$src/kwok/charts/crds" "$src/kwok/apis/crds" -maxdepth 1 -name '*.yaml' -exec cp {} "$OUT/karpenter-crds/" \;
-  chmod -R u+w "$OUT/karpenter-crds"
+  tmp=$(mktemp -d "$OUT/.karpenter-crds.XXXXXX")
+  find "$src/kwok/charts/crds" "$src/kwok/apis/crds" -maxdepth 1 -name '*.yaml' -exec cp {} "$tmp/" \;
+  chmod -R u+w "$tmp"
+  echo "$KARPENTER_VERSION" >"$tmp/.stamp"
+  rm -rf "$dest.old"
+  [[ -d $dest ]] && mv "$dest" "$dest.old"
+  mv "$tmp" "$dest"
+  rm -rf "$dest.old"
 }
 
 # build_peers [NAME...]: cluster-autoscaler and karpenter (both by default);
