@@ -59,6 +59,28 @@ pub enum DrainResult {
     gave_up,
 }
 
+/// A phase of one policy loop (the `phase` label of `ebb_loop_phase_duration_seconds`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum LoopPhase {
+    /// Bringing the cluster model up to date with what the watches saw.
+    apply_events,
+    /// Making the snapshot this loop plans on.
+    fork,
+    /// The planner: candidate set and the deletions to start.
+    plan,
+    /// Soft taints, rollbacks and starting drains.
+    act,
+    /// Writing the policy's status.
+    status_write,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LoopPhaseLabels {
+    pub policy: String,
+    pub phase: LoopPhase,
+}
+
 /// A step of a drained node's removal (the `outcome` label of `ebb_removals`).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
 #[allow(non_camel_case_types)]
@@ -172,6 +194,7 @@ pub struct Metrics {
     pub throttled: Family<PolicyReasonLabels, Gauge>,
     pub function_duration: Family<FunctionLabels, HistogramWithExemplars<TraceExemplar>>,
     pub drain_duration: Family<DrainLabels, HistogramWithExemplars<TraceExemplar>>,
+    pub loop_phases: Family<LoopPhaseLabels, Histogram>,
     pub placements: Family<PlacementLabels, Counter>,
     pub placement_escalations: Family<PlacementHistoryLabels, Counter>,
     pub placement_hits: Family<PlacementHistoryLabels, Counter>,
@@ -198,6 +221,9 @@ impl Metrics {
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
             function_duration: Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),),
             drain_duration: Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),),
+            loop_phases: Family::<LoopPhaseLabels, Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+            }),
             placements: Family::<PlacementLabels, Counter>::default(),
             placement_escalations: Family::<PlacementHistoryLabels, Counter>::default(),
             placement_hits: Family::<PlacementHistoryLabels, Counter>::default(),
@@ -254,6 +280,11 @@ impl Metrics {
         );
         r.register("drain_duration_seconds", "Duration of node drains from the to-be-deleted taint to the node's removal or rollback, by outcome", self.drain_duration.clone());
         r.register(
+            "loop_phase_duration_seconds",
+            "Duration of each phase of a policy loop (apply_events, fork, plan, act, status_write)",
+            self.loop_phases.clone(),
+        );
+        r.register(
             "placements",
             "Gated pods released, by outcome",
             self.placements.clone(),
@@ -285,6 +316,16 @@ impl Metrics {
         self.reconcile_errors
             .get_or_create(&ReconcileErrorLabels { controller, reason })
             .inc();
+    }
+
+    /// Record how long a phase of `policy`'s loop took.
+    pub fn observe_phase(&self, policy: &str, phase: LoopPhase, took: Duration) {
+        self.loop_phases
+            .get_or_create(&LoopPhaseLabels {
+                policy: policy.to_string(),
+                phase,
+            })
+            .observe(took.as_secs_f64());
     }
 
     /// Record how long a function took, with the current trace id as exemplar when exporting.

@@ -18,11 +18,13 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_drains_in_progress", "gauge"),
     ("ebb_evictions", "counter"),
     ("ebb_function_duration_seconds", "histogram"),
+    ("ebb_loop_phase_duration_seconds", "histogram"),
     ("ebb_nodes_scaled_down", "counter"),
     ("ebb_placement_escalations", "counter"),
     ("ebb_placement_gate_wait_seconds", "histogram"),
     ("ebb_placement_hits", "counter"),
     ("ebb_placements", "counter"),
+    ("ebb_removals", "counter"),
     ("ebb_throttled_nodes", "gauge"),
     ("ebb_unneeded_nodes", "gauge"),
     ("ebb_unremovable_nodes", "gauge"),
@@ -279,6 +281,14 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
     m.placement_escalations.get_or_create(&ph()).inc();
     m.placement_hits.get_or_create(&ph()).inc();
     m.gate_wait.get_or_create(&ph()).observe(0.2);
+    m.observe_phase("p", LoopPhase::apply_events, Duration::from_millis(2));
+    m.removals
+        .get_or_create(&RemovalLabels {
+            policy: "p".into(),
+            method: "ClusterAPI".into(),
+            outcome: RemovalOutcome::handed_off,
+        })
+        .inc();
     let om = m.encode();
     assert_eq!(types(&om), expected(CONTROLLER), "{om}");
     for (name, _) in CONTROLLER {

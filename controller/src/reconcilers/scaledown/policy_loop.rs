@@ -20,7 +20,7 @@ use crate::actuation::taints::{self, EbbTaint, plan_soft_taints};
 use crate::actuation::tracker::Finished;
 use crate::actuation::{Drain, DrainOrder, EvictionSettings, Outcome, Recheck};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
-use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
+use crate::metrics::{Function, LoopPhase, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
 use crate::scaledown::budgets::Selection;
 use crate::scaledown::removal::target_of_node;
 use crate::scaledown::{InstantStopwatch, Plan, PlannerConfig, plan, select_deletions};
@@ -37,6 +37,7 @@ pub async fn run(
     let mut l = PolicyLoop::observe(policy, ctx, now, t0).await;
     l.account_finished_drains(ctx, memory);
     l.plan(ctx, memory);
+    let t = Instant::now();
     if l.acts(ctx) {
         l.update_soft_taints(ctx).await;
         l.roll_back_stray_taints(ctx).await;
@@ -44,7 +45,12 @@ pub async fn run(
     } else if ctx.leadership.is_leader() {
         l.stand_down(ctx, memory).await;
     }
+    ctx.metrics
+        .observe_phase(&l.name, LoopPhase::act, t.elapsed());
+    let t = Instant::now();
     let status = l.write_status(ctx, memory).await?;
+    ctx.metrics
+        .observe_phase(&l.name, LoopPhase::status_write, t.elapsed());
     l.publish_events(ctx, memory).await;
     update_metrics(ctx, &l.name, &status, l.selection.as_ref());
     tracing::info!(
@@ -208,12 +214,20 @@ impl<'a> PolicyLoop<'a> {
     /// Builds the snapshot, runs the planner and selects the deletions to start now. A cluster
     /// object the snapshot cannot read stops the policy like bad input does.
     fn plan(&mut self, ctx: &Context, memory: &mut PolicyMemory) {
+        let t = Instant::now();
         self.objects = ctx.stores.objects();
+        ctx.metrics
+            .observe_phase(&self.name, LoopPhase::apply_events, t.elapsed());
         let tracker = ctx.actuator.tracker();
         self.draining_now = tracker.in_flight();
         if let (Ok(cfg), false) = (&self.cfg, self.stopped) {
-            match build_snapshot(&self.objects) {
+            let t = Instant::now();
+            let built = build_snapshot(&self.objects);
+            ctx.metrics
+                .observe_phase(&self.name, LoopPhase::fork, t.elapsed());
+            match built {
                 Ok(mut snap) => {
+                    let t = Instant::now();
                     memory.planner.sync_deleting_from_taints(&snap, self.now);
                     for d in tracker.draining(Some(&self.name)) {
                         memory.planner.start_deleting(&d.node, d.started);
@@ -234,6 +248,8 @@ impl<'a> PolicyLoop<'a> {
                     });
                     let sel = select_deletions(&snap, &p, &memory.planner, cfg, self.now, false);
                     ctx.metrics.observe(Function::plan, self.t0.elapsed());
+                    ctx.metrics
+                        .observe_phase(&self.name, LoopPhase::plan, t.elapsed());
                     self.plan = Some(p);
                     self.selection = Some(sel);
                 }
