@@ -337,7 +337,10 @@ fn machines_form_node_groups_and_pick_their_removal() {
         .iter()
         .map(|c| c["node"].as_str().unwrap())
         .collect();
-    let capi: Vec<&&str> = candidates.iter().filter(|n| n.starts_with("capi-")).collect();
+    let capi: Vec<&&str> = candidates
+        .iter()
+        .filter(|n| n.starts_with("capi-"))
+        .collect();
     assert_eq!(capi.len(), 1, "{candidates:?}");
     for n in ["karp-0", "karp-1", "plain-0"] {
         assert!(candidates.contains(&n), "{n} in {candidates:?}");
