@@ -1130,3 +1130,174 @@ pub async fn empty_node(client: &kube::Client, p: &Provisioned, node: &str) -> a
     )
     .await
 }
+
+// ---- NodeClaims created directly ----------------------------------------------------------
+
+impl Karpenter {
+    /// Its process id while it runs (for its CPU time in `/proc/<pid>/stat`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+/// The NodeClaim Karpenter's provisioner would create for a node of `pool` (a NodePool as read
+/// from the API server), without resource requests: `generateName: <pool>-`; the template's
+/// labels and the [`NODEPOOL_LABEL`]; the pool's hash annotations; the NodePool as owner;
+/// the template's `nodeClassRef`, `expireAfter`, taints and requirements, plus one `In`
+/// requirement for the pool and for each template label.
+pub fn node_claim_json(pool: &DynamicObject) -> anyhow::Result<Value> {
+    let name = pool
+        .metadata
+        .name
+        .clone()
+        .context("the NodePool has no name")?;
+    let uid = pool
+        .metadata
+        .uid
+        .clone()
+        .context("the NodePool has no uid")?;
+    let template = &pool.data["spec"]["template"];
+    let tspec = &template["spec"];
+    let mut labels = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut requirements = tspec["requirements"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for (k, v) in &labels {
+        requirements.push(json!({"key": k, "operator": "In", "values": [v]}));
+    }
+    requirements.push(json!({"key": NODEPOOL_LABEL, "operator": "In", "values": [name]}));
+    labels.insert(NODEPOOL_LABEL.into(), json!(name));
+    let mut annotations = template["metadata"]["annotations"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    for key in [
+        "karpenter.sh/nodepool-hash",
+        "karpenter.sh/nodepool-hash-version",
+    ] {
+        if let Some(v) = pool.metadata.annotations.as_ref().and_then(|a| a.get(key)) {
+            annotations.insert(key.into(), json!(v));
+        }
+    }
+    let mut spec = json!({
+        "nodeClassRef": tspec["nodeClassRef"],
+        "requirements": requirements,
+    });
+    for field in [
+        "expireAfter",
+        "terminationGracePeriod",
+        "taints",
+        "startupTaints",
+    ] {
+        if !tspec[field].is_null() {
+            spec[field] = tspec[field].clone();
+        }
+    }
+    Ok(json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodeClaim",
+        "metadata": {
+            "generateName": format!("{name}-"),
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "name": name, "uid": uid, "blockOwnerDeletion": true}],
+        },
+        "spec": spec,
+    }))
+}
+
+/// Creates `count` NodeClaims of the NodePool `pool` ([`node_claim_json`]) and returns their
+/// names. Karpenter launches a NodeClaim whoever created it (its KWOK provider then creates the
+/// Node), and treats it as the pool's: its consolidation and disruption budgets apply. This
+/// gives exactly `count` nodes without pending pods to provision for; the pool's `limits` are
+/// not checked (Karpenter checks them only when it provisions).
+pub async fn create_node_claims(
+    client: &kube::Client,
+    pool: &str,
+    count: usize,
+) -> anyhow::Result<Vec<String>> {
+    let p = node_pools(client)
+        .get(pool)
+        .await
+        .with_context(|| format!("reading NodePool {pool}"))?;
+    let claim: DynamicObject = serde_json::from_value(node_claim_json(&p)?)?;
+    let api = node_claims_api(client);
+    let mut names = Vec::with_capacity(count);
+    for _ in 0..count {
+        let created = api
+            .create(&kube::api::PostParams::default(), &claim)
+            .await
+            .with_context(|| format!("creating a NodeClaim of {pool}"))?;
+        names.push(created.metadata.name.unwrap_or_default());
+    }
+    Ok(names)
+}
+
+/// Waits until each NodeClaim of `names` is Ready (launched, registered, initialized), not being
+/// deleted, and its Node Ready; returns them in the order of `names`. Fails after `timeout`
+/// saying how many are not there yet.
+pub async fn wait_node_claims_ready(
+    client: &kube::Client,
+    names: &[String],
+    timeout: Duration,
+) -> anyhow::Result<Vec<NodeClaimInfo>> {
+    let nodes_api = Api::<Node>::all(client.clone());
+    let t0 = Instant::now();
+    loop {
+        let claims = node_claims(client).await?;
+        let ready_nodes: BTreeSet<String> = nodes_api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|n| ready(n))
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            if let Some(c) = claims.iter().find(|c| &c.name == name)
+                && c.ready
+                && c.deletion_timestamp.is_none()
+                && c.node_name
+                    .as_ref()
+                    .is_some_and(|n| ready_nodes.contains(n))
+            {
+                out.push(c.clone());
+            }
+        }
+        if out.len() == names.len() {
+            return Ok(out);
+        }
+        if t0.elapsed() >= timeout {
+            bail!(
+                "{} of {} NodeClaims Ready with a Ready Node after {timeout:?}",
+                out.len(),
+                names.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Sets NodeClaim `name`'s `status.lastPodEventTime` (RFC 3339), which Karpenter's
+/// `consolidateAfter` counts from: as if a pod had been bound to its node at `time`.
+pub async fn set_last_pod_event_time(
+    client: &kube::Client,
+    name: &str,
+    time: &str,
+) -> anyhow::Result<()> {
+    node_claims_api(client)
+        .patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"lastPodEventTime": time}})),
+        )
+        .await
+        .with_context(|| format!("setting lastPodEventTime of NodeClaim {name}"))?;
+    Ok(())
+}
