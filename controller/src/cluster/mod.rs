@@ -1,7 +1,10 @@
-//! The cluster as the planner sees it: a [`ClusterSnapshot`] built from Kubernetes objects,
-//! with reversible pod moves and a reusable scheduler [`PredicateChecker`].
+//! The cluster as the planner sees it: a [`ClusterSnapshot`] built from Kubernetes objects or
+//! kept current from watch events ([`LiveCluster`]), with reversible pod moves and a reusable
+//! scheduler [`PredicateChecker`].
 
 pub mod build;
+pub mod incremental;
+pub mod live;
 pub mod model;
 pub mod predicates;
 pub mod providers;
@@ -10,7 +13,12 @@ pub mod snapshot;
 pub mod undo;
 
 pub use build::{ClusterObjects, SnapshotError, build_snapshot};
+pub use incremental::UpdateError;
+pub use live::{ClusterEvent, LiveCluster};
 pub use model::{ClassId, NodeId, NodeInfo, PodId, PodInfo, Resources};
 pub use predicates::{PredicateChecker, Unfit};
 pub use snapshot::ClusterSnapshot;
 pub use undo::UndoLog;
+
+#[cfg(test)]
+mod live_tests;

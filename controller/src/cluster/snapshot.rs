@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use super::model::{
     ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodId, PodInfo, Resources, SchedClass,
-    SchedRequirements,
+    SchedRequirements, Taint,
 };
 
 /// One reversible change.
@@ -16,6 +16,11 @@ enum Change {
     Moved { pod: PodId, from: Option<NodeId> },
     /// The pod was appended to the snapshot (it is the last pod).
     Added { pod: PodId },
+    /// A class was appended (it is the last class); `marked` are the classes its anti-affinity
+    /// marked as targeted, which were not before.
+    ClassAdded { marked: Vec<ClassId> },
+    /// The node's taints were replaced; `before` are the taints it had.
+    Taints { node: NodeId, before: Vec<Taint> },
 }
 
 /// A consistent picture of the cluster that simulations change and undo.
@@ -41,6 +46,10 @@ pub struct ClusterSnapshot {
     pub(crate) node_pods: Vec<Vec<PodId>>,
     pub(crate) requested: Vec<Resources>,
     pub(crate) generation: Vec<u64>,
+    /// Pods of each class (placed or not); a class without pods outside a fork is free.
+    pub(crate) class_refs: Vec<u32>,
+    /// Slots of classes without pods, reused by the next class interned outside a fork.
+    pub(crate) free_classes: Vec<ClassId>,
     undo: UndoLog<Change>,
 }
 
@@ -73,7 +82,13 @@ impl ClusterSnapshot {
                     .push(i as NodeId);
             }
         }
+        let mut class_refs = vec![0u32; classes.len()];
+        for p in &pods {
+            class_refs[p.class as usize] += 1;
+        }
         let mut snap = ClusterSnapshot {
+            class_refs,
+            free_classes: Vec::new(),
             node_pods: vec![Vec::new(); nodes.len()],
             requested: vec![Resources::default(); nodes.len()],
             generation: vec![0; nodes.len()],
@@ -214,6 +229,7 @@ impl ClusterSnapshot {
     /// Returns its id; inside a fork, `revert` removes it again.
     pub fn add_pod(&mut self, mut pod: PodInfo, req: SchedRequirements) -> PodId {
         pod.class = self.intern_class(req);
+        self.class_refs[pod.class as usize] += 1;
         let id = self.pods.len() as PodId;
         self.pod_ids.insert(pod.uid.clone(), id);
         self.pods.push(pod);
@@ -222,37 +238,72 @@ impl ClusterSnapshot {
         id
     }
 
+    /// The class of `req`, created when no pod has it yet (its anti-affinity marks the classes
+    /// it targets). Inside a fork the class is appended and `revert` removes it again; outside,
+    /// a free slot is reused.
     pub(crate) fn intern_class(&mut self, req: SchedRequirements) -> ClassId {
         if let Some(id) = self.class_ids.get(&req) {
             return *id;
         }
-        let id = self.classes.len() as ClassId;
-        let targeted = self.classes.iter().any(|c| {
-            c.req
-                .anti_affinity
-                .iter()
-                .any(|t| t.selects(&req.namespace, &req.labels))
+        let live = |i: usize, refs: &[u32]| refs.get(i).is_some_and(|r| *r > 0);
+        let targeted = self.classes.iter().enumerate().any(|(i, c)| {
+            live(i, &self.class_refs)
+                && c.req
+                    .anti_affinity
+                    .iter()
+                    .any(|t| t.selects(&req.namespace, &req.labels))
         });
         // The new class's own anti-affinity may target existing classes.
-        for c in &mut self.classes {
-            if req
-                .anti_affinity
-                .iter()
-                .any(|t| t.selects(&c.req.namespace, &c.req.labels))
-            {
-                c.targeted_by_anti_affinity = true;
+        let mut marked = Vec::new();
+        if !req.anti_affinity.is_empty() {
+            for (i, c) in self.classes.iter_mut().enumerate() {
+                if !c.targeted_by_anti_affinity
+                    && live(i, &self.class_refs)
+                    && req
+                        .anti_affinity
+                        .iter()
+                        .any(|t| t.selects(&c.req.namespace, &c.req.labels))
+                {
+                    c.targeted_by_anti_affinity = true;
+                    marked.push(i as ClassId);
+                }
             }
         }
         let self_targeted = req
             .anti_affinity
             .iter()
             .any(|t| t.selects(&req.namespace, &req.labels));
-        self.class_ids.insert(req.clone(), id);
-        self.classes.push(SchedClass {
-            req,
+        let class = SchedClass {
+            req: req.clone(),
             targeted_by_anti_affinity: targeted || self_targeted,
-        });
+        };
+        let reuse = if self.undo.depth() == 0 {
+            self.free_classes.pop()
+        } else {
+            None
+        };
+        let id = match reuse {
+            Some(id) => {
+                self.classes[id as usize] = class;
+                self.class_refs[id as usize] = 0;
+                id
+            }
+            None => {
+                self.classes.push(class);
+                self.class_refs.push(0);
+                (self.classes.len() - 1) as ClassId
+            }
+        };
+        self.class_ids.insert(req, id);
+        self.undo.record(Change::ClassAdded { marked });
         id
+    }
+
+    /// Replaces the taints of a node (for example to simulate it without ebb's taint). Recorded
+    /// for `revert`.
+    pub fn set_taints(&mut self, node: NodeId, taints: Vec<Taint>) {
+        let before = std::mem::replace(&mut self.nodes[node as usize].taints, taints);
+        self.undo.record(Change::Taints { node, before });
     }
 
     /// Starts a fork: later changes can be undone with `revert` or kept with `commit`.
@@ -285,7 +336,20 @@ impl ClusterSnapshot {
                 self.pod_node.pop();
                 if let Some(info) = info {
                     self.pod_ids.remove(&info.uid);
+                    self.class_refs[info.class as usize] -= 1;
                 }
+            }
+            Change::ClassAdded { marked } => {
+                for c in marked {
+                    self.classes[c as usize].targeted_by_anti_affinity = false;
+                }
+                self.class_refs.pop();
+                if let Some(class) = self.classes.pop() {
+                    self.class_ids.remove(&class.req);
+                }
+            }
+            Change::Taints { node, before } => {
+                self.nodes[node as usize].taints = before;
             }
         });
         self.undo = undo;

@@ -7,6 +7,7 @@ pub mod drainability;
 pub mod eligibility;
 pub mod pdb;
 pub mod planner;
+pub mod recheck;
 pub mod removal;
 mod simulation;
 
@@ -15,6 +16,7 @@ pub use planner::{
     Candidate, InstantStopwatch, Move, Plan, PlannerState, SimulationStats, StepStopwatch,
     Stopwatch, Unremovable, plan, select_deletions,
 };
+pub use recheck::recheck;
 
 #[cfg(test)]
 mod pacing_tests;

@@ -27,6 +27,8 @@ use super::providers::{ProviderIndex, link};
 use super::quantity::{QuantityError, parse_milli, parse_units};
 use super::snapshot::ClusterSnapshot;
 pub use nodes::{parse_node, warm_roles_by_node};
+pub use owners::{OwnerIndex, Workload, owner_index};
+pub use pdbs::{ParsedPdb, PdbRule, counted as pdb_counts, parse_pdb};
 pub use pod::parse_pod;
 pub use selectors::selector_from;
 pub use volumes::{VolumeIndex, volume_index};
@@ -55,7 +57,7 @@ pub struct ClusterObjects {
 }
 
 /// Input that cannot be turned into a snapshot.
-#[derive(Debug, Error)]
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
 pub enum SnapshotError {
     #[error("{kind} {object}: field {field}: {error}")]
     Quantity {
@@ -144,7 +146,7 @@ pub fn build_snapshot(objects: &ClusterObjects) -> Result<ClusterSnapshot, Snaps
             placement: &interned.placement,
         },
     )?;
-    let owners = owners::owner_index(objects);
+    let owners = owner_index(objects);
     let Interned {
         pods,
         placement,
