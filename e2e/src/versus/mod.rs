@@ -1,6 +1,13 @@
 //! ebb against the scale-down of Cluster Autoscaler and Karpenter on the same real control plane:
-//! one fresh cluster per scenario and scaler, judged from the audit log and the final state only.
+//! one fresh cluster per scenario and column (a scaler on one kind of nodes), judged from the
+//! audit log and the final state only.
+//!
+//! Each scenario has two variants of its nodes: kwok nodes the bench creates (which ebb and
+//! Cluster Autoscaler's kwok provider accept), and the same number and size of nodes launched by
+//! Karpenter's KWOK provider as NodeClaims of one NodePool ([`karpenter_nodes`]), which Karpenter
+//! can consolidate and ebb removes by deleting their NodeClaims (`removal.method: Auto`).
 
+pub mod karpenter_nodes;
 pub mod observe;
 pub mod scenario;
 
@@ -83,10 +90,95 @@ impl Scaler {
                 s.max_drain_parallelism
             ),
             Scaler::Karpenter => format!(
-                "karpenter: NodePool disruption consolidationPolicy WhenEmptyOrUnderutilized, consolidateAfter {}, budgets nodes \"{}\"",
+                "karpenter v1.14.1 (KWOK provider): NodePool disruption consolidationPolicy WhenEmptyOrUnderutilized, consolidateAfter {}, budgets [nodes \"{}\"], the rest of the NodePool and every flag at their defaults (out of cluster: --disable-leader-election, metrics and health probe on free ports)",
                 secs(s.unneeded_time),
                 s.max_scale_down_parallelism
             ),
+        }
+    }
+}
+
+/// Whose nodes a run's scenario is built on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Nodes {
+    /// Node objects the bench creates, which kwok runs: what ebb and Cluster Autoscaler's kwok
+    /// provider accept.
+    Kwok,
+    /// NodeClaims of one NodePool, launched by Karpenter's KWOK provider ([`karpenter_nodes`]);
+    /// Karpenter runs throughout. Their `kubernetes.io/hostname` label is the NodeClaim's name,
+    /// not the Node's.
+    Karpenter,
+    /// The same, with each Node's `kubernetes.io/hostname` label set to the Node's name before
+    /// the workload is created (as a kubelet names a node after its host), which ebb 0.1.0 needs:
+    /// its re-check of a tainted node selects the node by that label, finds no node on
+    /// Karpenter's KWOK nodes, and abandons every drain.
+    KarpenterHostnameIsName,
+}
+
+impl Nodes {
+    pub fn name(self) -> &'static str {
+        match self {
+            Nodes::Kwok => "kwok nodes",
+            Nodes::Karpenter => "Karpenter nodes",
+            Nodes::KarpenterHostnameIsName => "Karpenter nodes, hostname label = node name",
+        }
+    }
+
+    /// Launched by Karpenter, which runs throughout.
+    pub fn karpenter(self) -> bool {
+        self != Nodes::Kwok
+    }
+}
+
+/// One column of the comparison: a scaler on one kind of nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub scaler: Scaler,
+    pub nodes: Nodes,
+}
+
+impl Column {
+    pub const fn new(scaler: Scaler, nodes: Nodes) -> Self {
+        Self { scaler, nodes }
+    }
+
+    /// The bench's columns: ebb and Cluster Autoscaler on kwok nodes, ebb and Karpenter on
+    /// Karpenter's nodes, and ebb on Karpenter's nodes relabelled so that their hostname label
+    /// is their name.
+    pub const ALL: [Column; 5] = [
+        Column::new(Scaler::Ebb, Nodes::Kwok),
+        Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok),
+        Column::new(Scaler::Ebb, Nodes::Karpenter),
+        Column::new(Scaler::Ebb, Nodes::KarpenterHostnameIsName),
+        Column::new(Scaler::Karpenter, Nodes::Karpenter),
+    ];
+
+    /// `ebb (kwok nodes)`.
+    pub fn name(self) -> String {
+        format!("{} ({})", self.scaler.name(), self.nodes.name())
+    }
+
+    /// A short name for `EBB_VERSUS_COLUMNS`: `ebb`, `cluster-autoscaler`, `ebb-karpenter`,
+    /// `ebb-karpenter-hostname`, `karpenter` (and the combinations that never run, such as
+    /// `karpenter-kwok`).
+    pub fn key(self) -> String {
+        match (self.scaler, self.nodes) {
+            (Scaler::Karpenter, Nodes::Karpenter) => "karpenter".into(),
+            (Scaler::Karpenter, Nodes::Kwok) => "karpenter-kwok".into(),
+            (s, Nodes::Kwok) => s.name().into(),
+            (s, Nodes::Karpenter) => format!("{}-karpenter", s.name()),
+            (s, Nodes::KarpenterHostnameIsName) => format!("{}-karpenter-hostname", s.name()),
+        }
+    }
+
+    /// The settings this column runs with, as written in the output.
+    pub fn settings_line(self, s: &Settings) -> String {
+        match (self.scaler, self.nodes) {
+            (Scaler::Ebb, Nodes::Karpenter | Nodes::KarpenterHostnameIsName) => format!(
+                "{}; on Karpenter nodes also spec.removal.method Auto and controller --karpenter (ebb drains, then deletes the node's NodeClaim and Karpenter terminates it), Karpenter running as below but with consolidateAfter Never",
+                Scaler::Ebb.settings_line(s)
+            ),
+            (scaler, _) => scaler.settings_line(s),
         }
     }
 }
@@ -96,19 +188,41 @@ impl Scaler {
 pub struct Measured {
     pub nodes_before: usize,
     pub nodes_after: usize,
+    /// Nodes whose deletion the API server accepted during the run, by anyone (on Karpenter's
+    /// nodes Karpenter deletes the Node, after ebb or its own consolidation deleted the
+    /// NodeClaim).
     pub node_deletes: usize,
+    /// Nodes created during the run (Karpenter launching nodes for pods it could not place).
+    pub node_launches: usize,
     /// From the scaler's start to the last Node deletion the API server accepted.
     pub time_to_final: Option<Duration>,
+    /// From the scaler's start to the last time the bench saw the node count drop (polled each
+    /// second; a Node with a finalizer, as Karpenter's have, is gone some seconds after its
+    /// deletion was accepted).
+    pub last_gone: Option<Duration>,
+    /// Evictions (and refusals) by the scaler's user.
     pub evictions: usize,
     pub refused_evictions: usize,
+    /// Evictions by any other user (Karpenter's termination of a NodeClaim ebb deleted), and how
+    /// many of theirs were refused.
+    pub other_evictions: usize,
+    pub other_refused: usize,
     /// Pods deleted directly (not through the Eviction API) by the scaler's user.
     pub direct_pod_deletes: usize,
+    /// NodeClaims the scaler's user deleted (ebb's Karpenter removals; Karpenter's own), by name.
+    pub node_claim_deletes: usize,
     pub pdb_violations: usize,
     pub longest_pending: Option<Duration>,
     pub never_came_back: usize,
+    /// The scaler's CPU seconds over the run (ebb's process from its start; Karpenter's from the
+    /// run's start, as it ran during setup too).
     pub cpu_seconds: Option<f64>,
+    /// karpenter-kwok's CPU seconds over the run, on Karpenter's nodes.
+    pub karpenter_cpu_seconds: Option<f64>,
     /// The run was cut at the scenario's cap while the node count still changed.
     pub cut: bool,
+    /// What the table says below itself about this column (the nodes, Karpenter's decisions).
+    pub notes: Vec<String>,
 }
 
 /// One cell of the comparison.
@@ -122,20 +236,24 @@ pub enum Outcome {
 /// A running scaler: its process (CPU time from `/proc`).
 struct Running {
     child: ChildProcess,
-    _log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Running {
     fn cpu_seconds(&self) -> Option<f64> {
-        let pid = self.child.id()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // fields after the ")" that ends the command name: state is field 3, utime 14, stime 15
-        let rest = stat.rsplit_once(')')?.1;
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let utime: f64 = f.get(11)?.parse().ok()?;
-        let stime: f64 = f.get(12)?.parse().ok()?;
-        Some((utime + stime) / clock_ticks())
+        cpu_seconds_of(self.child.id()?)
     }
+}
+
+/// User plus system CPU seconds of process `pid`, from `/proc/<pid>/stat`.
+fn cpu_seconds_of(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // fields after the ")" that ends the command name: state is field 3, utime 14, stime 15
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    Some((utime + stime) / clock_ticks())
 }
 
 fn clock_ticks() -> f64 {
@@ -160,23 +278,30 @@ pub fn peers_bin_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-/// Why a peer cannot run on this machine, if it cannot.
-pub fn unavailable(scaler: Scaler) -> Option<String> {
-    match scaler {
-        Scaler::Ebb => None,
-        Scaler::ClusterAutoscaler => {
+/// Why a column cannot run on this machine, if it cannot be known before trying (Karpenter's
+/// build is tried when a run on its nodes starts).
+pub fn unavailable(column: Column) -> Option<String> {
+    match (column.scaler, column.nodes) {
+        (Scaler::Ebb, _) | (Scaler::Karpenter, Nodes::Karpenter) => None,
+        (Scaler::Karpenter, Nodes::KarpenterHostnameIsName) => Some(
+            "not run: the relabelled nodes are a workaround for ebb only".to_string(),
+        ),
+        (Scaler::ClusterAutoscaler, Nodes::Kwok) => {
             let bin = peers_bin_dir().ok()?.join("cluster-autoscaler");
             (!bin.is_file()).then(|| {
                 "not built: k8s.io/autoscaler/cluster-autoscaler cannot be resolved from the Go module proxy here (the proxy serves one commit, 1959f5f61f6c of 2025-06-13; its apis module at that commit is not served and the published apis version its go.mod requires lacks provisioningrequest v1); see e2e/k8s/build.sh".to_string()
             })
         }
-        Scaler::Karpenter => Some(
-            "not run: Karpenter consolidates only nodes it provisioned itself (NodeClaims from its own instance types), so it cannot be given this scenario's nodes; a Karpenter-provisioned variant of the scenarios is not written yet".to_string(),
+        (Scaler::ClusterAutoscaler, Nodes::Karpenter | Nodes::KarpenterHostnameIsName) => Some(
+            "not run: Cluster Autoscaler's kwok provider scales its own node groups, not Karpenter's NodeClaims".to_string(),
+        ),
+        (Scaler::Karpenter, Nodes::Kwok) => Some(
+            "not run: Karpenter consolidates only nodes it launched (NodeClaims), not these; see the Karpenter-provisioned variant".to_string(),
         ),
     }
 }
 
-async fn start_ebb(env: &TestEnv, s: &Settings) -> anyhow::Result<Running> {
+async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Result<Running> {
     let c = env.client.clone();
     for crd in ebb_api::crdgen::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -196,34 +321,39 @@ async fn start_ebb(env: &TestEnv, s: &Settings) -> anyhow::Result<Running> {
         )
         .await
         .context("cannot create namespace ebb-system")?;
-    let mut child = env.spawn_binary(
+    let mut args = vec![
+        "run",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--leader-election",
+        "false",
+        "--namespace",
+        "ebb-system",
+        "--identity",
         "ebb-controller",
-        &[
-            "run",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--leader-election",
-            "false",
-            "--namespace",
-            "ebb-system",
-            "--identity",
-            "ebb-controller",
-            "--recheck-delay",
-            "200ms",
-            "--log-filter",
-            "warn",
-        ],
-    )?;
+        "--recheck-delay",
+        "200ms",
+        "--log-filter",
+        "warn",
+    ];
+    if karpenter {
+        args.push("--karpenter");
+    }
+    let mut child = env.spawn_binary("ebb-controller", &args)?;
     let log = child.capture_output();
+    let mut spec = json!({"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
+             "scanInterval": secs(s.scan_interval), "unneededTime": secs(s.unneeded_time),
+             "maxScaleDownParallelism": s.max_scale_down_parallelism,
+             "maxDrainParallelism": s.max_drain_parallelism,
+             "evictionRetryInterval": secs(s.eviction_retry_interval),
+             "utilizationThreshold": 0.5});
+    if karpenter {
+        spec["removal"] = json!({"method": "Auto"});
+    }
     let policy: ebb_api::ScaleDownPolicy = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1", "kind": "ScaleDownPolicy",
         "metadata": {"name": "versus"},
-        "spec": {"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
-                 "scanInterval": secs(s.scan_interval), "unneededTime": secs(s.unneeded_time),
-                 "maxScaleDownParallelism": s.max_scale_down_parallelism,
-                 "maxDrainParallelism": s.max_drain_parallelism,
-                 "evictionRetryInterval": secs(s.eviction_retry_interval),
-                 "utilizationThreshold": 0.5}
+        "spec": spec
     }))?;
     wait_for(
         "the ScaleDownPolicy to be accepted",
@@ -236,7 +366,7 @@ async fn start_ebb(env: &TestEnv, s: &Settings) -> anyhow::Result<Running> {
         },
     )
     .await?;
-    Ok(Running { child, _log: log })
+    Ok(Running { child, log })
 }
 
 async fn node_count(client: &kube::Client) -> anyhow::Result<usize> {
@@ -251,54 +381,107 @@ fn parse_time(t: &str) -> Option<jiff::Timestamp> {
     t.parse().ok()
 }
 
-/// Runs `scaler` on a fresh real cluster holding `scenario`; `progress` gets one line per step.
+/// Runs `scaler` on a fresh real cluster holding `scenario` on kwok nodes.
 pub async fn run(
     scenario: &Scenario,
     scaler: Scaler,
     settings: &Settings,
 ) -> anyhow::Result<Outcome> {
-    if let Some(why) = unavailable(scaler) {
+    run_on(scenario, Column::new(scaler, Nodes::Kwok), settings).await
+}
+
+/// Runs `column` (a scaler on one kind of nodes) on a fresh real cluster holding `scenario`;
+/// progress goes to stderr.
+pub async fn run_on(
+    scenario: &Scenario,
+    column: Column,
+    settings: &Settings,
+) -> anyhow::Result<Outcome> {
+    if let Some(why) = unavailable(column) {
         return Ok(Outcome::NotRun(why));
     }
+    if column.nodes.karpenter()
+        && let Err(e) = crate::karpenter::build().await
+    {
+        return Ok(Outcome::NotRun(format!("not run: {e:#}")));
+    }
+    let label = format!("versus {} / {}", scenario.name, column.name());
     let t_setup = Instant::now();
     let env = TestEnv::start_real(0).await?;
     let client = env.client.clone();
-    let budgets = scenario::build(&client, scenario).await?;
+    let mut notes = Vec::new();
+    let (budgets, mut karpenter, node_claims) = match column.nodes {
+        Nodes::Kwok => (scenario::build(&client, scenario).await?, None, Vec::new()),
+        Nodes::Karpenter | Nodes::KarpenterHostnameIsName => {
+            let relabel = column.nodes == Nodes::KarpenterHostnameIsName;
+            let b = karpenter_nodes::build(&env, scenario, settings, relabel).await?;
+            notes.push(format!(
+                "nodes: {} NodeClaims of NodePool `{}`, instance type {}",
+                b.nodes.len(),
+                karpenter_nodes::POOL,
+                b.description
+            ));
+            (b.budgets, Some(b.karpenter), b.node_claims)
+        }
+    };
     eprintln!(
-        "versus {} / {}: {} nodes, {} pods ready in {:.0}s",
-        scenario.name,
-        scaler.name(),
+        "{label}: {} nodes, {} pods ready in {:.0}s",
         scenario.nodes,
         scenario.pods(),
         t_setup.elapsed().as_secs_f64()
     );
     let nodes_before = node_count(&client).await?;
     let observer = observe::Observer::start(client.clone(), budgets).await?;
+    let karpenter_cpu = |k: &Option<crate::karpenter::Karpenter>| {
+        k.as_ref().and_then(|k| k.pid()).and_then(cpu_seconds_of)
+    };
+    let karpenter_cpu0 = karpenter_cpu(&karpenter);
 
     let started_at = jiff::Timestamp::now();
     let t0 = Instant::now();
     // The name the audit log records for the scaler's own writes.
-    let scaler_user = match scaler {
+    let scaler_user = match column.scaler {
         Scaler::Ebb => env.audit_user("ebb-controller"),
         Scaler::ClusterAutoscaler | Scaler::Karpenter => "kubernetes-admin".to_string(),
     };
-    let running = match scaler {
-        Scaler::Ebb => start_ebb(&env, settings).await?,
-        Scaler::ClusterAutoscaler | Scaler::Karpenter => {
-            bail!("{} cannot be started here", scaler.name())
-        }
+    if column.nodes.karpenter() {
+        karpenter_nodes::start(
+            &client,
+            scenario,
+            settings,
+            &node_claims,
+            column.scaler == Scaler::Karpenter,
+            &started_at,
+        )
+        .await?;
+    }
+    let running = match column.scaler {
+        Scaler::Ebb => Some(start_ebb(&env, settings, column.nodes.karpenter()).await?),
+        Scaler::Karpenter => None,
+        Scaler::ClusterAutoscaler => bail!("{} cannot be started here", column.name()),
     };
 
     // Until the node count has not changed for the settle window (and the first chance to remove
-    // anything has passed), or the cap.
-    let settle = settings.unneeded_time + settings.scan_interval * 3 + Duration::from_secs(20);
+    // anything has passed), or the cap. On Karpenter's nodes the window is 40 s longer: Karpenter
+    // looks for consolidation every 10 s, validates a decision for 15 s, and its termination waits
+    // at least 5 s, so its steps are further apart than ebb's scans.
+    let settle = settings.unneeded_time
+        + settings.scan_interval * 3
+        + match column.nodes {
+            Nodes::Kwok => Duration::from_secs(20),
+            Nodes::Karpenter | Nodes::KarpenterHostnameIsName => Duration::from_secs(60),
+        };
     let mut last = nodes_before;
     let mut last_change = Instant::now();
+    let mut last_gone = None;
     let mut cut = false;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let n = node_count(&client).await?;
         if n != last {
+            if n < last {
+                last_gone = Some(t0.elapsed());
+            }
             last = n;
             last_change = Instant::now();
         }
@@ -310,9 +493,40 @@ pub async fn run(
             break;
         }
     }
-    let cpu_seconds = running.cpu_seconds();
+    let karpenter_cpu_seconds = karpenter_cpu(&karpenter)
+        .zip(karpenter_cpu0)
+        .map(|(b, a)| b - a);
+    let cpu_seconds = match &running {
+        Some(r) => r.cpu_seconds(),
+        None => karpenter_cpu_seconds,
+    };
+    if let Some(r) = &running {
+        let lines = r.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(first) = lines.first() {
+            notes.push(format!(
+                "ebb logged {} warnings or errors, the first: {}",
+                lines.len(),
+                first.chars().take(300).collect::<String>()
+            ));
+        }
+        if std::env::var_os("EBB_VERSUS_DEBUG").is_some() {
+            for l in &lines {
+                eprintln!("{label}: ebb: {l}");
+            }
+            let policies = Api::<ebb_api::ScaleDownPolicy>::all(client.clone())
+                .list(&ListParams::default())
+                .await?;
+            for p in policies.items {
+                eprintln!(
+                    "{label}: policy status: {}",
+                    serde_json::to_string_pretty(&p.status).unwrap_or_default()
+                );
+            }
+        }
+    }
     drop(running);
-    // Replacements get their chance to run before "never came back" is counted.
+    // Replacements get their chance to run before "never came back" is counted (Karpenter, when
+    // it runs, may still launch a node for them).
     let mut never_came_back = scenario::missing_pods(&client, scenario).await?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while never_came_back > 0 && Instant::now() < deadline {
@@ -321,6 +535,27 @@ pub async fn run(
     }
     let observed = observer.stop();
     let nodes_after = node_count(&client).await?;
+    if let Some(k) = karpenter.as_mut() {
+        let log = std::fs::read_to_string(k.log_path()).unwrap_or_default();
+        let commands = karpenter_nodes::commands(&log);
+        notes.push(if commands.is_empty() {
+            "Karpenter's disruption decisions: none".to_string()
+        } else {
+            format!("Karpenter's disruption decisions: {}", commands.join(", "))
+        });
+        let errors = k.errors();
+        if !errors.is_empty() {
+            notes.push(format!(
+                "karpenter-kwok logged {} errors, the first: {}",
+                errors.len(),
+                errors[0].chars().take(300).collect::<String>()
+            ));
+        }
+        if !k.running() {
+            notes.push("karpenter-kwok had exited by the end of the run".to_string());
+        }
+    }
+    drop(karpenter);
 
     let records = env.audit()?;
     let after_start = |r: &crate::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);
@@ -329,32 +564,43 @@ pub async fn run(
         nodes_after,
         never_came_back,
         cpu_seconds,
+        karpenter_cpu_seconds,
         cut,
+        last_gone,
         pdb_violations: observed.violations.len(),
         longest_pending: observed.longest_pending.map(|(d, _)| d),
+        notes,
         ..Measured::default()
     };
     for v in &observed.violations {
         eprintln!(
-            "versus {} / {}: PDB violation: {} left {} with {} healthy (desired {})",
-            scenario.name,
-            scaler.name(),
-            v.pod,
-            v.budget,
-            v.healthy_after,
-            v.desired_healthy
+            "{label}: PDB violation: {} left {} with {} healthy (desired {})",
+            v.pod, v.budget, v.healthy_after, v.desired_healthy
         );
     }
     let mut last_delete: Option<jiff::Timestamp> = None;
+    // By name: Karpenter deletes a NodeClaim (and its Node) again while its finalizer runs.
+    let mut deleted = std::collections::BTreeSet::new();
+    let mut claims_deleted = std::collections::BTreeSet::new();
     for r in records.iter().filter(|r| after_start(r)) {
+        let ok = (200..300).contains(&r.code);
+        let by_scaler = r.user == scaler_user;
         match (r.verb.as_str(), r.resource.as_str(), r.subresource.as_str()) {
-            ("create", "pods", "eviction") if r.code == 201 => m.evictions += 1,
-            ("create", "pods", "eviction") if r.code == 429 => m.refused_evictions += 1,
-            ("delete", "pods", "") if r.user == scaler_user && (200..300).contains(&r.code) => {
-                m.direct_pod_deletes += 1
+            ("create", "pods", "eviction") if r.code == 201 => match by_scaler {
+                true => m.evictions += 1,
+                false => m.other_evictions += 1,
+            },
+            ("create", "pods", "eviction") if r.code == 429 => match by_scaler {
+                true => m.refused_evictions += 1,
+                false => m.other_refused += 1,
+            },
+            ("delete", "pods", "") if by_scaler && ok => m.direct_pod_deletes += 1,
+            ("delete", "nodeclaims.karpenter.sh", "") if by_scaler && ok => {
+                claims_deleted.insert(r.name.clone());
             }
-            ("delete", "nodes", "") if (200..300).contains(&r.code) => {
-                m.node_deletes += 1;
+            ("create", "nodes", "") if ok => m.node_launches += 1,
+            ("delete", "nodes", "") if ok => {
+                deleted.insert(r.name.clone());
                 let t = parse_time(&r.time);
                 if t > last_delete {
                     last_delete = t;
@@ -363,6 +609,8 @@ pub async fn run(
             _ => {}
         }
     }
+    m.node_deletes = deleted.len();
+    m.node_claim_deletes = claims_deleted.len();
     m.time_to_final = last_delete.and_then(|t| {
         let d = t.duration_since(started_at);
         Duration::try_from(d).ok()
@@ -381,16 +629,21 @@ fn opt_secs(d: Option<Duration>) -> String {
     d.map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64()))
 }
 
-/// The table of one scenario (Markdown), then the reasons for any scaler that did not run.
-pub fn table(scenario: &Scenario, results: &[(Scaler, Outcome)]) -> String {
+fn opt_cpu(c: Option<f64>) -> String {
+    c.map_or("-".into(), |c| format!("{c:.2}"))
+}
+
+/// The table of one scenario (Markdown), then the notes of each column that ran and the reasons
+/// for any that did not.
+pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "### {}\n\n{}\n\n",
         scenario.name, scenario.description
     ));
     out.push_str("| |");
-    for (s, _) in results {
-        out.push_str(&format!(" {} |", s.name()));
+    for (c, _) in results {
+        out.push_str(&format!(" {} |", c.name()));
     }
     out.push_str("\n|---|");
     for _ in results {
@@ -398,6 +651,9 @@ pub fn table(scenario: &Scenario, results: &[(Scaler, Outcome)]) -> String {
     }
     out.push('\n');
     type Row = (&'static str, Box<dyn Fn(&Outcome) -> String>);
+    let count = |f: fn(&Measured) -> usize| -> Box<dyn Fn(&Outcome) -> String> {
+        Box::new(move |o| cell(o, f, |n| n.to_string()))
+    };
     let rows: Vec<Row> = vec![
         (
             "nodes before → after",
@@ -409,10 +665,8 @@ pub fn table(scenario: &Scenario, results: &[(Scaler, Outcome)]) -> String {
                 )
             }),
         ),
-        (
-            "nodes removed",
-            Box::new(|o| cell(o, |m| m.node_deletes, |n| n.to_string())),
-        ),
+        ("nodes removed", count(|m| m.node_deletes)),
+        ("nodes launched", count(|m| m.node_launches)),
         (
             "time to final node count (s)",
             Box::new(|o| {
@@ -424,38 +678,36 @@ pub fn table(scenario: &Scenario, results: &[(Scaler, Outcome)]) -> String {
             }),
         ),
         (
-            "evictions",
-            Box::new(|o| cell(o, |m| m.evictions, |n| n.to_string())),
+            "last node gone, polled (s)",
+            Box::new(|o| cell(o, |m| m.last_gone, opt_secs)),
         ),
+        ("evictions", count(|m| m.evictions)),
+        ("refused evictions (429)", count(|m| m.refused_evictions)),
         (
-            "refused evictions (429)",
-            Box::new(|o| cell(o, |m| m.refused_evictions, |n| n.to_string())),
+            "evictions by others (refused)",
+            Box::new(|o| {
+                cell(
+                    o,
+                    |m| (m.other_evictions, m.other_refused),
+                    |(n, r)| format!("{n} ({r})"),
+                )
+            }),
         ),
-        (
-            "direct pod deletes",
-            Box::new(|o| cell(o, |m| m.direct_pod_deletes, |n| n.to_string())),
-        ),
-        (
-            "PDB violations",
-            Box::new(|o| cell(o, |m| m.pdb_violations, |n| n.to_string())),
-        ),
+        ("direct pod deletes", count(|m| m.direct_pod_deletes)),
+        ("NodeClaims deleted", count(|m| m.node_claim_deletes)),
+        ("PDB violations", count(|m| m.pdb_violations)),
         (
             "longest Pending (s)",
             Box::new(|o| cell(o, |m| m.longest_pending, opt_secs)),
         ),
-        (
-            "pods that never came back",
-            Box::new(|o| cell(o, |m| m.never_came_back, |n| n.to_string())),
-        ),
+        ("pods that never came back", count(|m| m.never_came_back)),
         (
             "scaler CPU (s)",
-            Box::new(|o| {
-                cell(
-                    o,
-                    |m| m.cpu_seconds,
-                    |c| c.map_or("-".into(), |c| format!("{c:.2}")),
-                )
-            }),
+            Box::new(|o| cell(o, |m| m.cpu_seconds, opt_cpu)),
+        ),
+        (
+            "karpenter-kwok CPU (s)",
+            Box::new(|o| cell(o, |m| m.karpenter_cpu_seconds, opt_cpu)),
         ),
     ];
     for (label, f) in &rows {
@@ -465,29 +717,51 @@ pub fn table(scenario: &Scenario, results: &[(Scaler, Outcome)]) -> String {
         }
         out.push('\n');
     }
-    for (s, o) in results {
-        if let Outcome::NotRun(why) = o {
-            out.push_str(&format!("\n{}: {why}\n", s.name()));
+    for (c, o) in results {
+        match o {
+            Outcome::NotRun(why) => out.push_str(&format!("\n{}: {why}\n", c.name())),
+            Outcome::Ran(m) if !m.notes.is_empty() => {
+                out.push_str(&format!("\n{}: {}\n", c.name(), m.notes.join("; ")))
+            }
+            Outcome::Ran(_) => {}
         }
     }
     out
 }
 
+/// The column whose figures stand for ebb in [`summary_line`]: ebb on Karpenter's nodes, as
+/// Karpenter launched them, when it ran (the same nodes, and the same termination by Karpenter,
+/// as Karpenter's own column), else ebb on kwok nodes.
+pub fn summary_ebb_column(results: &[(Column, Outcome)]) -> Column {
+    let on_karpenter = Column::new(Scaler::Ebb, Nodes::Karpenter);
+    let ran = results
+        .iter()
+        .any(|(c, o)| *c == on_karpenter && matches!(o, Outcome::Ran(_)));
+    if ran {
+        on_karpenter
+    } else {
+        Column::new(Scaler::Ebb, Nodes::Kwok)
+    }
+}
+
 /// `versus <scenario>: ebb <s> s, cluster-autoscaler <s> s, karpenter <s|n/a> s; removed
-/// <n>/<n>/<n>; pdb violations <n>/<n>/<n>` (ebb, Cluster Autoscaler, Karpenter).
-pub fn summary_line(scenario: &Scenario, results: &[(Scaler, Outcome)]) -> String {
-    let get = |s: Scaler| results.iter().find(|(x, _)| *x == s).map(|(_, o)| o);
-    let time = |s| match get(s) {
+/// <n>/<n>/<n>; pdb violations <n>/<n>/<n>` (ebb, Cluster Autoscaler, Karpenter): ebb from
+/// [`summary_ebb_column`], Cluster Autoscaler on kwok nodes, Karpenter on its own nodes.
+pub fn summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
+    let get = |c: Column| results.iter().find(|(x, _)| *x == c).map(|(_, o)| o);
+    let time = |c| match get(c) {
         Some(Outcome::Ran(m)) => m
             .time_to_final
             .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64())),
         _ => "n/a".into(),
     };
-    let num = |s, f: fn(&Measured) -> usize| match get(s) {
+    let num = |c, f: fn(&Measured) -> usize| match get(c) {
         Some(Outcome::Ran(m)) => f(m).to_string(),
         _ => "n/a".into(),
     };
-    let [e, c, k] = Scaler::ALL;
+    let e = summary_ebb_column(results);
+    let c = Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok);
+    let k = Column::new(Scaler::Karpenter, Nodes::Karpenter);
     format!(
         "versus {}: ebb {} s, cluster-autoscaler {} s, karpenter {} s; removed {}/{}/{}; pdb violations {}/{}/{}",
         scenario.name,

@@ -1,5 +1,6 @@
 //! The comparison's scenarios and how their workload is put on a fresh real cluster: kwok nodes
-//! both ebb and Cluster Autoscaler's kwok provider accept, busy nodes first, then lightly used ones.
+//! both ebb and Cluster Autoscaler's kwok provider accept ([`build`]), or nodes already there
+//! such as Karpenter's ([`build_on`]); busy nodes first, then lightly used ones.
 
 use std::time::Duration;
 
@@ -397,6 +398,18 @@ pub async fn build(client: &kube::Client, s: &Scenario) -> anyhow::Result<Vec<Bu
         },
     )
     .await?;
+    build_on(client, s, &names).await
+}
+
+/// Puts the scenario's workload on `names`, `s.nodes` Ready nodes of the cluster (the first
+/// `s.light_from` get the busy workloads, the rest the light ones), and waits until every pod
+/// runs and every PodDisruptionBudget has its status; returns the budgets as the observer judges
+/// them.
+pub async fn build_on(
+    client: &kube::Client,
+    s: &Scenario,
+    names: &[String],
+) -> anyhow::Result<Vec<Budget>> {
     Api::<Namespace>::all(client.clone())
         .create(
             &PostParams::default(),
