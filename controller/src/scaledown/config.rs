@@ -38,6 +38,8 @@ pub struct PlannerConfig {
     /// The removal method nodes are checked against: `mode: DrainAndDelete` (default `Auto`),
     /// or `DryRun` with a `removal` to preview; `None` when nothing is removed.
     pub removal: Option<RemovalMethod>,
+    /// Only this node (by name) is governed, if it is selected: the re-check of one drain.
+    pub only_node: Option<String>,
 }
 
 impl PlannerConfig {
@@ -96,6 +98,7 @@ impl PlannerConfig {
                 (ScaleDownMode::DryRun, Some(r)) => Some(r.method),
                 _ => None,
             },
+            only_node: None,
         })
     }
 }

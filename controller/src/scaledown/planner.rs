@@ -250,7 +250,11 @@ impl NodeFacts {
             .collect();
         let governed: Vec<NodeId> = nodes
             .clone()
-            .filter(|n| cfg.node_selector.matches(&snap.node(*n).labels))
+            .filter(|n| {
+                let node = snap.node(*n);
+                cfg.node_selector.matches(&node.labels)
+                    && cfg.only_node.as_ref().is_none_or(|only| *only == node.name)
+            })
             .collect();
         let groups: Vec<Option<String>> = nodes.map(|n| group_key(snap, cfg, n)).collect();
         let mut group_sizes = BTreeMap::new();

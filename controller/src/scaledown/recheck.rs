@@ -6,21 +6,15 @@ use jiff::Timestamp;
 
 use super::config::PlannerConfig;
 use super::planner::{PlannerState, Stopwatch, plan};
-use crate::cluster::build::HOSTNAME_LABEL;
-use crate::cluster::model::{Operator, Requirement, Selector};
 use crate::cluster::{ClusterSnapshot, PredicateChecker};
 
 /// The policy narrowed to `node`: group minimums were checked when its drain was selected, and
 /// the node is evaluated whatever the time bound.
 pub fn recheck_config(cfg: &PlannerConfig, node: &str) -> PlannerConfig {
     let mut cfg = cfg.clone();
-    cfg.node_selector = Selector {
-        requirements: vec![Requirement {
-            key: HOSTNAME_LABEL.into(),
-            operator: Operator::In,
-            values: vec![node.to_string()],
-        }],
-    };
+    // By name: a node's hostname label may differ from its name (Karpenter sets it to the
+    // NodeClaim's name, and names may be too long for a label value).
+    cfg.only_node = Some(node.to_string());
     cfg.limits.min_nodes_per_group = 0;
     cfg.limits.annotated_group_min = false;
     cfg.min_nodes_evaluated = 1;
@@ -74,4 +68,57 @@ pub fn recheck(
         },
         None => "no longer in the candidate set".to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actuation::taints::EbbTaint;
+    use crate::scaledown::StepStopwatch;
+    use crate::testkit::{config_selecting, node, pod, snapshot};
+
+    /// A drained node named unlike its hostname label (as Karpenter's are) and a pod that can
+    /// or cannot go elsewhere.
+    fn check(spare_cpu: &str) -> Result<(), String> {
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let long = "kwok-general-abcde-chillebony-3-unnypc6htu-543910513";
+        let mut snap = snapshot(
+            [
+                node(long)
+                    .cpu("4")
+                    .mem("8Gi")
+                    .label("pool", "p")
+                    .label("kubernetes.io/hostname", "general-abcde")
+                    .taint(EbbTaint::ToBeDeleted.at(now)),
+                node("other").cpu(spare_cpu).mem("8Gi").label("pool", "p"),
+            ],
+            [pod("web-1").on(long).cpu("1").mem("1Gi").owned_by_rs("web")],
+        );
+        let before = format!("{:?}", snap.node(0));
+        let out = recheck(
+            &mut snap,
+            &config_selecting("pool", "p"),
+            &PlannerState::default(),
+            long,
+            now,
+            &mut StepStopwatch::default(),
+        );
+        assert_eq!(
+            format!("{:?}", snap.node(0)),
+            before,
+            "the snapshot is left as it was"
+        );
+        out
+    }
+
+    #[test]
+    fn the_node_is_found_by_name_whatever_its_hostname_label() {
+        assert_eq!(check("4"), Ok(()));
+    }
+
+    #[test]
+    fn a_pod_with_nowhere_to_go_fails_the_recheck() {
+        let err = check("500m").expect_err("no room for web-1");
+        assert!(err.contains("NoPlaceToMovePods"), "{err}");
+    }
 }

@@ -20,11 +20,9 @@ use super::context::Context;
 use super::policy_loop;
 use super::selection::{PolicyView, Selections};
 use crate::actuation::taints::{self, EbbTaint};
-use crate::cluster::build::HOSTNAME_LABEL;
-use crate::cluster::model::{Operator, Requirement, Selector};
-use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
+use crate::cluster::{ClusterObjects, build_snapshot};
 use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, Reconciler};
-use crate::scaledown::{InstantStopwatch, PlannerConfig, plan};
+use crate::scaledown::{InstantStopwatch, PlannerConfig};
 
 /// Requeue after an error.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
@@ -155,61 +153,22 @@ pub(super) fn node_name(n: &Node) -> String {
 }
 
 /// The planner's re-check of one node after its taint: can all its pods still go elsewhere, with
-/// the other deletions in flight? Runs the planner on a fresh snapshot restricted to that node.
+/// the other deletions in flight? [`crate::scaledown::recheck`] on a snapshot of `objects`.
 pub fn recheck_node(
     objects: ClusterObjects,
     cfg: &PlannerConfig,
     state: &crate::scaledown::PlannerState,
     node: &str,
 ) -> Result<(), String> {
-    let mut objects = objects;
-    for n in objects
-        .nodes
-        .iter_mut()
-        .filter(|n| n.metadata.name.as_deref() == Some(node))
-    {
-        if let Some(spec) = n.spec.as_mut()
-            && let Some(t) =
-                taints::without(spec.taints.as_deref().unwrap_or(&[]), EbbTaint::ToBeDeleted)
-        {
-            spec.taints = Some(t);
-        }
-    }
     let mut snap = build_snapshot(&objects).map_err(|e| e.to_string())?;
-    let mut cfg = cfg.clone();
-    cfg.node_selector = Selector {
-        requirements: vec![Requirement {
-            key: HOSTNAME_LABEL.into(),
-            operator: Operator::In,
-            values: vec![node.to_string()],
-        }],
-    };
-    // group minimums were checked when the drain was selected
-    cfg.limits.min_nodes_per_group = 0;
-    cfg.limits.annotated_group_min = false;
-    cfg.min_nodes_evaluated = 1;
-    let mut state = state.clone();
-    let now = jiff::Timestamp::now();
-    state.sync_deleting_from_taints(&snap, now);
-    state.finish_deleting(node);
-    let p = plan(
+    crate::scaledown::recheck(
         &mut snap,
-        &mut PredicateChecker::new(),
-        &cfg,
-        now,
-        &mut state,
+        cfg,
+        state,
+        node,
+        jiff::Timestamp::now(),
         &mut InstantStopwatch::start(),
-    );
-    if p.candidates.iter().any(|c| c.node == node) {
-        return Ok(());
-    }
-    Err(match p.unremovable.iter().find(|u| u.node == node) {
-        Some(u) => match &u.pod {
-            Some(pod) => format!("{} (pod {pod})", u.reason),
-            None => u.reason.to_string(),
-        },
-        None => "no longer in the candidate set".to_string(),
-    })
+    )
 }
 
 /// The loop of one policy.
