@@ -687,9 +687,9 @@ fn abandoned_drains(lines: &[String]) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Why drains were abandoned, for the failure message: names the controller's re-check when
-/// the nodes' `kubernetes.io/hostname` label is not their name (Karpenter labels a node with
-/// its NodeClaim's name).
+/// Why drains were abandoned, for the failure message: lists the nodes whose
+/// `kubernetes.io/hostname` label is not their name (Karpenter labels a node with its
+/// NodeClaim's name), which a re-check by label would miss.
 async fn abandoned_diagnosis(
     client: &kube::Client,
     abandoned: &[(String, String)],
@@ -720,14 +720,9 @@ async fn abandoned_diagnosis(
         String::new()
     } else {
         format!(
-            "\nCONTROLLER BUG: the drain's re-check narrows the policy to the node with the \
-             selector kubernetes.io/hostname In [<node name>] (recheck_node in \
-             controller/src/reconcilers/scaledown/reconcile.rs; recheck_config in \
-             controller/src/scaledown/recheck.rs does the same), but Karpenter labels its nodes \
-             kubernetes.io/hostname=<NodeClaim name> (and a node name may be longer than the 63 \
-             characters a label value can hold), so the re-check finds no node, the drain is \
-             abandoned and the node untainted, every loop; no Karpenter node is ever removed. \
-             Nodes whose hostname label is not their name:\n  {}",
+            "\nthe drain's re-check must find a node by its name (scaledown::recheck), not by its \
+             kubernetes.io/hostname label, which Karpenter sets to the NodeClaim's name; nodes \
+             whose hostname label is not their name:\n  {}",
             mismatched.join("\n  ")
         )
     };
