@@ -76,6 +76,13 @@ pub struct Removal {
     pub timeout: KubeDuration,
 }
 
+impl ScaleDownPolicySpec {
+    /// `removal`, or its defaults when unset.
+    pub fn removal_or_default(&self) -> Removal {
+        self.removal.clone().unwrap_or_default()
+    }
+}
+
 impl Default for Removal {
     fn default() -> Self {
         Removal {

@@ -3,6 +3,9 @@
 //! Measures the full plan, the incremental plan after 1 % of pods change (hints warm), peak
 //! memory, and a Cluster-Autoscaler-style baseline (each node simulated alone on a fresh
 //! snapshot copy, every pod scanning all nodes with uncached predicates, no hints).
+//! Then the shared cluster model (`model.rs`) at 5,000 and 20,000 nodes against rebuilding the
+//! snapshot every loop. `EBB_BENCH_MODEL_ONLY=1` runs only that part; `EBB_BENCH_MODEL_NODES`
+//! (comma-separated) sets its sizes.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -18,6 +21,9 @@ use ebb_controller::scaledown::eligibility::check_node;
 use ebb_controller::scaledown::pdb::PdbTracker;
 use ebb_controller::scaledown::{InstantStopwatch, Plan, PlannerConfig, PlannerState, plan};
 use ebb_controller::testkit::{node, objects, pdb_min_available, pod};
+
+#[path = "planner/model.rs"]
+mod model;
 
 /// Counts live bytes and remembers the peak.
 struct Counting;
@@ -64,7 +70,7 @@ fn cluster(nodes: usize, churn: u64) -> ClusterObjects {
                 .cpu(&cpu.to_string())
                 .mem(&format!("{mem}Gi"))
                 .label("topology.kubernetes.io/zone", ["a", "b", "c"][i % 3])
-                .label("pool", "general"),
+                .label("pool", &format!("pool-{}", i % 4)),
         );
         let light = i % 3 == 1;
         for j in 0..PODS_PER_NODE {
@@ -208,6 +214,15 @@ fn mib(b: usize) -> f64 {
 }
 
 fn main() {
+    let model_nodes: Vec<usize> = std::env::var("EBB_BENCH_MODEL_NODES")
+        .unwrap_or_else(|_| "5000,20000".into())
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    if std::env::var_os("EBB_BENCH_MODEL_ONLY").is_some() {
+        model_summary(&model_nodes);
+        return;
+    }
     let mut c = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
@@ -306,5 +321,16 @@ fn main() {
     println!("\n== ebb planner benchmark summary ==");
     for s in summary {
         println!("{s}");
+    }
+    model_summary(&model_nodes);
+}
+
+/// The shared cluster model against rebuilding a snapshot every loop (see `model.rs`).
+fn model_summary(sizes: &[usize]) {
+    println!("\n== shared cluster model vs rebuild every loop ({PODS_PER_NODE} pods per node) ==");
+    for &nodes in sizes {
+        for line in model::run(nodes) {
+            println!("{line}");
+        }
     }
 }

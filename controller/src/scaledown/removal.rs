@@ -72,6 +72,26 @@ pub fn target_of_node(
     target(method, l.as_ref())
 }
 
+/// What a drain of `node` removes, for a policy in `mode` whose planner checks `method`
+/// ([`super::PlannerConfig::removal`]): `None` when nothing is removed (not `DrainAndDelete`);
+/// an error when the node is gone or its removal no longer applies.
+pub fn drain_target(
+    mode: ebb_api::ScaleDownMode,
+    method: Option<RemovalMethod>,
+    node: Option<&Node>,
+    providers: &ProviderIndex,
+) -> Result<Option<Target>, String> {
+    match (mode, method) {
+        (ebb_api::ScaleDownMode::DrainAndDelete, Some(method)) => {
+            let node = node.ok_or("the node is gone")?;
+            target_of_node(method, node, providers)
+                .map(Some)
+                .map_err(|r| format!("its removal no longer applies ({r})"))
+        }
+        _ => Ok(None),
+    }
+}
+
 fn provider_target(
     link: Option<&MachineLink>,
     want: Provider,

@@ -22,7 +22,7 @@ use crate::actuation::{Drain, DrainOrder, EvictionSettings, Outcome, Recheck};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
 use crate::metrics::{Function, LoopPhase, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
 use crate::scaledown::budgets::Selection;
-use crate::scaledown::removal::target_of_node;
+use crate::scaledown::removal::drain_target;
 use crate::scaledown::{InstantStopwatch, Plan, PlannerConfig, plan, select_deletions};
 
 /// Runs one loop of `policy`. Returns when the next candidate will have been removable long
@@ -400,22 +400,17 @@ impl<'a> PolicyLoop<'a> {
         cancel: tokio_util::sync::CancellationToken,
     ) -> Option<DrainOrder> {
         let spec = &self.policy.spec;
-        let target = match cfg.removal {
-            Some(method) if spec.mode == ScaleDownMode::DrainAndDelete => {
-                let object = self
-                    .objects
-                    .nodes
-                    .iter()
-                    .find(|n| n.metadata.name.as_deref() == Some(node))?;
-                match target_of_node(method, object, &self.objects.providers) {
-                    Ok(t) => Some(t),
-                    Err(reason) => {
-                        tracing::info!(node, %reason, "not drained: its removal no longer applies");
-                        return None;
-                    }
-                }
+        let object = self
+            .objects
+            .nodes
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(node));
+        let target = match drain_target(spec.mode, cfg.removal, object, &self.objects.providers) {
+            Ok(t) => t,
+            Err(why) => {
+                tracing::info!(node, %why, "not drained");
+                return None;
             }
-            _ => None,
         };
         let ready = p
             .candidates
@@ -446,12 +441,7 @@ impl<'a> PolicyLoop<'a> {
             cancel,
             target,
             group_min: spec.min_nodes_per_group,
-            removal_timeout: spec
-                .removal
-                .clone()
-                .unwrap_or_default()
-                .timeout
-                .as_duration(),
+            removal_timeout: spec.removal_or_default().timeout.as_duration(),
         })
     }
 

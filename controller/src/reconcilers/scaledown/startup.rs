@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use ebb_api::{ScaleDownMode, ScaleDownPolicy};
+use ebb_api::ScaleDownPolicy;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
@@ -13,7 +13,7 @@ use crate::actuation::pods::{classify, uids_on};
 use crate::actuation::recover::{Resume, recover};
 use crate::actuation::{DrainOrder, EbbTaint, EvictionSettings, Recheck};
 use crate::metrics::ScaleDownKind;
-use crate::scaledown::removal::target_of_node;
+use crate::scaledown::removal::drain_target;
 use crate::scaledown::{PlannerConfig, PlannerState};
 
 /// What start-up recovery did.
@@ -101,21 +101,20 @@ async fn resume(
         ScaleDownKind::underutilized
     };
     let spec = &policy.spec;
-    let target = match (spec.mode, method) {
-        (ScaleDownMode::DrainAndDelete, Some(method)) => {
-            let node = nodes
-                .iter()
-                .find(|n| n.metadata.name.as_deref() == Some(r.node.as_str()));
-            match node.map(|n| target_of_node(method, n, &ctx.stores.providers.index())) {
-                Some(Ok(t)) => Some(t),
-                Some(Err(reason)) => {
-                    tracing::warn!(node = %r.node, %reason, "start-up: not resuming a drain whose removal no longer applies");
-                    return false;
-                }
-                None => return false,
-            }
+    let node = nodes
+        .iter()
+        .find(|n| n.metadata.name.as_deref() == Some(r.node.as_str()));
+    let target = match drain_target(
+        spec.mode,
+        method,
+        node.map(|n| &**n),
+        &ctx.stores.providers.index(),
+    ) {
+        Ok(t) => t,
+        Err(why) => {
+            tracing::warn!(node = %r.node, %why, "start-up: not resuming a drain");
+            return false;
         }
-        _ => None,
     };
     let order = DrainOrder {
         policy: r.policy.clone(),
@@ -129,12 +128,7 @@ async fn resume(
         cancel: ctx.cancel_token(&r.policy),
         target,
         group_min: spec.min_nodes_per_group,
-        removal_timeout: spec
-            .removal
-            .clone()
-            .unwrap_or_default()
-            .timeout
-            .as_duration(),
+        removal_timeout: spec.removal_or_default().timeout.as_duration(),
     };
     match ctx.actuator.start(order).await {
         Ok(started) => started.is_some(),
