@@ -8,6 +8,7 @@ pub mod harness;
 pub mod karpenter;
 pub mod pdb_safety;
 pub mod rbac;
+pub mod removal;
 pub mod setup;
 pub mod versus;
 
