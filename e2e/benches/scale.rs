@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use ebb_e2e::harness::{TestEnv, wait_for};
-use ebb_e2e::setup::{create_policy, fetch_metrics, metrics_address};
+use ebb_e2e::harness::{Backend, wait_for};
+use ebb_e2e::setup::{Cluster, create_policy, fetch_metrics, metrics_address};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
@@ -69,7 +69,7 @@ async fn run() -> anyhow::Result<()> {
             "--leader-election",
             "false",
             "--namespace",
-            "default",
+            "ebb-system",
             "--log-filter",
             "warn,ebb_controller=info",
         ],
