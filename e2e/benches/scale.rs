@@ -48,9 +48,10 @@ async fn run() -> anyhow::Result<()> {
     let per_node = env_usize("EBB_SCALE_PODS_PER_NODE", 30)?;
     let loops = env_usize("EBB_SCALE_LOOPS", 5)?.max(1);
     let t0 = Instant::now();
-    let env = TestEnv::start_real(0)
+    let cluster = Cluster::start(Backend::Real, 1.0)
         .await
-        .context("the real control plane")?;
+        .context("the real control plane with ebb's CRDs")?;
+    let env = &cluster.env;
     let client = env.client.clone();
     println!("control plane up in {:.1} s", t0.elapsed().as_secs_f64());
     populate(&client, nodes, per_node).await?;
