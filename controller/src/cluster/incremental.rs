@@ -3,11 +3,12 @@
 
 use thiserror::Error;
 
+use super::build::OwnerIndex;
 use super::model::{
     ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodId, PodInfo, Resources, SchedClass,
     SchedRequirements,
 };
-use super::snapshot::ClusterSnapshot;
+use super::snapshot::{ClusterSnapshot, owner_map};
 
 /// Why the snapshot refused a change.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
@@ -66,6 +67,7 @@ impl ClusterSnapshot {
         self.nodes.push(info);
         self.node_pods.push(Vec::new());
         self.requested.push(Resources::default());
+        self.usage.push(Default::default());
         self.generation.push(0);
         Ok(id)
     }
@@ -88,6 +90,7 @@ impl ClusterSnapshot {
         self.nodes.swap_remove(id as usize);
         self.node_pods.swap_remove(id as usize);
         self.requested.swap_remove(id as usize);
+        self.usage.swap_remove(id as usize);
         self.generation.swap_remove(id as usize);
         if id != last {
             let moved = &self.nodes[id as usize];
@@ -216,12 +219,12 @@ impl ClusterSnapshot {
     /// Adds or replaces an owner.
     pub fn upsert_owner(&mut self, owner: OwnerInfo) -> Result<(), UpdateError> {
         self.no_fork()?;
-        let key = (
-            owner.kind.clone(),
-            owner.namespace.clone(),
-            owner.name.clone(),
-        );
-        self.owners.insert(key, owner);
+        self.owners
+            .entry(owner.kind.clone())
+            .or_default()
+            .entry(owner.namespace.clone())
+            .or_default()
+            .insert(owner.name.clone(), owner);
         Ok(())
     }
 
@@ -233,18 +236,24 @@ impl ClusterSnapshot {
         name: &str,
     ) -> Result<(), UpdateError> {
         self.no_fork()?;
-        self.owners
-            .remove(&(kind.to_string(), namespace.to_string(), name.to_string()));
+        if let Some(by_ns) = self.owners.get_mut(kind) {
+            if let Some(by_name) = by_ns.get_mut(namespace) {
+                by_name.remove(name);
+                if by_name.is_empty() {
+                    by_ns.remove(namespace);
+                }
+            }
+            if by_ns.is_empty() {
+                self.owners.remove(kind);
+            }
+        }
         Ok(())
     }
 
     /// Replaces every owner.
-    pub fn set_owners(
-        &mut self,
-        owners: std::collections::HashMap<(String, String, String), OwnerInfo>,
-    ) -> Result<(), UpdateError> {
+    pub fn set_owners(&mut self, owners: OwnerIndex) -> Result<(), UpdateError> {
         self.no_fork()?;
-        self.owners = owners;
+        self.owners = owner_map(owners);
         Ok(())
     }
 

@@ -13,6 +13,7 @@ use super::build::{ClusterObjects, owner_index};
 use super::live::{ClusterEvent, LiveCluster};
 use super::model::{NodeId, PodId, Resources};
 use super::{ClusterSnapshot, build_snapshot};
+use crate::reconcilers::scaledown::reconcile::recheck_node;
 use crate::scaledown::{
     PlannerConfig, PlannerState, StepStopwatch, plan, recheck, select_deletions,
 };
@@ -266,6 +267,7 @@ struct Canonical {
     domains: BTreeMap<(String, String), BTreeSet<String>>,
     pdbs: BTreeMap<(String, String), String>,
     owners: BTreeMap<(String, String, String), String>,
+    usage: BTreeMap<String, super::snapshot::Usage>,
 }
 
 fn canonical(s: &ClusterSnapshot) -> Canonical {
@@ -323,9 +325,14 @@ fn canonical(s: &ClusterSnapshot) -> Canonical {
             .map(|p| ((p.namespace.clone(), p.name.clone()), format!("{p:?}")))
             .collect(),
         owners: s
-            .owners
-            .iter()
-            .map(|(k, o)| (k.clone(), format!("{o:?}")))
+            .owners()
+            .map(|o| {
+                let key = (o.kind.clone(), o.namespace.clone(), o.name.clone());
+                (key, format!("{o:?}"))
+            })
+            .collect(),
+        usage: (0..s.node_count() as NodeId)
+            .map(|n| (s.node(n).name.clone(), *s.usage(n)))
             .collect(),
     }
 }
@@ -436,20 +443,33 @@ fn apply(live: &mut LiveCluster, world: &mut World, ev: &Ev) {
             Ok(())
         }
         Ev::Recheck(i) => {
+            let objects = world.objects();
+            live.apply(ClusterEvent::Owners(owner_index(&objects)))
+                .unwrap_or_else(|e| panic!("{e}"));
             if let Ok(s) = live.snapshot_mut() {
-                let before = canonical(s);
-                let _ = recheck(
+                // A loop first, for the destination hints the re-check starts from.
+                let cfg = PlannerConfig::default();
+                let mut state = PlannerState::default();
+                plan(
                     s,
-                    &PlannerConfig::default(),
-                    &PlannerState::default(),
-                    &format!("n{i}"),
+                    &mut super::PredicateChecker::new(),
+                    &cfg,
                     now(),
+                    &mut state,
                     &mut StepStopwatch::default(),
                 );
+                let before = canonical(s);
+                let name = format!("n{i}");
+                let forked = recheck(s, &cfg, &state, &name, now(), &mut StepStopwatch::default());
                 assert_eq!(
                     before,
                     canonical(s),
                     "a re-check leaves the model as it was"
+                );
+                let rebuilt = recheck_node(objects, &cfg, &state, &name);
+                assert_eq!(
+                    forked, rebuilt,
+                    "the re-check of {name} decides as a rebuild does"
                 );
             }
             Ok(())

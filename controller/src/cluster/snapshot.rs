@@ -23,6 +23,73 @@ enum Change {
     Taints { node: NodeId, before: Vec<Taint> },
 }
 
+/// Requested cpu (milli) and memory (bytes) of the pods on a node: of all of them, of the
+/// DaemonSet pods, of the mirror pods and of the pods that are both, so that utilisation leaving
+/// either out is a subtraction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub all: [i64; 2],
+    pub daemon_sets: [i64; 2],
+    pub mirror: [i64; 2],
+    pub both: [i64; 2],
+}
+
+impl Usage {
+    fn add(&mut self, pod: &PodInfo, r: &Resources, sign: i64) {
+        let (cpu, mem) = (sign * r.cpu_milli, sign * r.memory);
+        let to = |v: &mut [i64; 2]| {
+            v[0] += cpu;
+            v[1] += mem;
+        };
+        to(&mut self.all);
+        let ds = pod.is_daemonset();
+        if ds {
+            to(&mut self.daemon_sets);
+        }
+        if pod.mirror {
+            to(&mut self.mirror);
+        }
+        if ds && pod.mirror {
+            to(&mut self.both);
+        }
+    }
+
+    /// Requested (cpu, memory), without DaemonSet and/or mirror pods.
+    pub fn counted(&self, ignore_daemon_sets: bool, ignore_mirror_pods: bool) -> (i64, i64) {
+        let mut v = self.all;
+        for (skip, part) in [
+            (ignore_daemon_sets, self.daemon_sets),
+            (ignore_mirror_pods, self.mirror),
+        ] {
+            if skip {
+                v[0] -= part[0];
+                v[1] -= part[1];
+            }
+        }
+        if ignore_daemon_sets && ignore_mirror_pods {
+            v[0] += self.both[0];
+            v[1] += self.both[1];
+        }
+        (v[0], v[1])
+    }
+}
+
+/// Owners by kind, namespace and name.
+pub(crate) type OwnerMap = HashMap<String, HashMap<String, HashMap<String, OwnerInfo>>>;
+
+/// Owners keyed by (kind, namespace, name) into an [`OwnerMap`].
+pub(crate) fn owner_map(owners: HashMap<(String, String, String), OwnerInfo>) -> OwnerMap {
+    let mut map = OwnerMap::new();
+    for ((kind, ns, name), o) in owners {
+        map.entry(kind)
+            .or_default()
+            .entry(ns)
+            .or_default()
+            .insert(name, o);
+    }
+    map
+}
+
 /// A consistent picture of the cluster that simulations change and undo.
 ///
 /// Build it with [`crate::cluster::build_snapshot`]. Simulations move pods with
@@ -39,12 +106,15 @@ pub struct ClusterSnapshot {
     pub(crate) classes: Vec<SchedClass>,
     pub(crate) class_ids: HashMap<SchedRequirements, ClassId>,
     pub(crate) pdbs: Vec<PdbInfo>,
-    pub(crate) owners: HashMap<(String, String, String), OwnerInfo>,
+    /// Owners by kind, namespace and name (looked up without building a key).
+    pub(crate) owners: OwnerMap,
     /// (label key, value) → nodes carrying it, for topology domains.
     pub(crate) domains: HashMap<(String, String), Vec<NodeId>>,
     pub(crate) pod_node: Vec<Option<NodeId>>,
     pub(crate) node_pods: Vec<Vec<PodId>>,
     pub(crate) requested: Vec<Resources>,
+    /// Requested cpu and memory per node, split the ways utilisation may leave pods out.
+    pub(crate) usage: Vec<Usage>,
     pub(crate) generation: Vec<u64>,
     /// Pods of each class (placed or not); a class without pods outside a fork is free.
     pub(crate) class_refs: Vec<u32>,
@@ -63,6 +133,7 @@ impl ClusterSnapshot {
         owners: HashMap<(String, String, String), OwnerInfo>,
         placement: Vec<Option<NodeId>>,
     ) -> Self {
+        let owners = owner_map(owners);
         let node_ids = nodes
             .iter()
             .enumerate()
@@ -91,6 +162,7 @@ impl ClusterSnapshot {
             free_classes: Vec::new(),
             node_pods: vec![Vec::new(); nodes.len()],
             requested: vec![Resources::default(); nodes.len()],
+            usage: vec![Usage::default(); nodes.len()],
             generation: vec![0; nodes.len()],
             pod_node: vec![None; pods.len()],
             nodes,
@@ -174,6 +246,11 @@ impl ClusterSnapshot {
         &self.requested[node as usize]
     }
 
+    /// Requested cpu and memory of the pods on a node, by kind of pod.
+    pub fn usage(&self, node: NodeId) -> &Usage {
+        &self.usage[node as usize]
+    }
+
     /// Increases whenever the pods of the node change, so caches can key on it.
     pub fn generation(&self, node: NodeId) -> u64 {
         self.generation[node as usize]
@@ -185,8 +262,15 @@ impl ClusterSnapshot {
 
     /// The owner object (`kind`, namespace, name), if the snapshot has it.
     pub fn owner(&self, kind: &str, namespace: &str, name: &str) -> Option<&OwnerInfo> {
+        self.owners.get(kind)?.get(namespace)?.get(name)
+    }
+
+    /// Every owner.
+    pub fn owners(&self) -> impl Iterator<Item = &OwnerInfo> {
         self.owners
-            .get(&(kind.to_string(), namespace.to_string(), name.to_string()))
+            .values()
+            .flat_map(|m| m.values())
+            .flat_map(|m| m.values())
     }
 
     /// Nodes whose label `key` has value `value` (a topology domain).
@@ -362,7 +446,9 @@ impl ClusterSnapshot {
 
     fn attach(&mut self, pod: PodId, node: NodeId) {
         let class = self.pods[pod as usize].class as usize;
-        self.requested[node as usize].add(&self.classes[class].req.requests);
+        let requests = &self.classes[class].req.requests;
+        self.requested[node as usize].add(requests);
+        self.usage[node as usize].add(&self.pods[pod as usize], requests, 1);
         self.node_pods[node as usize].push(pod);
         self.pod_node[pod as usize] = Some(node);
         self.generation[node as usize] += 1;
@@ -370,7 +456,9 @@ impl ClusterSnapshot {
 
     fn detach(&mut self, pod: PodId, node: NodeId) {
         let class = self.pods[pod as usize].class as usize;
-        self.requested[node as usize].sub(&self.classes[class].req.requests);
+        let requests = &self.classes[class].req.requests;
+        self.requested[node as usize].sub(requests);
+        self.usage[node as usize].add(&self.pods[pod as usize], requests, -1);
         let list = &mut self.node_pods[node as usize];
         if let Some(i) = list.iter().rposition(|p| *p == pod) {
             list.remove(i);

@@ -18,16 +18,10 @@ pub struct UtilizationRules {
 /// max(cpu requested / allocatable, memory requested / allocatable) of the pods on the node.
 /// A node with no allocatable cpu or memory counts as fully used for that resource.
 pub fn utilization(snap: &ClusterSnapshot, node: NodeId, rules: UtilizationRules) -> f64 {
-    let (mut cpu, mut mem) = (0i64, 0i64);
-    for pod in snap.pods_on(node) {
-        let p = snap.pod(*pod);
-        if rules.ignore_daemon_sets && p.is_daemonset() || rules.ignore_mirror_pods && p.mirror {
-            continue;
-        }
-        let r = &snap.class_of(*pod).req.requests;
-        cpu += r.cpu_milli;
-        mem += r.memory;
-    }
+    // Kept per node as pods come and go: the sums of the pods counted.
+    let (cpu, mem) = snap
+        .usage(node)
+        .counted(rules.ignore_daemon_sets, rules.ignore_mirror_pods);
     let alloc = &snap.node(node).allocatable;
     let ratio = |used: i64, total: i64| {
         if total <= 0 {

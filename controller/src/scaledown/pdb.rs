@@ -1,15 +1,16 @@
 //! PodDisruptionBudgets in the planner: which budgets cover a pod, how many disruptions each
 //! allows now, and the pacing of drains by them (what each node needs, what may start).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 
 use super::drainability::{DrainRules, PodDisposition, classify};
-use crate::cluster::{ClassId, ClusterSnapshot, NodeId, PodId};
+use crate::cluster::{ClusterSnapshot, NodeId, PodId};
 
 /// Which budgets cover which pods of a snapshot (memoised per scheduling class).
 #[derive(Clone, Debug, Default)]
 pub struct PdbTracker {
-    covering: HashMap<ClassId, Vec<usize>>,
+    /// By class id; `None`: not computed yet.
+    covering: Vec<Option<Vec<usize>>>,
 }
 
 impl PdbTracker {
@@ -20,7 +21,11 @@ impl PdbTracker {
     /// Indices of the PDBs that select the pod.
     pub fn covering(&mut self, snap: &ClusterSnapshot, pod: PodId) -> &[usize] {
         let info = snap.pod(pod);
-        self.covering.entry(info.class).or_insert_with(|| {
+        let class = info.class as usize;
+        if self.covering.len() <= class {
+            self.covering.resize(class + 1, None);
+        }
+        self.covering[class].get_or_insert_with(|| {
             let labels = snap.pod_labels(pod);
             snap.pdbs()
                 .iter()
@@ -86,6 +91,16 @@ impl PdbPacing {
     }
 }
 
+/// Whether evicting the pod now costs its budgets a disruption (see [`PdbView::healthy`]).
+fn healthy_pod(snap: &ClusterSnapshot, evicted: &HashSet<&str>, pod: PodId) -> bool {
+    let p = snap.pod(pod);
+    p.ready
+        && !p.terminating
+        && !p.terminal
+        && snap.node_of(pod).is_some()
+        && (evicted.is_empty() || !evicted.contains(p.uid.as_str()))
+}
+
 /// Reads a snapshot's budgets: what each allows now and what each node's drain needs.
 pub struct PdbView<'a> {
     snap: &'a ClusterSnapshot,
@@ -106,12 +121,7 @@ impl<'a> PdbView<'a> {
     /// Whether evicting the pod now costs its budgets a disruption: ready, not terminating, not
     /// evicted by us (budgets also skip the pods their status records as disrupted).
     fn healthy(&self, pod: PodId) -> bool {
-        let p = self.snap.pod(pod);
-        p.ready
-            && !p.terminating
-            && !p.terminal
-            && !self.evicted.contains(p.uid.as_str())
-            && self.snap.node_of(pod).is_some()
+        healthy_pod(self.snap, &self.evicted, pod)
     }
 
     /// The pacing before any drain is counted: each budget's allowance now.
@@ -119,12 +129,14 @@ impl<'a> PdbView<'a> {
         let pdbs = self.snap.pdbs();
         let mut healthy = vec![0i64; pdbs.len()];
         for pod in 0..self.snap.pod_count() as PodId {
-            if !self.healthy(pod) {
+            let snap = self.snap;
+            let covering = self.tracker.covering(snap, pod);
+            if covering.is_empty() || !healthy_pod(snap, &self.evicted, pod) {
                 continue;
             }
-            let name = self.snap.pod(pod).name.clone();
-            for &i in self.tracker.covering(self.snap, pod) {
-                if !pdbs[i].disrupted.contains(&name) {
+            let name = &snap.pod(pod).name;
+            for &i in covering {
+                if !pdbs[i].disrupted.contains(name) {
                     healthy[i] += 1;
                 }
             }

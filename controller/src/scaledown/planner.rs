@@ -95,6 +95,20 @@ impl DestinationHints {
         self.len() == 0
     }
 
+    /// Only the hints for pods of the `sources` nodes.
+    pub fn only_from<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut out = DestinationHints::default();
+        for s in sources {
+            if let Some(m) = self.current.get(s) {
+                out.current.insert(s.to_string(), m.clone());
+            }
+            if let Some(m) = self.previous.get(s) {
+                out.previous.insert(s.to_string(), m.clone());
+            }
+        }
+        out
+    }
+
     fn rotate(&mut self, new: HashMap<String, HashMap<String, String>>) {
         self.previous = std::mem::replace(&mut self.current, new);
     }

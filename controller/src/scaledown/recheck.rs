@@ -21,6 +21,43 @@ pub fn recheck_config(cfg: &PlannerConfig, node: &str) -> PlannerConfig {
     cfg
 }
 
+/// What a plan restricted to `node` reads of `state`: the deletions in flight (synced with the
+/// to-be-deleted taints, without `node`), the recent evictions, the node's own candidacy, and the
+/// destination hints of the pods of `node`, of the nodes being deleted and of the nodes the
+/// recent evictions left (the only sources the simulation looks hints up for). The other hints and the non-candidates are not copied.
+fn narrowed(
+    state: &PlannerState,
+    snap: &ClusterSnapshot,
+    node: &str,
+    now: Timestamp,
+) -> PlannerState {
+    let mut out = PlannerState {
+        deleted: state.deleted.clone(),
+        candidates: state
+            .candidates
+            .get_key_value(node)
+            .map(|(k, v)| (k.clone(), *v))
+            .into_iter()
+            .collect(),
+        recent_evictions: state.recent_evictions.clone(),
+        ..PlannerState::default()
+    };
+    out.sync_deleting_from_taints(snap, now);
+    out.finish_deleting(node);
+    let evicted_from = state
+        .recent_evictions
+        .iter()
+        .filter_map(|e| e.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()));
+    let sources = out
+        .deleted
+        .keys()
+        .map(String::as_str)
+        .chain([node])
+        .chain(evicted_from);
+    out.hints = state.hints.only_from(sources);
+    out
+}
+
 /// Can all of `node`'s pods still go elsewhere, with the other deletions in flight (the nodes
 /// tainted to-be-deleted and the deleted set of `state`)? The node is simulated without its own
 /// to-be-deleted taint. `snap` is forked and left exactly as it was. The error says why not.
@@ -46,9 +83,7 @@ pub fn recheck(
             .collect();
         snap.set_taints(id, kept);
     }
-    let mut state = state.clone();
-    state.sync_deleting_from_taints(snap, now);
-    state.finish_deleting(node);
+    let mut state = narrowed(state, snap, node, now);
     let p = plan(
         snap,
         &mut PredicateChecker::new(),

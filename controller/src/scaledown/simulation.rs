@@ -96,10 +96,15 @@ impl<'a> Sim<'a> {
     fn hint(&mut self, source: &str, pod: PodId, dest: NodeId) {
         let uid = self.snap.pod(pod).uid.clone();
         let to = self.snap.node(dest).name.clone();
-        self.new_hints
-            .entry(source.to_string())
-            .or_default()
-            .insert(uid, to);
+        match self.new_hints.get_mut(source) {
+            Some(m) => {
+                m.insert(uid, to);
+            }
+            None => {
+                self.new_hints
+                    .insert(source.to_string(), HashMap::from([(uid, to)]));
+            }
+        }
     }
 
     /// Step 1: pods left on nodes being deleted must still fit elsewhere. True when one fits
@@ -115,7 +120,13 @@ impl<'a> Sim<'a> {
             let Some(node) = self.snap.node_id(name) else {
                 continue;
             };
-            let pods: Vec<PodId> = self.snap.pods_on(node).to_vec();
+            // In name order, as drains list them: not in the order the pods reached the
+            // snapshot, which the watches decide.
+            let mut pods: Vec<PodId> = self.snap.pods_on(node).to_vec();
+            pods.sort_by(|a, b| {
+                let (a, b) = (self.snap.pod(*a), self.snap.pod(*b));
+                (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+            });
             for pod in pods {
                 if classify(self.snap, pod, rules, &mut self.pdbs) == PodDisposition::Stays {
                     continue;
