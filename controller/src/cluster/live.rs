@@ -102,6 +102,10 @@ struct PdbCounts {
 /// the model lacks left out, as the controller's stores leave them out), up to ids and order:
 /// PDBs are kept in (namespace, name) order. Objects that cannot be parsed are recorded, and
 /// [`LiveCluster::snapshot_mut`] reports the first until it is fixed or deleted.
+///
+/// A loop takes [`LiveCluster::snapshot_mut`] and runs the planner on it (which forks and
+/// reverts); events wait while a fork is open. Node, pod and class ids change as events are
+/// applied, so each loop uses a fresh [`super::PredicateChecker`].
 #[derive(Clone, Debug)]
 pub struct LiveCluster {
     snap: ClusterSnapshot,

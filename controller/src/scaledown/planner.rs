@@ -328,15 +328,20 @@ impl NodeFacts {
         for &n in &self.governed {
             removable_later[n as usize] = util[n as usize] < threshold;
         }
-        let mut order: Vec<NodeId> = (0..snap.node_count() as NodeId).collect();
-        order.sort_by(|a, b| {
-            soft_taints[*a as usize]
-                .cmp(&soft_taints[*b as usize])
-                .then_with(|| removable_later[*a as usize].cmp(&removable_later[*b as usize]))
-                .then_with(|| util[*b as usize].total_cmp(&util[*a as usize]))
-                .then_with(|| snap.node(*a).name.cmp(&snap.node(*b).name))
+        // Sort keys side by side; names (unique) break ties, so the order is total.
+        let mut keyed: Vec<(usize, bool, f64, NodeId)> = (0..snap.node_count() as NodeId)
+            .map(|n| {
+                let i = n as usize;
+                (soft_taints[i], removable_later[i], util[i], n)
+            })
+            .collect();
+        keyed.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| a.1.cmp(&b.1))
+                .then_with(|| b.2.total_cmp(&a.2))
+                .then_with(|| snap.node(a.3).name.cmp(&snap.node(b.3).name))
         });
-        order
+        keyed.into_iter().map(|k| k.3).collect()
     }
 }
 
