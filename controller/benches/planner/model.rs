@@ -20,7 +20,7 @@ use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use super::{LIVE, PEAK, cluster, config, median, time};
 
 /// Loops measured per figure (the median is printed).
-const RUNS: usize = 3;
+const RUNS: usize = 5;
 
 /// `EBB_BENCH_NO_BASELINE=1` skips the rebuild baseline (for profiling the model's loops).
 fn baseline_runs() -> usize {

@@ -364,6 +364,20 @@ fn check_indexes(s: &ClusterSnapshot) {
     assert_eq!(s.class_ids.len(), refs.iter().filter(|r| **r > 0).count());
 }
 
+/// The checker's caches (node-static results, anti-affinity selections per class) answer as
+/// checking everything afresh does, for every pod on every node.
+fn check_caches(s: &ClusterSnapshot) {
+    let mut cached = super::PredicateChecker::new();
+    let mut fresh = super::PredicateChecker::without_cache();
+    for _ in 0..2 {
+        for p in 0..s.pod_count() as PodId {
+            for n in 0..s.node_count() as NodeId {
+                assert_eq!(cached.check(s, p, n), fresh.check(s, p, n));
+            }
+        }
+    }
+}
+
 fn now() -> jiff::Timestamp {
     jiff::Timestamp::from_second(1_800_000_000).unwrap_or(jiff::Timestamp::UNIX_EPOCH)
 }
@@ -490,6 +504,7 @@ fn compare(live: &mut LiveCluster, world: &World, evicted: Option<&Pod>) {
         (Err(e), Ok(_)) => panic!("a fresh build fails ({e}), the live model does not"),
         (Ok(mut scratch), Ok(model)) => {
             assert_eq!(canonical(&scratch), canonical(model));
+            check_caches(model);
             assert_eq!(
                 run_plan(&mut scratch, evicted),
                 run_plan(model, evicted),

@@ -69,15 +69,58 @@ pub struct CheckerStats {
     pub static_cache_hits: u64,
 }
 
-/// Checks whether pods fit nodes of a snapshot. Keep one checker per snapshot (its cache is
-/// indexed by the snapshot's class and node ids); create a new one for a new snapshot.
+/// Checks whether pods fit nodes of a snapshot. Keep one checker per snapshot (its caches are
+/// indexed by the snapshot's class and node ids); create a new one for a new snapshot, and for
+/// each loop on a model that watch events change in between.
 #[derive(Debug, Default)]
 pub struct PredicateChecker {
     /// `static_fit[class][node]`: 0 unknown, 1 fits, else 2 + the failing static predicate.
     static_fit: Vec<Vec<u8>>,
     stats: CheckerStats,
+    /// Whether the anti-affinity terms of a class select the pods of another class.
+    anti: TermMemo,
     /// Disables the class cache (for the baseline planner in benchmarks).
     no_cache: bool,
+}
+
+/// `cells[class][term][other]`: 0 unknown, 1 the `term`-th anti-affinity term of `class` selects
+/// the pods of `other`, 2 it does not. A term reads only a pod's namespace and labels, which its
+/// class holds.
+#[derive(Debug, Default)]
+struct TermMemo {
+    cells: Vec<Vec<Vec<u8>>>,
+}
+
+impl TermMemo {
+    fn selects(
+        &mut self,
+        snap: &ClusterSnapshot,
+        (class, t): (ClassId, usize),
+        term: &PodAffinityTerm,
+        other: ClassId,
+    ) -> bool {
+        let (c, o) = (class as usize, other as usize);
+        if self.cells.len() <= c {
+            self.cells.resize(c + 1, Vec::new());
+        }
+        let terms = &mut self.cells[c];
+        if terms.len() <= t {
+            terms.resize(t + 1, Vec::new());
+        }
+        let cells = &mut terms[t];
+        if cells.len() <= o {
+            cells.resize(o + 1, UNKNOWN);
+        }
+        match cells[o] {
+            UNKNOWN => {
+                let req = &snap.class(other).req;
+                let yes = term.selects(&req.namespace, &req.labels);
+                cells[o] = if yes { 1 } else { 2 };
+                yes
+            }
+            known => known == 1,
+        }
+    }
 }
 
 impl PredicateChecker {
@@ -110,7 +153,8 @@ impl PredicateChecker {
         check_resources(snap, class, node)?;
         check_host_ports(snap, class, node)?;
         if class.is_inter_pod() {
-            check_inter_pod(snap, class_id, pod, node)?;
+            let memo = (!self.no_cache).then_some(&mut self.anti);
+            check_inter_pod(snap, class_id, pod, node, memo)?;
         }
         Ok(())
     }
@@ -260,9 +304,10 @@ fn check_inter_pod(
     class_id: ClassId,
     pod: PodId,
     node: NodeId,
+    memo: Option<&mut TermMemo>,
 ) -> Result<(), Unfit> {
     let class = snap.class(class_id);
-    check_own_anti_affinity(snap, &class.req, pod, node)?;
+    check_own_anti_affinity(snap, class_id, pod, node, memo)?;
     if class.targeted_by_anti_affinity {
         check_existing_anti_affinity(snap, &class.req, pod, node)?;
     }
@@ -275,17 +320,26 @@ fn selects_other(snap: &ClusterSnapshot, term: &PodAffinityTerm, pod: PodId, p: 
     p != pod && term.selects(&snap.pod(p).namespace, snap.pod_labels(p))
 }
 
-/// This pod's anti-affinity: no selected pod in the domain.
+/// This pod's anti-affinity: no selected pod in the domain (whether a term selects a pod is
+/// remembered per class when `memo` is given).
 fn check_own_anti_affinity(
     snap: &ClusterSnapshot,
-    req: &SchedRequirements,
+    class: ClassId,
     pod: PodId,
     node: NodeId,
+    mut memo: Option<&mut TermMemo>,
 ) -> Result<(), Unfit> {
-    for term in &req.anti_affinity {
-        if let Some(mut pods) = domain_pods(snap, node, &term.topology_key)
-            && pods.any(|p| selects_other(snap, term, pod, p))
-        {
+    for (t, term) in snap.class(class).req.anti_affinity.iter().enumerate() {
+        let Some(mut pods) = domain_pods(snap, node, &term.topology_key) else {
+            continue;
+        };
+        let found = match memo.as_deref_mut() {
+            Some(m) => {
+                pods.any(|p| p != pod && m.selects(snap, (class, t), term, snap.pod(p).class))
+            }
+            None => pods.any(|p| selects_other(snap, term, pod, p)),
+        };
+        if found {
             return Err(Unfit::PodAntiAffinity);
         }
     }

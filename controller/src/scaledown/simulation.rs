@@ -425,6 +425,10 @@ impl Greedy {
             moves: Vec::with_capacity(d.moves.len()),
             node: name,
         };
+        if !d.moves.is_empty() && !sim.new_hints.contains_key(&candidate.node) {
+            let hints = HashMap::with_capacity(d.moves.len());
+            sim.new_hints.insert(candidate.node.clone(), hints);
+        }
         for (pod, to) in d.moves {
             self.used_as_dest[to as usize] = true;
             sim.hint(&candidate.node, pod, to);
