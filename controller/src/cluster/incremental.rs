@@ -179,7 +179,7 @@ impl ClusterSnapshot {
     }
 
     /// A class no pod uses any more: its slot is free, and the classes its anti-affinity
-    /// targeted are marked again from the classes left.
+    /// targeted count one class fewer targeting them.
     fn free_class(&mut self, class: ClassId) {
         let dead = std::mem::replace(
             &mut self.classes[class as usize],
@@ -190,22 +190,22 @@ impl ClusterSnapshot {
         );
         self.class_ids.remove(&dead.req);
         self.free_classes.push(class);
+        self.anti_targets[class as usize] = 0;
         if dead.req.anti_affinity.is_empty() {
             return;
         }
-        let refs = &self.class_refs;
-        let anti: Vec<_> = self
-            .classes
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| refs[*i] > 0)
-            .flat_map(|(_, c)| c.req.anti_affinity.iter().cloned())
-            .collect();
+        self.with_anti.retain(|c| *c != class);
         for (i, c) in self.classes.iter_mut().enumerate() {
-            c.targeted_by_anti_affinity = refs[i] > 0
-                && anti
+            if self.class_refs[i] > 0
+                && dead
+                    .req
+                    .anti_affinity
                     .iter()
-                    .any(|t| t.selects(&c.req.namespace, &c.req.labels));
+                    .any(|t| t.selects(&c.req.namespace, &c.req.labels))
+            {
+                self.anti_targets[i] -= 1;
+                c.targeted_by_anti_affinity = self.anti_targets[i] > 0;
+            }
         }
     }
 

@@ -362,6 +362,29 @@ fn check_indexes(s: &ClusterSnapshot) {
         }
     }
     assert_eq!(s.class_ids.len(), refs.iter().filter(|r| **r > 0).count());
+    let live: Vec<u32> = (0..refs.len() as u32)
+        .filter(|c| refs[*c as usize] > 0)
+        .collect();
+    let mut with_anti: Vec<u32> = live
+        .iter()
+        .copied()
+        .filter(|c| !s.class(*c).req.anti_affinity.is_empty())
+        .collect();
+    let mut kept = s.with_anti.clone();
+    (with_anti.sort(), kept.sort());
+    assert_eq!(with_anti, kept, "classes with anti-affinity");
+    for &c in &live {
+        let req = &s.class(c).req;
+        let targets = with_anti
+            .iter()
+            .filter(|a| {
+                let anti = &s.class(**a).req.anti_affinity;
+                anti.iter().any(|t| t.selects(&req.namespace, &req.labels))
+            })
+            .count() as u32;
+        assert_eq!(s.anti_targets[c as usize], targets, "classes targeting {c}");
+        assert_eq!(s.class(c).targeted_by_anti_affinity, targets > 0);
+    }
 }
 
 /// The checker's caches (node-static results, anti-affinity selections per class) answer as

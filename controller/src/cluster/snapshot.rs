@@ -5,8 +5,8 @@ use super::undo::UndoLog;
 use std::collections::{BTreeMap, HashMap};
 
 use super::model::{
-    ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodId, PodInfo, Resources, SchedClass,
-    SchedRequirements, Taint,
+    ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodAffinityTerm, PodId, PodInfo, Resources,
+    SchedClass, SchedRequirements, Taint,
 };
 
 /// One reversible change.
@@ -120,6 +120,11 @@ pub struct ClusterSnapshot {
     pub(crate) class_refs: Vec<u32>,
     /// Slots of classes without pods, reused by the next class interned outside a fork.
     pub(crate) free_classes: Vec<ClassId>,
+    /// Per class, how many classes with pods have an anti-affinity term selecting it (it is
+    /// `targeted_by_anti_affinity` while this is above zero).
+    pub(crate) anti_targets: Vec<u32>,
+    /// Classes with pods and anti-affinity terms.
+    pub(crate) with_anti: Vec<ClassId>,
     undo: UndoLog<Change>,
 }
 
@@ -157,9 +162,27 @@ impl ClusterSnapshot {
         for p in &pods {
             class_refs[p.class as usize] += 1;
         }
+        let with_anti: Vec<ClassId> = (0..classes.len() as ClassId)
+            .filter(|c| !classes[*c as usize].req.anti_affinity.is_empty())
+            .collect();
+        let anti_targets = classes
+            .iter()
+            .map(|c| {
+                let selecting = with_anti.iter().filter(|a| {
+                    classes[**a as usize]
+                        .req
+                        .anti_affinity
+                        .iter()
+                        .any(|t| t.selects(&c.req.namespace, &c.req.labels))
+                });
+                selecting.count() as u32
+            })
+            .collect();
         let mut snap = ClusterSnapshot {
             class_refs,
             free_classes: Vec::new(),
+            anti_targets,
+            with_anti,
             node_pods: vec![Vec::new(); nodes.len()],
             requested: vec![Resources::default(); nodes.len()],
             usage: vec![Usage::default(); nodes.len()],
@@ -329,37 +352,31 @@ impl ClusterSnapshot {
         if let Some(id) = self.class_ids.get(&req) {
             return *id;
         }
-        let live = |i: usize, refs: &[u32]| refs.get(i).is_some_and(|r| *r > 0);
-        let targeted = self.classes.iter().enumerate().any(|(i, c)| {
-            live(i, &self.class_refs)
-                && c.req
-                    .anti_affinity
-                    .iter()
-                    .any(|t| t.selects(&req.namespace, &req.labels))
-        });
+        let selects = |anti: &[PodAffinityTerm], of: &SchedRequirements| {
+            anti.iter().any(|t| t.selects(&of.namespace, &of.labels))
+        };
+        let mut targets = self
+            .with_anti
+            .iter()
+            .filter(|c| selects(&self.classes[**c as usize].req.anti_affinity, &req))
+            .count() as u32;
+        if selects(&req.anti_affinity, &req) {
+            targets += 1;
+        }
         // The new class's own anti-affinity may target existing classes.
         let mut marked = Vec::new();
         if !req.anti_affinity.is_empty() {
             for (i, c) in self.classes.iter_mut().enumerate() {
-                if !c.targeted_by_anti_affinity
-                    && live(i, &self.class_refs)
-                    && req
-                        .anti_affinity
-                        .iter()
-                        .any(|t| t.selects(&c.req.namespace, &c.req.labels))
-                {
+                if self.class_refs[i] > 0 && selects(&req.anti_affinity, &c.req) {
+                    self.anti_targets[i] += 1;
                     c.targeted_by_anti_affinity = true;
                     marked.push(i as ClassId);
                 }
             }
         }
-        let self_targeted = req
-            .anti_affinity
-            .iter()
-            .any(|t| t.selects(&req.namespace, &req.labels));
         let class = SchedClass {
             req: req.clone(),
-            targeted_by_anti_affinity: targeted || self_targeted,
+            targeted_by_anti_affinity: targets > 0,
         };
         let reuse = if self.undo.depth() == 0 {
             self.free_classes.pop()
@@ -370,14 +387,19 @@ impl ClusterSnapshot {
             Some(id) => {
                 self.classes[id as usize] = class;
                 self.class_refs[id as usize] = 0;
+                self.anti_targets[id as usize] = targets;
                 id
             }
             None => {
                 self.classes.push(class);
                 self.class_refs.push(0);
+                self.anti_targets.push(targets);
                 (self.classes.len() - 1) as ClassId
             }
         };
+        if !req.anti_affinity.is_empty() {
+            self.with_anti.push(id);
+        }
         self.class_ids.insert(req, id);
         self.undo.record(Change::ClassAdded { marked });
         id
@@ -425,9 +447,14 @@ impl ClusterSnapshot {
             }
             Change::ClassAdded { marked } => {
                 for c in marked {
-                    self.classes[c as usize].targeted_by_anti_affinity = false;
+                    let c = c as usize;
+                    self.anti_targets[c] -= 1;
+                    self.classes[c].targeted_by_anti_affinity = self.anti_targets[c] > 0;
                 }
                 self.class_refs.pop();
+                self.anti_targets.pop();
+                let id = self.classes.len().saturating_sub(1) as ClassId;
+                self.with_anti.retain(|c| *c != id);
                 if let Some(class) = self.classes.pop() {
                     self.class_ids.remove(&class.req);
                 }
