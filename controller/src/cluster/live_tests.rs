@@ -371,7 +371,8 @@ fn check_indexes(s: &ClusterSnapshot) {
         .filter(|c| !s.class(*c).req.anti_affinity.is_empty())
         .collect();
     let mut kept = s.with_anti.clone();
-    (with_anti.sort(), kept.sort());
+    with_anti.sort();
+    kept.sort();
     assert_eq!(with_anti, kept, "classes with anti-affinity");
     for &c in &live {
         let req = &s.class(c).req;
