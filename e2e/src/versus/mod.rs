@@ -202,11 +202,16 @@ pub struct Measured {
     pub last_gone: Option<Duration>,
     /// Evictions (and refusals) by the scaler's user.
     pub evictions: usize,
+    /// Of `evictions`, those of DaemonSet pods (Karpenter's termination evicts them; ebb leaves
+    /// them to go with the node).
+    pub daemonset_evictions: usize,
     pub refused_evictions: usize,
     /// Evictions by any other user (Karpenter's termination of a NodeClaim ebb deleted), and how
     /// many of theirs were refused.
     pub other_evictions: usize,
     pub other_refused: usize,
+    /// Pods created during the run (replacements) that were disrupted in turn: moved twice.
+    pub disrupted_again: usize,
     /// Pods deleted directly (not through the Eviction API) by the scaler's user.
     pub direct_pod_deletes: usize,
     /// NodeClaims the scaler's user deleted (ebb's Karpenter removals; Karpenter's own), by name.
@@ -407,7 +412,15 @@ pub async fn run_on(
     }
     let label = format!("versus {} / {}", scenario.name, column.name());
     let t_setup = Instant::now();
-    let env = TestEnv::start_real(0).await?;
+    // The control plane starts once more if it fails to (on a busy machine a component can
+    // exit during startup).
+    let env = match TestEnv::start_real(0).await {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("{label}: the control plane did not start, once more: {e:#}");
+            TestEnv::start_real(0).await?
+        }
+    };
     let client = env.client.clone();
     let mut notes = Vec::new();
     let (budgets, mut karpenter, node_claims) = match column.nodes {
@@ -533,6 +546,16 @@ pub async fn run_on(
         tokio::time::sleep(Duration::from_secs(2)).await;
         never_came_back = scenario::missing_pods(&client, scenario).await?;
     }
+    if never_came_back > 0 {
+        let by = scenario::missing_by_workload(&client, scenario).await?;
+        notes.push(format!(
+            "pods that never came back: {}",
+            by.iter()
+                .map(|(w, n)| format!("{n} of {w}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let observed = observer.stop();
     let nodes_after = node_count(&client).await?;
     if let Some(k) = karpenter.as_mut() {
@@ -568,6 +591,7 @@ pub async fn run_on(
         cut,
         last_gone,
         pdb_violations: observed.violations.len(),
+        disrupted_again: observed.disrupted_again,
         longest_pending: observed.longest_pending.map(|(d, _)| d),
         notes,
         ..Measured::default()
@@ -579,6 +603,11 @@ pub async fn run_on(
         );
     }
     let mut last_delete: Option<jiff::Timestamp> = None;
+    let daemonsets: Vec<String> = scenario
+        .daemonsets
+        .iter()
+        .map(|d| format!("{}-", d.name))
+        .collect();
     // By name: Karpenter deletes a NodeClaim (and its Node) again while its finalizer runs.
     let mut deleted = std::collections::BTreeSet::new();
     let mut claims_deleted = std::collections::BTreeSet::new();
@@ -587,7 +616,12 @@ pub async fn run_on(
         let by_scaler = r.user == scaler_user;
         match (r.verb.as_str(), r.resource.as_str(), r.subresource.as_str()) {
             ("create", "pods", "eviction") if r.code == 201 => match by_scaler {
-                true => m.evictions += 1,
+                true => {
+                    m.evictions += 1;
+                    if daemonsets.iter().any(|d| r.name.starts_with(d.as_str())) {
+                        m.daemonset_evictions += 1;
+                    }
+                }
                 false => m.other_evictions += 1,
             },
             ("create", "pods", "eviction") if r.code == 429 => match by_scaler {
@@ -682,6 +716,7 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
             Box::new(|o| cell(o, |m| m.last_gone, opt_secs)),
         ),
         ("evictions", count(|m| m.evictions)),
+        ("of which DaemonSet pods", count(|m| m.daemonset_evictions)),
         ("refused evictions (429)", count(|m| m.refused_evictions)),
         (
             "evictions by others (refused)",
@@ -694,6 +729,7 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
             }),
         ),
         ("direct pod deletes", count(|m| m.direct_pod_deletes)),
+        ("replacements moved again", count(|m| m.disrupted_again)),
         ("NodeClaims deleted", count(|m| m.node_claim_deletes)),
         ("PDB violations", count(|m| m.pdb_violations)),
         (

@@ -52,6 +52,8 @@ struct PodState {
     running: bool,
     /// Set for a pod created after the observer started, until it runs.
     pending_since: Option<Instant>,
+    /// Created after the observer started (a replacement of a pod the scaler moved, mostly).
+    born_in_run: bool,
 }
 
 fn state_of(p: &Pod) -> PodState {
@@ -68,6 +70,7 @@ fn state_of(p: &Pod) -> PodState {
         deleting,
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
         pending_since: None,
+        born_in_run: false,
     }
 }
 
@@ -77,6 +80,8 @@ struct Inner {
     violations: Vec<Violation>,
     /// Longest Pending time of a pod that ran, and its name.
     longest_pending: Option<(Duration, String)>,
+    /// Disruptions of pods created during the run.
+    disrupted_again: usize,
     initialized: bool,
 }
 
@@ -93,6 +98,9 @@ impl Inner {
     /// A healthy pod stopped being healthy because it is being deleted (an eviction, a direct
     /// delete, or the pod garbage collector after its Node went): check every budget covering it.
     fn disrupted(&mut self, budgets: &[Budget], pod: &PodState) {
+        if pod.born_in_run {
+            self.disrupted_again += 1;
+        }
         for b in budgets.iter().filter(|b| b.covers(pod)) {
             let healthy_after = self.healthy(b);
             if healthy_after < b.desired_healthy {
@@ -113,8 +121,16 @@ impl Inner {
         let mut new = state_of(pod);
         let old = self.pods.get(&uid).cloned();
         match &old {
-            Some(o) => new.pending_since = o.pending_since,
-            None if live && !new.running => new.pending_since = Some(Instant::now()),
+            Some(o) => {
+                new.pending_since = o.pending_since;
+                new.born_in_run = o.born_in_run;
+            }
+            None if live => {
+                new.born_in_run = true;
+                if !new.running {
+                    new.pending_since = Some(Instant::now());
+                }
+            }
             None => {}
         }
         if new.running
@@ -155,6 +171,9 @@ pub struct Observed {
     pub longest_pending: Option<(Duration, String)>,
     /// Pods created during the run that are still not Running.
     pub still_pending: usize,
+    /// Healthy pods created during the run (replacements, mostly) that were then disrupted
+    /// themselves: pods the scaler moved twice or more.
+    pub disrupted_again: usize,
 }
 
 /// A running pod watch; dropped or [`Observer::stop`]ped at the end of a run.
@@ -219,6 +238,7 @@ impl Observer {
             violations: s.violations.clone(),
             longest_pending: longest,
             still_pending,
+            disrupted_again: s.disrupted_again,
         }
     }
 }
@@ -266,6 +286,20 @@ mod tests {
         s.apply(&b, &pod("p2", true, true), true);
         assert_eq!(s.violations.len(), 1, "1 healthy < 2 desired");
         assert_eq!(s.violations[0].healthy_after, 1);
+        assert_eq!(s.disrupted_again, 0, "p1 and p2 were there before");
+    }
+
+    #[test]
+    fn a_replacement_disrupted_in_turn_is_counted() {
+        let b = budget(0);
+        let mut s = Inner::default();
+        s.apply(&b, &pod("p1", true, false), false);
+        s.initialized = true;
+        s.apply(&b, &pod("p1", true, true), true);
+        s.apply(&b, &pod("p2", false, false), true);
+        s.apply(&b, &pod("p2", true, false), true);
+        s.apply(&b, &pod("p2", true, true), true);
+        assert_eq!(s.disrupted_again, 1);
     }
 
     #[test]

@@ -457,9 +457,21 @@ pub async fn build_on(
 /// Pods the workload should run now but does not (after the run): replicas of each Deployment
 /// and StatefulSet not Ready, DaemonSet pods missing on the remaining nodes, bare pods gone.
 pub async fn missing_pods(client: &kube::Client, s: &Scenario) -> anyhow::Result<usize> {
-    let mut missing = 0usize;
+    Ok(missing_by_workload(client, s)
+        .await?
+        .iter()
+        .map(|(_, n)| n)
+        .sum())
+}
+
+/// [`missing_pods`] by workload, only those with any missing.
+pub async fn missing_by_workload(
+    client: &kube::Client,
+    s: &Scenario,
+) -> anyhow::Result<Vec<(String, usize)>> {
+    let mut out = Vec::new();
     for w in s.workloads() {
-        missing += match w.kind {
+        let missing = match w.kind {
             Kind::Deployment => {
                 let d = Api::<Deployment>::namespaced(client.clone(), NAMESPACE)
                     .get(&w.name)
@@ -494,6 +506,9 @@ pub async fn missing_pods(client: &kube::Client, s: &Scenario) -> anyhow::Result
                 gone
             }
         };
+        if missing > 0 {
+            out.push((w.name.clone(), missing));
+        }
     }
-    Ok(missing)
+    Ok(out)
 }
