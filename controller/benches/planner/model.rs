@@ -11,7 +11,6 @@ use ebb_controller::cluster::model::{Operator, Requirement, Selector};
 use ebb_controller::cluster::{
     ClusterEvent, ClusterObjects, LiveCluster, PredicateChecker, build_snapshot,
 };
-use ebb_controller::reconcilers::scaledown::reconcile::recheck_node;
 use ebb_controller::scaledown::{
     InstantStopwatch, Plan, PlannerConfig, PlannerState, plan, recheck, select_deletions,
 };
@@ -290,7 +289,18 @@ pub fn run(nodes: usize) -> Vec<String> {
                     *n = node.clone();
                 }
             }
-            let (base_result, base_t) = time(|| recheck_node(objs, &cfg, &recheck_state, &name));
+            // Today's path before the shared model: a snapshot built for each re-check.
+            let (base_result, base_t) = time(|| {
+                let mut snap = build_snapshot(&objs).unwrap_or_else(|e| panic!("{e}"));
+                recheck(
+                    &mut snap,
+                    &cfg,
+                    &recheck_state,
+                    &name,
+                    now(),
+                    &mut InstantStopwatch::start(),
+                )
+            });
             out.push(format!(
                 "recheck {nodes} nodes: {:.2} ms",
                 ms(median(times))

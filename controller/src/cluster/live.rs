@@ -47,6 +47,9 @@ pub enum ClusterEvent<'a> {
     Owners(OwnerIndex),
     /// The node agents' NodeStates (all of them): the warm roles of every node.
     NodeStates(&'a [NodeState]),
+    /// The warm roles of every node, counted from the NodeStates
+    /// ([`super::build::warm_roles_by_node`]).
+    WarmRoles(HashMap<String, u32>),
     /// Cluster API's and Karpenter's objects changed: every node's machine link.
     Providers(&'a ProviderIndex),
     /// PersistentVolumes and claims (all of them): pods on local volumes are pinned.
@@ -231,7 +234,10 @@ impl LiveCluster {
             } => self.snap.remove_owner(kind, namespace, name),
             ClusterEvent::Owners(o) => self.snap.set_owners(o),
             ClusterEvent::NodeStates(states) => {
-                self.warm = warm_roles_by_node(states);
+                self.apply(ClusterEvent::WarmRoles(warm_roles_by_node(states)))
+            }
+            ClusterEvent::WarmRoles(warm) => {
+                self.warm = warm;
                 for id in 0..self.snap.node_count() as NodeId {
                     let node = self.snap.node_extras_mut(id);
                     node.warm_roles = self.warm.get(&node.name).copied().unwrap_or(0);
@@ -285,6 +291,11 @@ impl LiveCluster {
             Some(e) => Err(e.clone()),
             None => Ok(&mut self.snap),
         }
+    }
+
+    /// The Cluster API and Karpenter objects each node's machine is resolved with.
+    pub fn providers(&self) -> &ProviderIndex {
+        &self.providers
     }
 
     /// The model whatever errors there are (for tests and diagnostics).

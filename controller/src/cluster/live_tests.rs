@@ -13,18 +13,17 @@ use super::build::{ClusterObjects, owner_index};
 use super::live::{ClusterEvent, LiveCluster};
 use super::model::{NodeId, PodId, Resources};
 use super::{ClusterSnapshot, build_snapshot};
-use crate::reconcilers::scaledown::reconcile::recheck_node;
 use crate::scaledown::{
     PlannerConfig, PlannerState, StepStopwatch, plan, recheck, select_deletions,
 };
 use crate::testkit::{node, pdb_min_available, pod, taint};
 
-const NODES: u8 = 4;
-const PODS: u8 = 10;
-const PDBS: u8 = 2;
+pub(crate) const NODES: u8 = 4;
+pub(crate) const PODS: u8 = 10;
+pub(crate) const PDBS: u8 = 2;
 
 #[derive(Clone, Debug)]
-struct NodeVar {
+pub(crate) struct NodeVar {
     /// 0..3: 2, 4, 8 cpus; 3: an unreadable quantity.
     cpu: u8,
     zone: u8,
@@ -35,7 +34,7 @@ struct NodeVar {
 }
 
 #[derive(Clone, Debug)]
-struct PodVar {
+pub(crate) struct PodVar {
     /// Node index; `NODES` is a node that never exists; None: pending.
     node: Option<u8>,
     /// 0..3: 100m, 500m, 1 cpu; 3: an unreadable quantity.
@@ -51,7 +50,7 @@ struct PodVar {
 }
 
 #[derive(Clone, Debug)]
-struct PdbVar {
+pub(crate) struct PdbVar {
     app: u8,
     /// 0..3: minAvailable 1, 2, "50%"; 3: an unreadable value.
     min: u8,
@@ -60,7 +59,7 @@ struct PdbVar {
 }
 
 #[derive(Clone, Debug)]
-enum Ev {
+pub(crate) enum Ev {
     Node(u8, NodeVar),
     NodeGone(u8),
     Pod(u8, PodVar),
@@ -132,7 +131,7 @@ fn pdb_var() -> impl Strategy<Value = PdbVar> {
         .prop_map(|(app, min, observed)| PdbVar { app, min, observed })
 }
 
-fn event() -> impl Strategy<Value = Ev> {
+pub(crate) fn event() -> impl Strategy<Value = Ev> {
     prop_oneof![
         4 => (0..NODES, node_var()).prop_map(|(i, v)| Ev::Node(i, v)),
         1 => (0..NODES).prop_map(Ev::NodeGone),
@@ -145,7 +144,7 @@ fn event() -> impl Strategy<Value = Ev> {
     ]
 }
 
-fn node_object(i: u8, v: &NodeVar) -> Node {
+pub(crate) fn node_object(i: u8, v: &NodeVar) -> Node {
     let cpu = ["2", "4", "8", "lots"][v.cpu as usize];
     let mut b = node(&format!("n{i}"))
         .cpu(cpu)
@@ -168,7 +167,7 @@ fn node_object(i: u8, v: &NodeVar) -> Node {
     b.build()
 }
 
-fn pod_object(j: u8, v: &PodVar) -> Pod {
+pub(crate) fn pod_object(j: u8, v: &PodVar) -> Pod {
     let app = format!("app{}", v.app);
     let mut b = pod(&format!("p{j}"))
         .uid(&format!("uid-p{j}-{}", v.generation))
@@ -198,7 +197,7 @@ fn pod_object(j: u8, v: &PodVar) -> Pod {
     b.build()
 }
 
-fn pdb_object(k: u8, v: &PdbVar) -> PodDisruptionBudget {
+pub(crate) fn pdb_object(k: u8, v: &PdbVar) -> PodDisruptionBudget {
     let app = format!("app{}", v.app);
     let mut p = pdb_min_available(&format!("d{k}"), "app", &app, 1);
     if let Some(spec) = p.spec.as_mut() {
@@ -259,7 +258,7 @@ impl World {
 
 /// A snapshot in terms of names and UIDs (ids and order left out).
 #[derive(Debug, PartialEq)]
-struct Canonical {
+pub(crate) struct Canonical {
     nodes: BTreeMap<String, String>,
     pods: BTreeMap<String, String>,
     requested: BTreeMap<String, Resources>,
@@ -270,7 +269,7 @@ struct Canonical {
     usage: BTreeMap<String, super::snapshot::Usage>,
 }
 
-fn canonical(s: &ClusterSnapshot) -> Canonical {
+pub(crate) fn canonical(s: &ClusterSnapshot) -> Canonical {
     let nodes = 0..s.node_count() as NodeId;
     let name = |n: NodeId| s.node(n).name.clone();
     let normal = |r: &Resources| {
@@ -504,7 +503,18 @@ fn apply(live: &mut LiveCluster, world: &mut World, ev: &Ev) {
                     canonical(s),
                     "a re-check leaves the model as it was"
                 );
-                let rebuilt = recheck_node(objects, &cfg, &state, &name);
+                let rebuilt = build_snapshot(&objects)
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut scratch| {
+                        recheck(
+                            &mut scratch,
+                            &cfg,
+                            &state,
+                            &name,
+                            now(),
+                            &mut StepStopwatch::default(),
+                        )
+                    });
                 assert_eq!(
                     forked, rebuilt,
                     "the re-check of {name} decides as a rebuild does"

@@ -21,4 +21,4 @@ pub use snapshot::ClusterSnapshot;
 pub use undo::UndoLog;
 
 #[cfg(test)]
-mod live_tests;
+pub(crate) mod live_tests;

@@ -3,9 +3,13 @@
 
 pub mod leadership;
 pub mod lease;
+pub mod model;
 pub mod providers;
 pub mod stores;
 pub mod wakes;
 
 pub use leadership::Leadership;
 pub use stores::Stores;
+
+#[cfg(test)]
+mod model_tests;

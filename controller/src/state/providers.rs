@@ -26,7 +26,11 @@ pub struct ProviderStores {
     node_claims: Option<Store<DynamicObject>>,
 }
 
-fn reflect(api: Api<DynamicObject>, ar: &ApiResource) -> (Store<DynamicObject>, JoinHandle<()>) {
+fn reflect(
+    api: Api<DynamicObject>,
+    ar: &ApiResource,
+    on_change: impl Fn() + Send + 'static,
+) -> (Store<DynamicObject>, JoinHandle<()>) {
     let writer = reflector::store::Writer::new(ar.clone());
     let store = writer.as_reader();
     let kind = ar.kind.clone();
@@ -37,8 +41,10 @@ fn reflect(api: Api<DynamicObject>, ar: &ApiResource) -> (Store<DynamicObject>, 
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                tracing::warn!(kind, error = %e, "watch failed; retrying");
+            match item {
+                Ok(watcher::Event::Init) => {}
+                Ok(_) => on_change(),
+                Err(e) => tracing::warn!(kind, error = %e, "watch failed; retrying"),
             }
         }
     });
@@ -46,18 +52,25 @@ fn reflect(api: Api<DynamicObject>, ar: &ApiResource) -> (Store<DynamicObject>, 
 }
 
 impl ProviderStores {
-    /// Starts the watches of the enabled providers; their tasks go into `tasks`.
-    pub fn start(sources: &ProviderSources, tasks: &mut Vec<JoinHandle<()>>) -> Self {
+    /// Starts the watches of the enabled providers; their tasks go into `tasks`, and `on_change`
+    /// runs on each of their events.
+    pub fn start(
+        sources: &ProviderSources,
+        tasks: &mut Vec<JoinHandle<()>>,
+        on_change: impl Fn() + Clone + Send + 'static,
+    ) -> Self {
         let mut out = Self::default();
         if let Some((client, kinds)) = &sources.cluster_api {
             let (ms, t) = reflect(
                 Api::all_with(client.clone(), &kinds.machine_set),
                 &kinds.machine_set,
+                on_change.clone(),
             );
             tasks.push(t);
             let (md, t) = reflect(
                 Api::all_with(client.clone(), &kinds.machine_deployment),
                 &kinds.machine_deployment,
+                on_change.clone(),
             );
             tasks.push(t);
             out.machine_sets = Some(ms);
@@ -67,6 +80,7 @@ impl ProviderStores {
             let (nc, t) = reflect(
                 Api::all_with(client.clone(), &kinds.node_claim),
                 &kinds.node_claim,
+                on_change.clone(),
             );
             tasks.push(t);
             out.node_claims = Some(nc);

@@ -1,7 +1,9 @@
 //! Shared reflectors: one watch per kind (Nodes, Pods, PDBs and the owner kinds), shared by every
-//! policy; the pod watch ticks a channel drains wait on, the node watch wakes the policies.
+//! policy; each event marks the shared model, the pod watch ticks drains, the node watch wakes
+//! the policies.
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, MutexGuard};
 
 use ebb_api::nodestate::NodeState;
 use futures::{Stream, StreamExt};
@@ -16,6 +18,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::model::{Catchup, OwnerKind, SharedModel};
 use super::providers::{ProviderSources, ProviderStores};
 use crate::cluster::ClusterObjects;
 
@@ -35,6 +38,8 @@ pub struct Stores {
     pub node_states: Store<NodeState>,
     /// Cluster API's and Karpenter's objects, when their removal is enabled.
     pub providers: ProviderStores,
+    /// The cluster model built from these caches, kept current by their events.
+    pub model: Arc<SharedModel>,
 }
 
 /// The running watches and what they signal.
@@ -80,8 +85,10 @@ where
 
 /// What changed in a cache.
 pub enum Changed<'a, K> {
-    /// An object was added, modified or deleted (or listed again).
-    Object(&'a K),
+    /// An object was added or modified (or listed again).
+    Applied(&'a K),
+    /// An object was deleted.
+    Deleted(&'a K),
     /// A re-list finished: the cache now holds exactly the listed objects.
     Relisted,
 }
@@ -95,11 +102,16 @@ async fn drive<K>(
     let mut seen: u64 = 0;
     while let Some(item) = stream.next().await {
         match item {
-            Ok(
-                watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o),
-            ) => {
+            Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => {
                 seen += 1;
-                on_event(Changed::Object(&o));
+                on_event(Changed::Applied(&o));
+                if seen.is_multiple_of(10_000) {
+                    tracing::debug!(kind, seen, "watch events");
+                }
+            }
+            Ok(watcher::Event::Delete(o)) => {
+                seen += 1;
+                on_event(Changed::Deleted(&o));
                 if seen.is_multiple_of(10_000) {
                     tracing::debug!(kind, seen, "watch events");
                 }
@@ -157,15 +169,17 @@ where
 /// budget allows more disruptions than before, appears, or the cache was re-listed.
 fn watch_budgets(
     client: kube::Client,
+    model: Arc<SharedModel>,
     changes: watch::Sender<u64>,
     rises: mpsc::Sender<()>,
 ) -> (Store<PodDisruptionBudget>, JoinHandle<()>) {
     let allowed_before = std::sync::Mutex::new(std::collections::HashMap::<String, i32>::new());
     let api = Api::<PodDisruptionBudget>::all(client);
     reflect(api, "PodDisruptionBudget", move |c| {
+        mark(&model, &c, SharedModel::pdb_changed);
         changes.send_modify(|v| *v = v.wrapping_add(1));
         let rose = match c {
-            Changed::Object(b) => {
+            Changed::Applied(b) | Changed::Deleted(b) => {
                 let key = format!("{}/{}", b.namespace().unwrap_or_default(), b.name_any());
                 let allowed = b.status.as_ref().map_or(0, |s| s.disruptions_allowed);
                 allowed_before
@@ -182,17 +196,40 @@ fn watch_budgets(
     })
 }
 
+/// Marks what a cache event changed in the model: `key` names the object (namespace and name);
+/// a re-list asks for a rebuild.
+fn mark<K: Resource>(
+    model: &SharedModel,
+    c: &Changed<'_, K>,
+    changed: impl FnOnce(&SharedModel, &str, &str),
+) {
+    match c {
+        Changed::Applied(o) | Changed::Deleted(o) => {
+            let meta = o.meta();
+            changed(
+                model,
+                meta.namespace.as_deref().unwrap_or_default(),
+                meta.name.as_deref().unwrap_or_default(),
+            );
+        }
+        Changed::Relisted => model.relisted(),
+    }
+}
+
 /// Start the watches (cluster-wide), with those of the enabled removal providers.
 pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches {
+    let model = Arc::new(SharedModel::default());
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
     let (pdb_tx, pdb_changes) = watch::channel(0u64);
     let (rise_tx, budget_rises) = mpsc::channel(1);
     let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
     let mut tasks = Vec::new();
+    let m = model.clone();
     let (nodes, t) = reflect(Api::<Node>::all(client.clone()), "Node", move |c| {
+        mark(&m, &c, |m, _, name| m.node_changed(name));
         let fresh = match c {
-            Changed::Object(n) => {
+            Changed::Applied(n) | Changed::Deleted(n) => {
                 let print = node_fingerprint(n);
                 seen_nodes
                     .lock()
@@ -207,13 +244,24 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
         }
     });
     tasks.push(t);
-    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |_| {
+    let m = model.clone();
+    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |c| {
+        mark(&m, &c, SharedModel::pod_changed);
         pod_tx.send_modify(|v| *v = v.wrapping_add(1));
     });
     tasks.push(t);
-    macro_rules! plain {
-        ($kind:ty, $name:literal) => {{
-            let (s, t) = reflect(Api::<$kind>::all(client.clone()), $name, |_| {});
+    macro_rules! owners {
+        ($kind:ident) => {{
+            let m = model.clone();
+            let (s, t) = reflect(
+                Api::<$kind>::all(client.clone()),
+                stringify!($kind),
+                move |c| {
+                    mark(&m, &c, |m, ns, name| {
+                        m.owner_changed(OwnerKind::$kind, ns, name)
+                    })
+                },
+            );
             tasks.push(t);
             s
         }};
@@ -222,25 +270,38 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
         nodes,
         pods,
         pdbs: {
-            let (s, t) = watch_budgets(client.clone(), pdb_tx, rise_tx);
+            let (s, t) = watch_budgets(client.clone(), model.clone(), pdb_tx, rise_tx);
             tasks.push(t);
             s
         },
-        replica_sets: plain!(ReplicaSet, "ReplicaSet"),
-        stateful_sets: plain!(StatefulSet, "StatefulSet"),
-        daemon_sets: plain!(DaemonSet, "DaemonSet"),
-        jobs: plain!(Job, "Job"),
+        replica_sets: owners!(ReplicaSet),
+        stateful_sets: owners!(StatefulSet),
+        daemon_sets: owners!(DaemonSet),
+        jobs: owners!(Job),
         replication_controllers: if served(&Api::<ReplicationController>::all(client.clone())).await
         {
-            plain!(ReplicationController, "ReplicationController")
+            owners!(ReplicationController)
         } else {
             tracing::warn!(
                 "the API server does not serve ReplicationControllers; pods owned by one count as having no known controller"
             );
             empty()
         },
-        node_states: plain!(NodeState, "NodeState"),
-        providers: ProviderStores::start(providers, &mut tasks),
+        node_states: {
+            let m = model.clone();
+            let (s, t) = reflect(
+                Api::<NodeState>::all(client.clone()),
+                "NodeState",
+                move |c| mark(&m, &c, |m, _, _| m.node_states_changed()),
+            );
+            tasks.push(t);
+            s
+        },
+        providers: {
+            let m = model.clone();
+            ProviderStores::start(providers, &mut tasks, move || m.providers_changed())
+        },
+        model,
     };
     Watches {
         stores,
@@ -253,6 +314,11 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
 }
 
 impl Stores {
+    /// The cluster model, brought up to date with these caches (see [`SharedModel::current`]).
+    pub fn model(&self) -> (MutexGuard<'_, crate::cluster::LiveCluster>, Catchup) {
+        self.model.current(self)
+    }
+
     /// Wait until every cache has listed its kind once.
     pub async fn wait_synced(&self) -> Result<(), reflector::store::WriterDropped> {
         self.nodes.wait_until_ready().await?;
@@ -270,6 +336,12 @@ impl Stores {
     /// The objects a snapshot is built from. Pods bound to a node the cache does not know (a
     /// node deleted a moment ago) are left out: they are going away with it.
     pub fn objects(&self) -> ClusterObjects {
+        self.objects_with(false)
+    }
+
+    /// [`Self::objects`], with the pods bound to unknown nodes when `all_pods` (the shared model
+    /// holds them aside until their node appears).
+    pub fn objects_with(&self, all_pods: bool) -> ClusterObjects {
         fn all<K: Clone + kube::Resource<DynamicType = ()> + 'static>(s: &Store<K>) -> Vec<K> {
             s.state().iter().map(|o| (**o).clone()).collect()
         }
@@ -283,7 +355,7 @@ impl Stores {
                 p.spec
                     .as_ref()
                     .and_then(|s| s.node_name.as_ref())
-                    .is_none_or(|n| names.contains(n))
+                    .is_none_or(|n| all_pods || names.contains(n))
             })
             .map(|p| (**p).clone())
             .collect();

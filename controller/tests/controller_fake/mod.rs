@@ -81,6 +81,8 @@ pub struct FakeApi {
     node_writer: Arc<Mutex<Writer<Node>>>,
     node_store: Store<Node>,
     pod_tick: Arc<watch::Sender<u64>>,
+    /// The cluster model over these caches, marked on every change as the watches mark it.
+    model: Arc<ebb_controller::state::model::SharedModel>,
     /// When true, accepted evictions do not remove the pod (it "hangs" terminating).
     pub keep_evicted_pods: Arc<Mutex<bool>>,
 }
@@ -121,6 +123,7 @@ impl FakeApi {
             node_writer: Arc::new(Mutex::new(node_writer)),
             node_store,
             pod_tick: Arc::new(watch::channel(0).0),
+            model: Arc::default(),
             keep_evicted_pods: Arc::default(),
         }
     }
@@ -156,6 +159,7 @@ impl FakeApi {
             replication_controllers: empty_store(),
             node_states: empty_store(),
             providers: Default::default(),
+            model: self.model.clone(),
         }
     }
 
@@ -175,12 +179,22 @@ impl FakeApi {
 
     /// Keep the node cache in step with the API, as the watch would.
     fn sync_node(&self, applied: Option<Node>, deleted: Option<Node>) {
+        // Marked after the cache holds the change, as the watches do.
+        let names: Vec<String> = applied
+            .iter()
+            .chain(&deleted)
+            .filter_map(|n| n.metadata.name.clone())
+            .collect();
         let mut w = self.node_writer.lock().unwrap();
         if let Some(n) = applied {
             w.apply_watcher_event(&watcher::Event::Apply(n));
         }
         if let Some(n) = deleted {
             w.apply_watcher_event(&watcher::Event::Delete(n));
+        }
+        drop(w);
+        for n in names {
+            self.model.node_changed(&n);
         }
     }
 
@@ -206,12 +220,21 @@ impl FakeApi {
         self.state.lock().unwrap().nodes.get(name).cloned()
     }
 
+    fn mark_pod(&self, pod: &Pod) {
+        self.model.pod_changed(
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default(),
+        );
+    }
+
     /// Put a pod into the cache (as if the watch saw it).
     pub fn add_pod(&self, pod: Pod) {
+        let marked = pod.clone();
         self.pods
             .lock()
             .unwrap()
             .apply_watcher_event(&watcher::Event::Apply(pod));
+        self.mark_pod(&marked);
         self.pod_tick.send_modify(|v| *v += 1);
     }
 
@@ -226,6 +249,7 @@ impl FakeApi {
                 .lock()
                 .unwrap()
                 .apply_watcher_event(&watcher::Event::Delete((*p).clone()));
+            self.mark_pod(&p);
             self.pod_tick.send_modify(|v| *v += 1);
         }
     }

@@ -67,7 +67,9 @@ pub fn parse_node(node: &Node) -> Result<NodeInfo, SnapshotError> {
 
 /// Per node, how many workload roles (PlacementHistory namespace, name and role) have at least
 /// one resource in state `Localized` there, as the node agents report in their NodeStates.
-pub fn warm_roles_by_node(states: &[NodeState]) -> HashMap<String, u32> {
+pub fn warm_roles_by_node<'a>(
+    states: impl IntoIterator<Item = &'a NodeState>,
+) -> HashMap<String, u32> {
     let mut out = HashMap::new();
     for st in states {
         let Some(status) = &st.status else { continue };

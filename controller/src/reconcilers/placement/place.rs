@@ -13,15 +13,17 @@ use super::events::Notice;
 use super::lifecycle::Gated;
 use super::pass::{Pass, labels};
 use super::patch;
-use crate::cluster::{ClusterObjects, ClusterSnapshot, PredicateChecker, build_snapshot};
+use crate::cluster::PredicateChecker;
 use crate::metrics::{PlacementLabels, Release};
 use crate::placement::{Action as PlacementAction, Decision, PlacementReason, PodRef};
+use crate::state::Stores;
 
-/// The planner's fit check over one cluster snapshot, updated with the pods a pass pins.
-/// Without a snapshot every node fits.
+/// The planner's fit check over the shared cluster model, with the pods this pass pinned placed
+/// on a fork of it (reverted after each check). Without a readable model every node fits.
 pub struct FitCheck {
-    snapshot: Mutex<Option<ClusterSnapshot>>,
-    checker: Mutex<PredicateChecker>,
+    stores: Stores,
+    /// (pod UID, node) pinned by this pass.
+    pinned: Mutex<Vec<(String, String)>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -29,36 +31,40 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl FitCheck {
-    pub fn new(objects: &ClusterObjects) -> Self {
-        let snapshot = build_snapshot(objects);
-        if let Err(e) = &snapshot {
-            tracing::warn!(error = %e, "cluster snapshot failed; placing without the fit check");
+    pub fn new(stores: &Stores) -> Self {
+        if let Err(e) = stores.model().0.snapshot() {
+            tracing::warn!(error = %e, "cluster model unreadable; placing without the fit check");
         }
         Self {
-            snapshot: Mutex::new(snapshot.ok()),
-            checker: Mutex::new(PredicateChecker::new()),
+            stores: stores.clone(),
+            pinned: Mutex::default(),
         }
     }
 
-    /// Whether the pod `uid` fits on `node`.
+    /// Whether the pod `uid` fits on `node`, with the pods pinned so far in place.
     pub fn fits(&self, uid: &str, node: &str) -> bool {
-        let snap = lock(&self.snapshot);
-        let Some(snap) = snap.as_ref() else {
+        let (mut live, _) = self.stores.model();
+        let Ok(snap) = live.snapshot_mut() else {
             return true;
         };
         let (Some(p), Some(n)) = (snap.pod_by_uid(uid), snap.node_id(node)) else {
             return false;
         };
-        lock(&self.checker).check(snap, p, n).is_ok()
+        snap.fork();
+        for (pod, to) in lock(&self.pinned).iter() {
+            if let (Some(pod), Some(to)) = (snap.pod_by_uid(pod), snap.node_id(to)) {
+                snap.place(pod, Some(to));
+            }
+        }
+        // Ids change as the model applies events: a checker per check.
+        let fits = PredicateChecker::new().check(snap, p, n).is_ok();
+        snap.revert();
+        fits
     }
 
     /// The pod `uid` was pinned to `node`: later checks of the pass see it there.
     pub fn pinned(&self, uid: &str, node: &str) {
-        if let Some(snap) = lock(&self.snapshot).as_mut()
-            && let (Some(p), Some(n)) = (snap.pod_by_uid(uid), snap.node_id(node))
-        {
-            snap.place(p, Some(n));
-        }
+        lock(&self.pinned).push((uid.to_string(), node.to_string()));
     }
 }
 
@@ -69,7 +75,7 @@ impl Pass<'_> {
         if gated.is_empty() {
             return false;
         }
-        let fit = FitCheck::new(&self.ctx.stores.objects());
+        let fit = FitCheck::new(&self.ctx.stores);
         let mut any_waiting = false;
         for (pod, role) in gated {
             any_waiting |= self.place_pod(&fit, pod, role).await;

@@ -151,6 +151,7 @@ mod tests {
             replication_controllers: reflector::store().0,
             node_states: reflector::store().0,
             providers: Default::default(),
+            model: Default::default(),
         }
     }
 

@@ -15,11 +15,11 @@ use super::events::{self, Facts};
 use super::reconcile::{AllPolicies, Error, node_name, recheck_node, write_status};
 use super::selection::{self, Degraded};
 use super::status::{self, LoopFacts};
-use crate::actuation::pods::uids_on;
 use crate::actuation::taints::{self, EbbTaint, plan_soft_taints};
 use crate::actuation::tracker::Finished;
 use crate::actuation::{Drain, DrainOrder, EvictionSettings, Outcome, Recheck};
-use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
+use crate::cluster::providers::ProviderIndex;
+use crate::cluster::{ClusterSnapshot, PredicateChecker};
 use crate::metrics::{Function, LoopPhase, PolicyLabels, PolicyReasonLabels, ScaleDownKind};
 use crate::scaledown::budgets::Selection;
 use crate::scaledown::removal::drain_target;
@@ -83,9 +83,11 @@ struct PolicyLoop<'a> {
     removed: i64,
     /// Evictions refused by a PodDisruptionBudget since the policy was created.
     refused: i64,
-    /// The objects the plan is made from: a pod not among them on a node being drained landed
-    /// after.
-    objects: ClusterObjects,
+    /// The pods (UIDs) the model had on each node selected to start: a pod not among them on a
+    /// node being drained landed after the plan.
+    planned: BTreeMap<String, BTreeSet<String>>,
+    /// The Cluster API and Karpenter objects of the plan's model (for the drains' targets).
+    providers: ProviderIndex,
     plan: Option<Plan>,
     selection: Option<Selection>,
     draining_now: BTreeSet<String>,
@@ -142,7 +144,8 @@ impl<'a> PolicyLoop<'a> {
             finished: Vec::new(),
             removed: 0,
             refused: 0,
-            objects: ClusterObjects::default(),
+            planned: BTreeMap::new(),
+            providers: ProviderIndex::default(),
             plan: None,
             selection: None,
             draining_now: BTreeSet::new(),
@@ -211,24 +214,30 @@ impl<'a> PolicyLoop<'a> {
         })
     }
 
-    /// Builds the snapshot, runs the planner and selects the deletions to start now. A cluster
-    /// object the snapshot cannot read stops the policy like bad input does.
+    /// Brings the shared cluster model up to date, runs the planner on it (which forks and
+    /// reverts it) and selects the deletions to start now. A cluster object the model cannot
+    /// read stops the policy like bad input does.
     fn plan(&mut self, ctx: &Context, memory: &mut PolicyMemory) {
         let t = Instant::now();
-        self.objects = ctx.stores.objects();
+        let (mut live, caught) = ctx.stores.model();
         ctx.metrics
             .observe_phase(&self.name, LoopPhase::apply_events, t.elapsed());
+        tracing::debug!(
+            changes = caught.changes,
+            rebuilt = caught.rebuilt,
+            "cluster model up to date"
+        );
         let tracker = ctx.actuator.tracker();
         self.draining_now = tracker.in_flight();
         if let (Ok(cfg), false) = (&self.cfg, self.stopped) {
             let t = Instant::now();
-            let built = build_snapshot(&self.objects);
+            let model = live.snapshot_mut();
             ctx.metrics
                 .observe_phase(&self.name, LoopPhase::fork, t.elapsed());
-            match built {
-                Ok(mut snap) => {
+            match model {
+                Ok(snap) => {
                     let t = Instant::now();
-                    memory.planner.sync_deleting_from_taints(&snap, self.now);
+                    memory.planner.sync_deleting_from_taints(snap, self.now);
                     for d in tracker.draining(Some(&self.name)) {
                         memory.planner.start_deleting(&d.node, d.started);
                     }
@@ -236,7 +245,7 @@ impl<'a> PolicyLoop<'a> {
                     let p = sim.in_scope(|| {
                         let t = Instant::now();
                         let p = plan(
-                            &mut snap,
+                            snap,
                             &mut PredicateChecker::new(),
                             cfg,
                             self.now,
@@ -246,7 +255,8 @@ impl<'a> PolicyLoop<'a> {
                         ctx.metrics.observe(Function::simulate, t.elapsed());
                         p
                     });
-                    let sel = select_deletions(&snap, &p, &memory.planner, cfg, self.now, false);
+                    let sel = select_deletions(snap, &p, &memory.planner, cfg, self.now, false);
+                    self.planned = planned_pods(snap, &sel);
                     ctx.metrics.observe(Function::plan, self.t0.elapsed());
                     ctx.metrics
                         .observe_phase(&self.name, LoopPhase::plan, t.elapsed());
@@ -255,7 +265,11 @@ impl<'a> PolicyLoop<'a> {
                 }
                 Err(e) => self.stop_on_bad_object(e),
             }
+            if !self.planned.is_empty() {
+                self.providers = live.providers().clone();
+            }
         }
+        drop(live);
         self.candidates = self
             .plan
             .iter()
@@ -401,11 +415,11 @@ impl<'a> PolicyLoop<'a> {
     ) -> Option<DrainOrder> {
         let spec = &self.policy.spec;
         let object = self
-            .objects
             .nodes
             .iter()
+            .map(|n| &**n)
             .find(|n| n.metadata.name.as_deref() == Some(node));
-        let target = match drain_target(spec.mode, cfg.removal, object, &self.objects.providers) {
+        let target = match drain_target(spec.mode, cfg.removal, object, &self.providers) {
             Ok(t) => t,
             Err(why) => {
                 tracing::info!(node, %why, "not drained");
@@ -427,15 +441,14 @@ impl<'a> PolicyLoop<'a> {
         let stores = ctx.stores.clone();
         let rcfg = cfg.clone();
         let state = memory.planner.clone();
-        let recheck: Recheck =
-            Arc::new(move |n: &str| recheck_node(stores.objects(), &rcfg, &state, n));
+        let recheck: Recheck = Arc::new(move |n: &str| recheck_node(&stores, &rcfg, &state, n));
         Some(DrainOrder {
             policy: self.name.clone(),
             node: node.to_string(),
             kind,
             mode: spec.mode,
             settings: EvictionSettings::from_spec(spec),
-            planned_pods: uids_on(node, &self.objects.pods),
+            planned_pods: self.planned.get(node).cloned().unwrap_or_default(),
             resume_from: None,
             recheck,
             cancel,
@@ -584,4 +597,17 @@ fn update_metrics(
             .get_or_create(&labels(reason.to_string()));
         gauge.set(i64::from(count));
     }
+}
+
+/// The UIDs of the pods the model has on each node the selection starts now.
+fn planned_pods(snap: &ClusterSnapshot, sel: &Selection) -> BTreeMap<String, BTreeSet<String>> {
+    sel.empty
+        .iter()
+        .chain(&sel.drain)
+        .filter_map(|n| {
+            let id = snap.node_id(n)?;
+            let uids = snap.pods_on(id).iter().map(|p| snap.pod(*p).uid.clone());
+            Some((n.clone(), uids.collect()))
+        })
+        .collect()
 }

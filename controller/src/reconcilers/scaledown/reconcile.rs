@@ -20,9 +20,9 @@ use super::context::Context;
 use super::policy_loop;
 use super::selection::{PolicyView, Selections};
 use crate::actuation::taints::{self, EbbTaint};
-use crate::cluster::{ClusterObjects, build_snapshot};
 use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, Reconciler};
 use crate::scaledown::{InstantStopwatch, PlannerConfig};
+use crate::state::Stores;
 
 /// Requeue after an error.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
@@ -153,16 +153,18 @@ pub(super) fn node_name(n: &Node) -> String {
 }
 
 /// The planner's re-check of one node after its taint: can all its pods still go elsewhere, with
-/// the other deletions in flight? [`crate::scaledown::recheck`] on a snapshot of `objects`.
+/// the other deletions in flight? [`crate::scaledown::recheck`] on the shared cluster model,
+/// brought up to date first (it forks the model and leaves it as it was).
 pub fn recheck_node(
-    objects: ClusterObjects,
+    stores: &Stores,
     cfg: &PlannerConfig,
     state: &crate::scaledown::PlannerState,
     node: &str,
 ) -> Result<(), String> {
-    let mut snap = build_snapshot(&objects).map_err(|e| e.to_string())?;
+    let (mut live, _) = stores.model();
+    let snap = live.snapshot_mut().map_err(|e| e.to_string())?;
     crate::scaledown::recheck(
-        &mut snap,
+        snap,
         cfg,
         state,
         node,

@@ -83,7 +83,7 @@ async fn resume(
     let method = cfg.removal;
     let stores = ctx.stores.clone();
     let recheck: Recheck =
-        Arc::new(move |n: &str| recheck_node(stores.objects(), &cfg, &PlannerState::default(), n));
+        Arc::new(move |n: &str| recheck_node(&stores, &cfg, &PlannerState::default(), n));
     let pods = ctx.stores.pods.state();
     let ready = nodes
         .iter()
