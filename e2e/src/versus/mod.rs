@@ -109,9 +109,9 @@ pub enum Nodes {
     /// not the Node's.
     Karpenter,
     /// The same, with each Node's `kubernetes.io/hostname` label set to the Node's name before
-    /// the workload is created (as a kubelet names a node after its host), which ebb 0.1.0 needs:
-    /// its re-check of a tainted node selects the node by that label, finds no node on
-    /// Karpenter's KWOK nodes, and abandons every drain.
+    /// the workload is created (as a kubelet names a node after its host). ebb's re-check once
+    /// selected the node by that label and abandoned every drain on Karpenter's KWOK nodes; it
+    /// selects by name now, and this column checks that both label schemes give the same run.
     KarpenterHostnameIsName,
 }
 
