@@ -29,6 +29,23 @@ where
     (store, w)
 }
 
+/// Applies (or deletes) `o` in a cache; returns its namespace and name.
+fn write<K>(w: &mut Writer<K>, o: K, gone: bool) -> (String, String)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    let key = (
+        o.meta().namespace.clone().unwrap_or_default(),
+        o.meta().name.clone().unwrap_or_default(),
+    );
+    w.apply_watcher_event(&if gone {
+        watcher::Event::Delete(o)
+    } else {
+        watcher::Event::Apply(o)
+    });
+    key
+}
+
 /// Caches written as the watches write them: the object first, then the model's mark.
 struct Caches {
     stores: Stores,
@@ -66,45 +83,22 @@ impl Caches {
     }
 
     fn node(&mut self, n: Node, gone: bool) {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        self.nodes.apply_watcher_event(&if gone {
-            watcher::Event::Delete(n)
-        } else {
-            watcher::Event::Apply(n)
-        });
+        let (_, name) = write(&mut self.nodes, n, gone);
         self.stores.model.node_changed(&name);
     }
 
     fn pod(&mut self, p: Pod, gone: bool) {
-        let ns = p.metadata.namespace.clone().unwrap_or_default();
-        let name = p.metadata.name.clone().unwrap_or_default();
-        self.pods.apply_watcher_event(&if gone {
-            watcher::Event::Delete(p)
-        } else {
-            watcher::Event::Apply(p)
-        });
+        let (ns, name) = write(&mut self.pods, p, gone);
         self.stores.model.pod_changed(&ns, &name);
     }
 
     fn pdb(&mut self, b: PodDisruptionBudget, gone: bool) {
-        let ns = b.metadata.namespace.clone().unwrap_or_default();
-        let name = b.metadata.name.clone().unwrap_or_default();
-        self.pdbs.apply_watcher_event(&if gone {
-            watcher::Event::Delete(b)
-        } else {
-            watcher::Event::Apply(b)
-        });
+        let (ns, name) = write(&mut self.pdbs, b, gone);
         self.stores.model.pdb_changed(&ns, &name);
     }
 
     fn replica_set(&mut self, r: ReplicaSet, gone: bool) {
-        let ns = r.metadata.namespace.clone().unwrap_or_default();
-        let name = r.metadata.name.clone().unwrap_or_default();
-        self.replica_sets.apply_watcher_event(&if gone {
-            watcher::Event::Delete(r)
-        } else {
-            watcher::Event::Apply(r)
-        });
+        let (ns, name) = write(&mut self.replica_sets, r, gone);
         self.stores
             .model
             .owner_changed(OwnerKind::ReplicaSet, &ns, &name);
