@@ -6,7 +6,8 @@
 //! controller (`cargo build --release -p ebb-controller`). `EBB_VERSUS_SCENARIOS` picks scenarios
 //! by name (comma-separated: mixed-60, pdb-paced, large-200); all by default.
 //! `EBB_VERSUS_COLUMNS` picks columns (comma-separated: ebb, cluster-autoscaler, ebb-karpenter,
-//! karpenter); all by default. Each scenario runs on kwok nodes (ebb, Cluster Autoscaler) and on
+//! karpenter); all by default. `EBB_VERSUS_UTILIZATION_THRESHOLD` sets ebb's
+//! `utilizationThreshold` (0.5 by default, Cluster Autoscaler's default). Each scenario runs on kwok nodes (ebb, Cluster Autoscaler) and on
 //! Karpenter-provisioned nodes of the same size (ebb with `removal.method: Auto`, Karpenter).
 
 use ebb_e2e::versus::{self, Column, Outcome, Settings, karpenter_nodes, scenario};
@@ -42,7 +43,7 @@ async fn run() -> anyhow::Result<()> {
         scenario::pdb_paced(24),
         scenario::large_200(),
     ];
-    let settings = Settings::default();
+    let settings = Settings::from_env()?;
     let started = jiff::Timestamp::now();
     let mut summaries = Vec::new();
     let mut ebb_columns = Vec::new();

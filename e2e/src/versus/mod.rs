@@ -34,6 +34,9 @@ pub struct Settings {
     /// ebb only: wait between eviction retries after a PDB said no (Cluster Autoscaler's is a
     /// fixed 10 s in its code; Karpenter's eviction queue backs off by itself).
     pub eviction_retry_interval: Duration,
+    /// ebb only: `utilizationThreshold` (0.5, Cluster Autoscaler's default
+    /// `--scale-down-utilization-threshold`; Karpenter has none).
+    pub utilization_threshold: f64,
 }
 
 impl Default for Settings {
@@ -44,7 +47,27 @@ impl Default for Settings {
             max_scale_down_parallelism: 10,
             max_drain_parallelism: 10,
             eviction_retry_interval: Duration::from_secs(1),
+            utilization_threshold: 0.5,
         }
+    }
+}
+
+impl Settings {
+    /// The defaults, with `EBB_VERSUS_UTILIZATION_THRESHOLD` (a number in (0, 1]) for ebb's
+    /// `utilizationThreshold` when set.
+    pub fn from_env() -> anyhow::Result<Self> {
+        let mut s = Settings::default();
+        if let Ok(v) = std::env::var("EBB_VERSUS_UTILIZATION_THRESHOLD") {
+            let t: f64 = v.parse().map_err(|_| {
+                anyhow::anyhow!("EBB_VERSUS_UTILIZATION_THRESHOLD={v} is not a number")
+            })?;
+            anyhow::ensure!(
+                t > 0.0 && t <= 1.0,
+                "EBB_VERSUS_UTILIZATION_THRESHOLD={v} is not in (0, 1]"
+            );
+            s.utilization_threshold = t;
+        }
+        Ok(s)
     }
 }
 
@@ -74,13 +97,14 @@ impl Scaler {
     pub fn settings_line(self, s: &Settings) -> String {
         match self {
             Scaler::Ebb => format!(
-                "ebb {}: ScaleDownPolicy mode DrainAndDelete, scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, evictionRetryInterval {}, utilizationThreshold 0.5 and the rest at their defaults; controller --recheck-delay 200ms",
+                "ebb {}: ScaleDownPolicy mode DrainAndDelete, scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, evictionRetryInterval {}, utilizationThreshold {} and the rest at their defaults; controller --recheck-delay 200ms",
                 env!("CARGO_PKG_VERSION"),
                 secs(s.scan_interval),
                 secs(s.unneeded_time),
                 s.max_scale_down_parallelism,
                 s.max_drain_parallelism,
-                secs(s.eviction_retry_interval)
+                secs(s.eviction_retry_interval),
+                s.utilization_threshold
             ),
             Scaler::ClusterAutoscaler => format!(
                 "cluster-autoscaler: --cloud-provider=kwok --scan-interval={} --scale-down-unneeded-time={} --max-scale-down-parallelism={} --max-drain-parallelism={} --scale-down-delay-after-add=0s --leader-elect=false, the rest at its defaults",
@@ -351,7 +375,7 @@ async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Resu
              "maxScaleDownParallelism": s.max_scale_down_parallelism,
              "maxDrainParallelism": s.max_drain_parallelism,
              "evictionRetryInterval": secs(s.eviction_retry_interval),
-             "utilizationThreshold": 0.5});
+             "utilizationThreshold": s.utilization_threshold});
     if karpenter {
         spec["removal"] = json!({"method": "Auto"});
     }
