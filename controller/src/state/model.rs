@@ -182,22 +182,75 @@ impl SharedModel {
             }
         }
         let t = Instant::now();
-        let objects = stores.objects_with(true);
-        *live = LiveCluster::from_objects(&objects);
+        let (model, objects) = build(stores);
+        *live = model;
         tracing::info!(
-            nodes = objects.nodes.len(),
-            pods = objects.pods.len(),
+            objects,
+            held_aside = live.held_aside(),
             took_ms = t.elapsed().as_millis() as u64,
             "cluster model built from the caches"
         );
         (
             live,
             Catchup {
-                changes: objects.nodes.len() + objects.pods.len(),
+                changes: objects,
                 rebuilt: true,
             },
         )
     }
+}
+
+/// The model of what the caches hold, read in place (no object is copied), in the order
+/// [`LiveCluster::from_objects`] applies them; with the number of objects read.
+fn build(stores: &Stores) -> (LiveCluster, usize) {
+    let mut live = LiveCluster::default();
+    let mut owners = crate::cluster::build::OwnerIndex::new();
+    let mut add = |o: crate::cluster::model::OwnerInfo| {
+        owners.insert((o.kind.clone(), o.namespace.clone(), o.name.clone()), o);
+    };
+    stores
+        .replica_sets
+        .state()
+        .iter()
+        .for_each(|o| add(o.owner_info()));
+    stores
+        .stateful_sets
+        .state()
+        .iter()
+        .for_each(|o| add(o.owner_info()));
+    let rcs = stores.replication_controllers.state();
+    rcs.iter().for_each(|o| add(o.owner_info()));
+    stores.jobs.state().iter().for_each(|o| add(o.owner_info()));
+    stores
+        .daemon_sets
+        .state()
+        .iter()
+        .for_each(|o| add(o.owner_info()));
+    let node_states = stores.node_states.state();
+    let warm = crate::cluster::build::warm_roles_by_node(node_states.iter().map(|s| &**s));
+    let (nodes, pdbs, pods) = (
+        stores.nodes.state(),
+        stores.pdbs.state(),
+        stores.pods.state(),
+    );
+    let count = owners.len() + nodes.len() + pdbs.len() + pods.len();
+    let events = [
+        ClusterEvent::Providers(&stores.providers.index()),
+        ClusterEvent::WarmRoles(warm),
+        ClusterEvent::Owners(owners),
+    ];
+    let all = events
+        .into_iter()
+        .chain(nodes.iter().map(|n| ClusterEvent::NodeApplied(n)))
+        .chain(pdbs.iter().map(|b| ClusterEvent::PdbApplied(b)))
+        .chain(pods.iter().map(|p| ClusterEvent::PodApplied(p)));
+    for e in all {
+        if let Err(e) = live.apply(e) {
+            // No fork is open on a model nobody has seen yet; say so if that ever changes.
+            tracing::warn!(error = %e, "building the cluster model");
+        }
+    }
+    (live, count)
 }
 
 /// Applies the changed keys, reading each object from its cache (gone from it: deleted), in the

@@ -336,12 +336,6 @@ impl Stores {
     /// The objects a snapshot is built from. Pods bound to a node the cache does not know (a
     /// node deleted a moment ago) are left out: they are going away with it.
     pub fn objects(&self) -> ClusterObjects {
-        self.objects_with(false)
-    }
-
-    /// [`Self::objects`], with the pods bound to unknown nodes when `all_pods` (the shared model
-    /// holds them aside until their node appears).
-    pub fn objects_with(&self, all_pods: bool) -> ClusterObjects {
         fn all<K: Clone + kube::Resource<DynamicType = ()> + 'static>(s: &Store<K>) -> Vec<K> {
             s.state().iter().map(|o| (**o).clone()).collect()
         }
@@ -355,7 +349,7 @@ impl Stores {
                 p.spec
                     .as_ref()
                     .and_then(|s| s.node_name.as_ref())
-                    .is_none_or(|n| all_pods || names.contains(n))
+                    .is_none_or(|n| names.contains(n))
             })
             .map(|p| (**p).clone())
             .collect();
