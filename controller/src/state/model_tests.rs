@@ -315,3 +315,31 @@ proptest! {
         c.check();
     }
 }
+
+#[test]
+fn placement_sees_its_own_pins_on_a_fork_and_leaves_the_model_as_it_was() {
+    use crate::reconcilers::placement::place::FitCheck;
+    let mut c = Caches::new();
+    c.node(node("n1").cpu("1").build(), false);
+    c.node(node("n2").cpu("1").build(), false);
+    // Two pending pods that cannot share a node.
+    c.pod(pod("a").cpu("600m").build(), false);
+    c.pod(pod("b").cpu("600m").build(), false);
+    let (a, b) = ("uid-default-a", "uid-default-b");
+    let fit = FitCheck::new(&c.stores);
+    assert!(fit.fits(a, "n1"));
+    assert!(fit.fits(b, "n1"));
+    fit.pinned(a, "n1");
+    assert!(!fit.fits(b, "n1"), "a is pinned there");
+    assert!(fit.fits(b, "n2"));
+    assert!(!fit.fits(b, "n3"), "no such node");
+    let (live, _) = c.stores.model();
+    let snap = live.model();
+    assert_eq!(snap.fork_depth(), 0);
+    let pa = snap.pod_by_uid(a).expect("pod a");
+    assert_eq!(
+        snap.node_of(pa),
+        None,
+        "the pin is not written into the shared model"
+    );
+}
