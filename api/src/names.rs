@@ -56,6 +56,9 @@ pub const ANNOTATION_TOKEN: &str = "ebb.dev/token";
 pub const ANNOTATION_PLACED_ON: &str = "ebb.dev/placed-on";
 /// Pod annotation telling how a placement was made (`Pinned`, `Relaxed`, `Anywhere`, `Ungoverned`).
 pub const ANNOTATION_PLACEMENT: &str = "ebb.dev/placement";
+/// On a replacement pod steered at its creation: the node the plan put the pod it replaces on
+/// (the pod prefers it; the model counts the pod there until it is bound).
+pub const ANNOTATION_PLANNED_NODE: &str = "ebb.dev/planned-node";
 
 /// Field manager name used by the controller for server-side apply.
 pub const FIELD_MANAGER_CONTROLLER: &str = "ebb-controller";

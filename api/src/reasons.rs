@@ -76,6 +76,10 @@ reason_enum! {
         /// Karpenter is disrupting the node (it carries Karpenter's `karpenter.sh/disrupted`
         /// taint): ebb leaves it to Karpenter.
         DisruptedByKarpenter,
+        /// Pods are on their way to the node: nominated to it by the scheduler (preemption, or a
+        /// binding in progress), or bound to it in the last few seconds. The status message
+        /// names them. It is not removed until they have settled.
+        PodsArriving,
     }
 }
 

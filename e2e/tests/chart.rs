@@ -255,6 +255,13 @@ fn controller_cluster_rules(
         ),
         ("batch", "jobs", "list,watch", ""),
         ("", "replicationcontrollers", "list,watch", ""),
+        (
+            "",
+            "persistentvolumeclaims,persistentvolumes",
+            "list,watch",
+            "",
+        ),
+        ("storage.k8s.io", "storageclasses", "list,watch", ""),
         ("events.k8s.io", "events", "create,patch", ""),
         ("ebb.dev", "scaledownpolicies", "list,patch,watch", ""),
         ("ebb.dev", "scaledownpolicies/status", "patch", ""),

@@ -121,6 +121,22 @@ pub fn landed_since_plan<'a>(
         .collect()
 }
 
+/// Pods not bound yet that the scheduler nominated to `node` (`status.nominatedNodeName`:
+/// preemption, or a binding in progress), finished and terminating pods excepted.
+pub fn nominated_to<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<String> {
+    pods.into_iter()
+        .filter(|p| node_of(p).is_none_or(str::is_empty))
+        .filter(|p| !is_terminal(p) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                == Some(node)
+        })
+        .map(|p| pod_ref(p).key())
+        .collect()
+}
+
 /// The uids of the pods on `node` now (what a plan knew), DaemonSet pods included.
 pub fn uids_on<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> BTreeSet<String> {
     let c = classify(node, pods);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_api::ScaleDownMode;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
@@ -25,14 +25,22 @@ use super::tracker::{Evicted, Tracker};
 use crate::metrics::{
     DrainResult, Function, Metrics, RemovalLabels, RemovalOutcome, ScaleDownKind, ScaleDownLabels,
 };
+use crate::scaledown::eligibility::ARRIVAL_WINDOW;
 use crate::scaledown::removal::Target;
 
 /// The planner's re-check of one node after it was tainted: `Err(reason)` when it is no longer
 /// removable.
 pub type Recheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
-/// Default wait between the `to-be-deleted` taint and the re-check.
-pub const DEFAULT_RECHECK_DELAY: Duration = Duration::from_secs(5);
+/// Default extra wait, after the node watch shows the `to-be-deleted` taint, before the
+/// re-check. Nothing: what protects the plan is the taint seen by the watch (the scheduler's
+/// watch sees it as soon), the re-check refusing nodes with pods on their way, a drain giving
+/// up when a pod lands after all, and no node deleted within [`ARRIVAL_WINDOW`] of its taint.
+pub const DEFAULT_RECHECK_DELAY: Duration = Duration::ZERO;
+/// Longest wait for the node watch to show the taint ebb wrote (the re-check runs then anyway).
+const TAINT_SEEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the node cache is looked at while waiting for the taint to show.
+const TAINT_SEEN_POLL: Duration = Duration::from_millis(10);
 /// How often a drain waiting for its pods looks at the cache without a change tick.
 const POD_GONE_RECHECK: Duration = Duration::from_secs(5);
 /// Extra time, beyond the capped grace period, that evicted pods get to disappear.
@@ -84,6 +92,8 @@ pub struct Actuator {
     client: kube::Client,
     nodes: NodeWriter,
     pods: Store<Pod>,
+    /// The node cache: a drain waits for its taint to show there before the re-check.
+    node_cache: Option<Store<Node>>,
     pod_changes: watch::Receiver<u64>,
     gate: DisruptionGate,
     remover: Remover,
@@ -110,6 +120,7 @@ impl Actuator {
             client,
             gate: DisruptionGate::new(pods.clone(), pod_changes.clone()),
             pods,
+            node_cache: None,
             pod_changes,
             tracker,
             metrics,
@@ -147,9 +158,16 @@ impl Actuator {
         &self.remover
     }
 
-    /// Wait between the taint and the re-check.
+    /// Extra wait between the taint showing in the node cache and the re-check.
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
         self.recheck_delay = delay;
+        self
+    }
+
+    /// The shared node cache: a drain re-checks once its taint shows there (without it, once
+    /// the taint is written).
+    pub fn with_node_cache(mut self, nodes: Store<Node>) -> Self {
+        self.node_cache = Some(nodes);
         self
     }
 
@@ -320,10 +338,17 @@ impl Actuator {
             self.step(node, DrainEvent::PodsGone);
             return self.remove(order).await;
         }
-        // Tainted: wait, then re-check that nothing changed under the plan.
+        // Tainted: once the watch shows the taint (the scheduler's watch sees it as soon, so no
+        // new pod is placed here after), re-check that nothing changed under the plan.
         tokio::select! {
             _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
-            _ = tokio::time::sleep(self.recheck_delay) => {}
+            _ = self.taint_seen(node) => {}
+        }
+        if !self.recheck_delay.is_zero() {
+            tokio::select! {
+                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = tokio::time::sleep(self.recheck_delay) => {}
+            }
         }
         let snapshot = self.pods_now();
         let landed =
@@ -386,6 +411,9 @@ impl Actuator {
         // WaitingForPods.
         self.wait_pods_gone(order).await?;
         self.step(node, DrainEvent::PodsGone);
+        // Nothing may be on its way here when the node goes (a binding the scheduler began
+        // before it saw the taint).
+        self.settle_arrivals(order).await?;
 
         // Deleting.
         if order.mode == ScaleDownMode::DrainAndDelete {
@@ -514,12 +542,77 @@ impl Actuator {
             .inc();
     }
 
+    /// Waits until the node cache shows ebb's `to-be-deleted` taint on `node` (or the node is
+    /// gone from it), at most [`TAINT_SEEN_TIMEOUT`].
+    async fn taint_seen(&self, node: &str) {
+        let Some(cache) = &self.node_cache else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + TAINT_SEEN_TIMEOUT;
+        let key = kube::runtime::reflector::ObjectRef::new(node);
+        loop {
+            let seen = cache
+                .get(&key)
+                .is_none_or(|n| super::taints::has(&n, EbbTaint::ToBeDeleted));
+            if seen {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    node,
+                    "the node watch has not shown the taint; re-checking all the same"
+                );
+                return;
+            }
+            tokio::time::sleep(TAINT_SEEN_POLL).await;
+        }
+    }
+
+    /// Before a drained node goes: [`ARRIVAL_WINDOW`] has passed since its taint (a binding the
+    /// scheduler began before it saw the taint has landed by then), no pod is nominated to it,
+    /// and no pod landed on it since the plan; else the drain gives up (the node stays).
+    async fn settle_arrivals(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+        let node = order.node.as_str();
+        if let Some(started) = self.tracker.get(node).map(|d| d.started) {
+            let settled = started + ARRIVAL_WINDOW;
+            let now = jiff::Timestamp::now();
+            if settled > now {
+                let wait = Duration::try_from(settled.duration_since(now)).unwrap_or_default();
+                tokio::select! {
+                    _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+        let now = self.pods_now();
+        let mut arriving = pods::nominated_to(node, now.iter().map(|p| &**p));
+        arriving.extend(pods::landed_since_plan(
+            node,
+            &order.planned_pods,
+            now.iter().map(|p| &**p),
+        ));
+        if arriving.is_empty() {
+            Ok(())
+        } else {
+            arriving.sort();
+            Err(GiveUpReason::PodsLanded(arriving))
+        }
+    }
+
     async fn wait_pods_gone(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
         let deadline = tokio::time::Instant::now() + order.settings.grace_cap + POD_GONE_SLACK;
         let mut changes = self.pod_changes.clone();
         loop {
             changes.mark_unchanged();
-            let left = pods::remaining(&order.node, self.pods_now().iter().map(|p| &**p));
+            let now = self.pods_now();
+            // A pod placed here after the re-check (a binding already under way when the taint
+            // was written): the node stays rather than move that pod again.
+            let landed =
+                pods::landed_since_plan(&order.node, &order.planned_pods, now.iter().map(|p| &**p));
+            if !landed.is_empty() {
+                return Err(GiveUpReason::PodsLanded(landed));
+            }
+            let left = pods::remaining(&order.node, now.iter().map(|p| &**p));
             if left.is_empty() {
                 return Ok(());
             }

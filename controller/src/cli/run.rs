@@ -469,6 +469,7 @@ impl ScaleDown {
         .with_eviction_client(clients.evictions)
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
+        .with_node_cache(shared.stores.nodes.clone())
         .with_remover(remover)
         .notify_finished(finished_tx);
         let policies: Api<ScaleDownPolicy> = Api::all(client.clone());

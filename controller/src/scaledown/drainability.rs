@@ -91,10 +91,41 @@ pub fn classify(
     if rules.skip_nodes_with_local_storage && p.local_storage {
         return PodDisposition::Blocks(BlockingPodReason::LocalStorageRequested);
     }
-    if p.pinned_by_volume {
+    if p.local_volume.is_some() && !usable_elsewhere(snap, pod) {
         return PodDisposition::Blocks(BlockingPodReason::PinnedToNode);
     }
     PodDisposition::Moves
+}
+
+/// Whether a node other than the pod's own satisfies the node affinity of every volume of the
+/// pod (a zonal volume can follow its pod within the zone; a local one cannot leave its node).
+fn usable_elsewhere(snap: &ClusterSnapshot, pod: PodId) -> bool {
+    let own = snap.node_of(pod);
+    let volumes = &snap.class_of(pod).req.volume_node_affinity;
+    (0..snap.node_count() as NodeId)
+        .filter(|n| Some(*n) != own)
+        .any(|n| {
+            let node = snap.node(n);
+            volumes
+                .iter()
+                .all(|terms| crate::cluster::model::terms_match(terms, &node.name, &node.labels))
+        })
+}
+
+/// What a blocking pod's reason names beyond the pod: the volume that pins it.
+pub fn block_detail(
+    snap: &ClusterSnapshot,
+    pod: PodId,
+    reason: BlockingPodReason,
+) -> Option<String> {
+    let p = snap.pod(pod);
+    match (reason, &p.local_volume) {
+        (BlockingPodReason::PinnedToNode, Some(v)) => Some(format!(
+            "claim {}/{} is bound to PersistentVolume {}, whose node affinity no other node satisfies",
+            p.namespace, v.claim, v.pv
+        )),
+        _ => None,
+    }
 }
 
 /// The pods that must move off `node`, sorted by `namespace/name`; or the first blocking pod.
@@ -247,23 +278,61 @@ mod tests {
     }
 
     #[test]
-    fn local_volume_pins_the_pod() {
-        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    fn local_volume_pins_the_pod_and_names_the_volume() {
+        use crate::testkit::{bound_claim, local_volume};
         let mut objs = objects(
-            [node("n1")],
+            [node("n1"), node("n2")],
             [pod("db-0")
                 .owned_by("StatefulSet", "db")
                 .pvc("data-db-0")
                 .on("n1")],
         );
-        objs.persistent_volumes.push(serde_json::from_value::<PersistentVolume>(serde_json::json!({
-            "metadata": {"name": "pv-1"},
-            "spec": {"local": {"path": "/mnt/disk"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}
-        })).unwrap());
-        objs.persistent_volume_claims.push(serde_json::from_value::<PersistentVolumeClaim>(serde_json::json!({
-            "metadata": {"name": "data-db-0", "namespace": "default"}, "spec": {"volumeName": "pv-1"}
-        })).unwrap());
+        objs.persistent_volumes
+            .push(local_volume("pv-1", "n1", Some("data-db-0")));
+        objs.persistent_volume_claims
+            .push(bound_claim("data-db-0", "pv-1"));
+        objs.stateful_sets
+            .push(crate::testkit::stateful_set("db", 1));
+        let s = build_snapshot(&objs).unwrap();
+        let p = s.pod_by_uid("uid-default-db-0").unwrap();
+        assert_eq!(
+            classify(&s, p, &DrainRules::default(), &mut PdbTracker::new(&s)),
+            PodDisposition::Blocks(BlockingPodReason::PinnedToNode)
+        );
+        let detail = block_detail(&s, p, BlockingPodReason::PinnedToNode).unwrap_or_default();
+        assert!(
+            detail.contains("default/data-db-0") && detail.contains("PersistentVolume pv-1"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_zonal_volume_lets_the_pod_move_within_its_zone() {
+        use crate::testkit::{bound_claim, volume_on};
+        let zone = "topology.kubernetes.io/zone";
+        let mut objs = objects(
+            [
+                node("n1").label(zone, "a"),
+                node("n2").label(zone, "a"),
+                node("n3").label(zone, "b"),
+            ],
+            [pod("db-0")
+                .owned_by("StatefulSet", "db")
+                .pvc("data")
+                .on("n1")],
+        );
+        objs.persistent_volumes
+            .push(volume_on("pv-z", "zonal", zone, "a", Some("data")));
+        objs.persistent_volume_claims
+            .push(bound_claim("data", "pv-z"));
+        objs.stateful_sets
+            .push(crate::testkit::stateful_set("db", 1));
+        assert_eq!(
+            classify_in(objs.clone(), DrainRules::default()),
+            PodDisposition::Moves
+        );
+        // The only other node of its zone gone: pinned.
+        objs.nodes.remove(1);
         assert_eq!(
             classify_in(objs, DrainRules::default()),
             PodDisposition::Blocks(BlockingPodReason::PinnedToNode)

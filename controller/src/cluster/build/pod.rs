@@ -6,19 +6,19 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::selectors::{add_match_label_keys, affinity_terms, node_terms, selector_from};
-use super::volumes::VolumeIndex;
+use super::volumes::{ClaimPlacement, VolumeIndex};
 use super::{SnapshotError, resources_from};
 use crate::cluster::model::{
-    HostPort, OwnerRef, PodInfo, Resources, SchedRequirements, SpreadConstraint, TaintEffect,
-    Toleration,
+    HostPort, LocalVolume, OwnerRef, PodInfo, Resources, SchedRequirements, SpreadConstraint,
+    TaintEffect, Toleration,
 };
 
-/// What a pod's volumes say: local storage (hostPath, disk emptyDir) and whether a local
-/// PersistentVolume pins it to a node.
+/// What a pod's volumes say: local storage (hostPath, disk emptyDir) and the first claim bound
+/// to a PersistentVolume with node affinity (a local volume).
 #[derive(Default)]
 struct VolumeFacts {
     local_storage: bool,
-    pinned_by_volume: bool,
+    local_volume: Option<LocalVolume>,
 }
 
 /// Parses a Pod into what the planner keeps and what the scheduler looks at.
@@ -217,11 +217,22 @@ fn volume_facts(
         {
             out.local_storage = true;
         }
-        if let Some(pvc) = &v.persistent_volume_claim
-            && let Some(terms) = volumes.get(&(namespace.to_string(), pvc.claim_name.clone()))
+        let Some(pvc) = &v.persistent_volume_claim else {
+            continue;
+        };
+        let Some(placement) = volumes.get(&(namespace.to_string(), pvc.claim_name.clone())) else {
+            continue;
+        };
+        if let Some(terms) = placement.terms() {
+            req.volume_node_affinity.push(terms);
+        }
+        if let ClaimPlacement::Bound { pv, .. } = placement
+            && out.local_volume.is_none()
         {
-            req.volume_node_affinity.push(terms.clone());
-            out.pinned_by_volume = true;
+            out.local_volume = Some(LocalVolume {
+                claim: pvc.claim_name.clone(),
+                pv: pv.clone(),
+            });
         }
     }
     out
@@ -252,6 +263,33 @@ fn pod_info(
             name: o.name.clone(),
         });
     let annotations = meta.annotations.clone().unwrap_or_default();
+    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let terminating = meta.deletion_timestamp.is_some();
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    // On its way to a node: the scheduler nominated it (preemption, or binding in progress
+    // since Kubernetes 1.35), or ebb steered it there at its creation (a replacement). It
+    // counts as there until it is bound.
+    let nominated = match (&bound, terminal || terminating) {
+        (None, false) => status
+            .and_then(|s| s.nominated_node_name.clone())
+            .or_else(|| {
+                annotations
+                    .get(ebb_api::names::ANNOTATION_PLANNED_NODE)
+                    .cloned()
+            })
+            .filter(|n| !n.is_empty()),
+        _ => None,
+    };
+    let scheduled_at = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
     PodInfo {
         uid: meta.uid.clone().unwrap_or(object),
         mirror: annotations.contains_key("kubernetes.io/config.mirror"),
@@ -260,15 +298,13 @@ fn pod_info(
         name,
         class: 0,
         owner,
-        terminal: matches!(phase, "Succeeded" | "Failed"),
-        terminating: meta.deletion_timestamp.is_some(),
+        terminal,
+        terminating,
         ready,
         local_storage: vols.local_storage,
-        pinned_by_volume: vols.pinned_by_volume,
-        node_name: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty()),
+        local_volume: vols.local_volume,
+        nominated: nominated.is_some(),
+        scheduled_at,
+        node_name: bound.or(nominated),
     }
 }
