@@ -96,7 +96,7 @@ pub struct RunArgs {
 /// Output format of `plan`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum PlanOutput {
-    /// Stable JSON document (see README, "ebb-controller plan").
+    /// Stable JSON document (see docs/plan.md).
     Json,
     /// Aligned table for people.
     #[default]
