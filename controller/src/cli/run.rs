@@ -562,8 +562,12 @@ impl ScaleDown {
                         None => std::future::pending().await,
                     }
                 };
-                tokio::select! {
-                    report = work => {
+                let ended = tokio::select! {
+                    report = work => Ok(report),
+                    why = lost => Err(why),
+                };
+                match ended {
+                    Ok(report) => {
                         leadership.set(false);
                         if let Some(l) = leader {
                             l.release(bound.saturating_sub(t0.elapsed())).await;
@@ -577,7 +581,7 @@ impl ScaleDown {
                             "shutdown complete"
                         );
                     }
-                    why = lost => {
+                    Err(why) => {
                         leadership.set(false);
                         self.ctx.actuator.abort_all();
                         tracing::error!(%why, "leadership lost while stopping; drains left to the next leader");
