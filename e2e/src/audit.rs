@@ -159,7 +159,9 @@ pub fn evictions(text: &str) -> anyhow::Result<Vec<EvictionRecord>> {
 
 /// Pod uids (or `namespace/name` when an eviction named no uid) accepted for eviction more than
 /// once, with their counts.
-pub fn evicted_twice_by_uid(records: &[EvictionRecord]) -> std::collections::BTreeMap<String, usize> {
+pub fn evicted_twice_by_uid(
+    records: &[EvictionRecord],
+) -> std::collections::BTreeMap<String, usize> {
     let mut n = std::collections::BTreeMap::new();
     for r in records.iter().filter(|r| (200..300).contains(&r.code)) {
         let key = if r.uid.is_empty() {

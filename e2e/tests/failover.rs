@@ -115,16 +115,20 @@ async fn apply_pool_policy(client: &kube::Client) {
 /// Waits until both drain nodes are tainted `to-be-deleted` and `ctl` has logged an eviction
 /// waiting for its budget: two drains in flight, paced by the budget.
 async fn wait_two_paced_drains(env: &TestEnv, ctl: &[&Controller]) {
-    wait_for("two drains waiting for the budget", Duration::from_secs(60), || async {
-        let all = nodes(&env.client).await;
-        let tainted = ["drain-0", "drain-1"]
-            .iter()
-            .all(|n| all.get(*n).is_some_and(|n| has_taint(n, TO_BE_DELETED)));
-        let waiting = ctl
-            .iter()
-            .any(|c| c.logged("eviction waits for its disruption budget"));
-        (tainted && waiting).then_some(())
-    })
+    wait_for(
+        "two drains waiting for the budget",
+        Duration::from_secs(60),
+        || async {
+            let all = nodes(&env.client).await;
+            let tainted = ["drain-0", "drain-1"]
+                .iter()
+                .all(|n| all.get(*n).is_some_and(|n| has_taint(n, TO_BE_DELETED)));
+            let waiting = ctl
+                .iter()
+                .any(|c| c.logged("eviction waits for its disruption budget"));
+            (tainted && waiting).then_some(())
+        },
+    )
     .await
     .unwrap();
 }
@@ -222,7 +226,10 @@ async fn sigterm_with_drains_in_flight_rolls_back_releases_the_lease_and_exits()
         .filter(|(_, n)| has_taint(n, TO_BE_DELETED))
         .map(|(k, _)| k)
         .collect();
-    assert!(hard.is_empty(), "no to-be-deleted taint left behind: {hard:?}");
+    assert!(
+        hard.is_empty(),
+        "no to-be-deleted taint left behind: {hard:?}"
+    );
     eprintln!(
         "after SIGTERM, soft (PreferNoSchedule) candidate taints on {:?}",
         ebb_tainted(&all)
@@ -244,10 +251,14 @@ async fn sigterm_with_drains_in_flight_rolls_back_releases_the_lease_and_exits()
 
     // Started again: the drains run once more and finish; no pod is evicted twice.
     let _again = Controller::spawn(env, "ebb-controller", true, "200ms").unwrap();
-    wait_for("both drain nodes removed", Duration::from_secs(120), || async {
-        let all = nodes(&env.client).await;
-        (!all.contains_key("drain-0") && !all.contains_key("drain-1")).then_some(())
-    })
+    wait_for(
+        "both drain nodes removed",
+        Duration::from_secs(120),
+        || async {
+            let all = nodes(&env.client).await;
+            (!all.contains_key("drain-0") && !all.contains_key("drain-1")).then_some(())
+        },
+    )
     .await
     .unwrap();
     let left = wait_settled(env, Duration::from_secs(30)).await;
@@ -352,10 +363,14 @@ async fn sigkill_of_the_leader_mid_drain_the_standby_takes_over_within_the_lease
         since_kill <= LEASE_SECS as f64 + 2.0,
         "taken over within the Lease's duration of the kill ({since_kill:.1} s)"
     );
-    wait_for("both drain nodes removed", Duration::from_secs(120), || async {
-        let all = nodes(&env.client).await;
-        (!all.contains_key("drain-0") && !all.contains_key("drain-1")).then_some(())
-    })
+    wait_for(
+        "both drain nodes removed",
+        Duration::from_secs(120),
+        || async {
+            let all = nodes(&env.client).await;
+            (!all.contains_key("drain-0") && !all.contains_key("drain-1")).then_some(())
+        },
+    )
     .await
     .unwrap();
     let left = wait_settled(env, Duration::from_secs(30)).await;
@@ -422,13 +437,17 @@ async fn etcd_stopped_mid_drain_never_two_leaders() {
             "stopped acting and exited to campaign again"
         }
     );
-    let settled = wait_for("both drains done or rolled back", Duration::from_secs(150), || async {
-        let all = nodes(&env.client).await;
-        let done = ["drain-0", "drain-1"]
-            .iter()
-            .all(|n| all.get(*n).is_none_or(|n| !has_taint(n, TO_BE_DELETED)));
-        done.then_some(())
-    })
+    let settled = wait_for(
+        "both drains done or rolled back",
+        Duration::from_secs(150),
+        || async {
+            let all = nodes(&env.client).await;
+            let done = ["drain-0", "drain-1"]
+                .iter()
+                .all(|n| all.get(*n).is_none_or(|n| !has_taint(n, TO_BE_DELETED)));
+            done.then_some(())
+        },
+    )
     .await;
     if let Err(e) = settled {
         panic!("{e}: {:?}", ebb_tainted(&nodes(&env.client).await));

@@ -49,7 +49,11 @@ fn pod_ref(pod: &Pod) -> PodRef {
 fn is_mirror(pod: &Pod) -> bool {
     ebb_api::names::is_static_pod(
         pod.metadata.annotations.as_ref(),
-        pod.metadata.owner_references.iter().flatten().map(|o| o.kind.as_str()),
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.kind.as_str()),
     )
 }
 

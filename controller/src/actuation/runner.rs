@@ -503,7 +503,8 @@ impl Actuator {
         .await;
         // Stopped with every eviction accepted: past the point of no return, the drain finishes
         // within the shutdown bound (see `stop_drains`).
-        if order.cancel.is_cancelled() && !(failed.is_empty() && self.shutdown.stopping.is_cancelled())
+        if order.cancel.is_cancelled()
+            && !(failed.is_empty() && self.shutdown.stopping.is_cancelled())
         {
             return Err(GiveUpReason::Cancelled);
         }

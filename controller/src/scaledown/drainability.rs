@@ -48,7 +48,11 @@ pub enum PodDisposition {
 /// Whether Karpenter's `do-not-disrupt` annotation protects the pod at `now`: `"true"`, or a
 /// duration (`"30m"`) the pod has not yet run for since it started (a pod not started yet is
 /// protected). Another value protects nothing, as in Karpenter.
-pub fn do_not_disrupt(value: Option<&String>, started: Option<jiff::Timestamp>, now: jiff::Timestamp) -> bool {
+pub fn do_not_disrupt(
+    value: Option<&String>,
+    started: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> bool {
     let Some(v) = value else { return false };
     if names::is_true(Some(v)) {
         return true;
@@ -70,12 +74,17 @@ pub fn do_not_disrupt(value: Option<&String>, started: Option<jiff::Timestamp>, 
 
 /// Whether either safe-to-evict annotation says `on-completion`.
 fn on_completion(ann: &std::collections::BTreeMap<String, String>) -> bool {
-    [names::ANNOTATION_SAFE_TO_EVICT, names::CA_ANNOTATION_SAFE_TO_EVICT]
-        .iter()
-        .any(|k| {
-            ann.get(*k)
-                .is_some_and(|v| v.trim().eq_ignore_ascii_case(names::SAFE_TO_EVICT_ON_COMPLETION))
+    [
+        names::ANNOTATION_SAFE_TO_EVICT,
+        names::CA_ANNOTATION_SAFE_TO_EVICT,
+    ]
+    .iter()
+    .any(|k| {
+        ann.get(*k).is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case(names::SAFE_TO_EVICT_ON_COMPLETION)
         })
+    })
 }
 
 /// Classifies a pod by the rules, in order: mirror or static, terminal, terminating, DaemonSet →
@@ -254,16 +263,23 @@ mod tests {
         );
         // A pod from the API with the source annotation is an ordinary pod.
         assert_eq!(
-            one(pod("web-1").owned_by_rs("web").annotation(names::ANNOTATION_CONFIG_SOURCE, "api")),
+            one(pod("web-1")
+                .owned_by_rs("web")
+                .annotation(names::ANNOTATION_CONFIG_SOURCE, "api")),
             PodDisposition::Moves
         );
     }
 
     #[test]
     fn on_completion_blocks_until_the_pod_has_finished() {
-        for k in [names::ANNOTATION_SAFE_TO_EVICT, names::CA_ANNOTATION_SAFE_TO_EVICT] {
+        for k in [
+            names::ANNOTATION_SAFE_TO_EVICT,
+            names::CA_ANNOTATION_SAFE_TO_EVICT,
+        ] {
             assert_eq!(
-                one(pod("job-1").owned_by("Job", "batch").annotation(k, "on-completion")),
+                one(pod("job-1")
+                    .owned_by("Job", "batch")
+                    .annotation(k, "on-completion")),
                 PodDisposition::Blocks(BlockingPodReason::RunsToCompletion),
                 "{k}"
             );
@@ -284,12 +300,30 @@ mod tests {
         let at = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
         let v = |s: &str| Some(s.to_string());
         assert!(do_not_disrupt(v("true").as_ref(), None, now));
-        assert!(do_not_disrupt(v("30m").as_ref(), at("2026-01-01T00:45:00Z"), now));
-        assert!(!do_not_disrupt(v("30m").as_ref(), at("2026-01-01T00:15:00Z"), now));
-        assert!(do_not_disrupt(v("1h30m").as_ref(), at("2026-01-01T00:15:00Z"), now));
-        assert!(do_not_disrupt(v("5m").as_ref(), None, now), "not started yet");
+        assert!(do_not_disrupt(
+            v("30m").as_ref(),
+            at("2026-01-01T00:45:00Z"),
+            now
+        ));
+        assert!(!do_not_disrupt(
+            v("30m").as_ref(),
+            at("2026-01-01T00:15:00Z"),
+            now
+        ));
+        assert!(do_not_disrupt(
+            v("1h30m").as_ref(),
+            at("2026-01-01T00:15:00Z"),
+            now
+        ));
+        assert!(
+            do_not_disrupt(v("5m").as_ref(), None, now),
+            "not started yet"
+        );
         assert!(!do_not_disrupt(v("false").as_ref(), None, now));
-        assert!(!do_not_disrupt(v("soon").as_ref(), None, now), "not a duration");
+        assert!(
+            !do_not_disrupt(v("soon").as_ref(), None, now),
+            "not a duration"
+        );
         assert!(!do_not_disrupt(None, None, now));
         // Through the classification: a pod that has just started is kept.
         let young = || {
@@ -309,7 +343,10 @@ mod tests {
     fn local_volumes_that_may_be_lost_do_not_keep_the_node() {
         let k = names::CA_ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES;
         assert_eq!(
-            one(pod("tmp").owned_by_rs("web").empty_dir(false).annotation(k, "scratch")),
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .annotation(k, "scratch")),
             PodDisposition::Moves
         );
         assert_eq!(

@@ -119,8 +119,8 @@ impl Fence {
                 Ok(Ok(Some(lease))) => {
                     match read_lease(&lease, &self.identity, jiff::Timestamp::now()) {
                         LeaseRead::Held(age) => {
-                            valid_until = tokio::time::Instant::now()
-                                + self.valid_for.saturating_sub(age);
+                            valid_until =
+                                tokio::time::Instant::now() + self.valid_for.saturating_sub(age);
                         }
                         LeaseRead::Deposed(why) => return why,
                     }
@@ -262,7 +262,11 @@ mod tests {
         );
         // A renewal stamped ahead of this clock counts as just now.
         assert_eq!(
-            read_lease(&lease(Some("a"), Some(now + jiff::SignedDuration::from_secs(1))), "a", now),
+            read_lease(
+                &lease(Some("a"), Some(now + jiff::SignedDuration::from_secs(1))),
+                "a",
+                now
+            ),
             LeaseRead::Held(Duration::ZERO)
         );
         assert!(matches!(

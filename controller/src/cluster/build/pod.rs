@@ -38,7 +38,13 @@ pub fn parse_pod(
     let mut vols = VolumeFacts::default();
     if let Some(spec) = pod.spec.as_ref() {
         scheduling_requirements(spec, &object, &mut req)?;
-        vols = volume_facts(spec, meta.annotations.as_ref(), &namespace, volumes, &mut req);
+        vols = volume_facts(
+            spec,
+            meta.annotations.as_ref(),
+            &namespace,
+            volumes,
+            &mut req,
+        );
     }
     let info = pod_info(pod, namespace, name, object, vols);
     Ok((info, req))
@@ -216,8 +222,7 @@ fn volume_facts(
         .unwrap_or_default();
     for v in spec.volumes.iter().flatten() {
         let local = v.host_path.is_some()
-            || v
-                .empty_dir
+            || v.empty_dir
                 .as_ref()
                 .is_some_and(|ed| ed.medium.as_deref() != Some("Memory"));
         if local && !may_lose.contains(&v.name.as_str()) {
@@ -259,7 +264,10 @@ fn pod_info(
         });
     let mirror = ebb_api::names::is_static_pod(
         meta.annotations.as_ref(),
-        meta.owner_references.iter().flatten().map(|o| o.kind.as_str()),
+        meta.owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.kind.as_str()),
     );
     let annotations = meta.annotations.clone().unwrap_or_default();
     PodInfo {
