@@ -60,6 +60,11 @@ pub struct RunArgs {
     /// deleted within 5s of its taint.
     #[arg(long, env = "EBB_RECHECK_DELAY", default_value = "0s")]
     pub recheck_delay: ebb_api::KubeDuration,
+    /// How long a stop (SIGTERM, Ctrl-C) may take: no new drain starts, drains in flight finish
+    /// or roll back (none leaves its node tainted), the Lease is released. Keep it 5 s below the
+    /// pod's `terminationGracePeriodSeconds` (the chart derives it so).
+    #[arg(long, env = "EBB_SHUTDOWN_TIMEOUT", default_value_t = KubeDuration(crate::cli::run::DEFAULT_SHUTDOWN_TIMEOUT))]
+    pub shutdown_timeout: ebb_api::KubeDuration,
     /// Name of the Secret (in `--namespace`) holding the node-local API token keys.
     #[arg(long, env = "EBB_TOKEN_SECRET", default_value = PlacementSettings::DEFAULT_TOKEN_SECRET_NAME)]
     pub token_secret: String,

@@ -331,8 +331,11 @@ pub struct PodInfo {
     pub class: ClassId,
     pub annotations: BTreeMap<String, String>,
     pub owner: Option<OwnerRef>,
-    /// Created from the kubelet's static manifests (`kubernetes.io/config.mirror`).
+    /// Created from the kubelet's static manifests (`kubernetes.io/config.mirror`, a
+    /// `kubernetes.io/config.source` other than `api`, or owned by its Node).
     pub mirror: bool,
+    /// `status.startTime` (when the kubelet started it), if set.
+    pub started: Option<jiff::Timestamp>,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
     /// `metadata.deletionTimestamp` set.

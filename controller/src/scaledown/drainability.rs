@@ -45,10 +45,53 @@ pub enum PodDisposition {
     Blocks(BlockingPodReason),
 }
 
-/// Classifies a pod by the rules, in order: mirror, terminal, terminating, DaemonSet → stays;
-/// `safe-to-evict: "true"` → moves; `safe-to-evict: "false"` or `do-not-disrupt` → blocks;
-/// no controller, unknown controller kind, missing controller; kube-system without PDB; local
-/// storage; pinned by a local volume.
+/// Whether Karpenter's `do-not-disrupt` annotation protects the pod at `now`: `"true"`, or a
+/// duration (`"30m"`) the pod has not yet run for since it started (a pod not started yet is
+/// protected). Another value protects nothing, as in Karpenter.
+pub fn do_not_disrupt(
+    value: Option<&String>,
+    started: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> bool {
+    let Some(v) = value else { return false };
+    if names::is_true(Some(v)) {
+        return true;
+    }
+    let Ok(d) = ebb_api::duration::parse_duration(v.trim()) else {
+        return false;
+    };
+    if d.is_zero() {
+        return false;
+    }
+    match started {
+        None => true,
+        Some(t) => jiff::SignedDuration::try_from(d)
+            .ok()
+            .and_then(|d| t.checked_add(d).ok())
+            .is_none_or(|until| now < until),
+    }
+}
+
+/// Whether either safe-to-evict annotation says `on-completion`.
+fn on_completion(ann: &std::collections::BTreeMap<String, String>) -> bool {
+    [
+        names::ANNOTATION_SAFE_TO_EVICT,
+        names::CA_ANNOTATION_SAFE_TO_EVICT,
+    ]
+    .iter()
+    .any(|k| {
+        ann.get(*k).is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case(names::SAFE_TO_EVICT_ON_COMPLETION)
+        })
+    })
+}
+
+/// Classifies a pod by the rules, in order: mirror or static, terminal, terminating, DaemonSet →
+/// stays; `safe-to-evict: "true"` → moves; `safe-to-evict: "false"` or an active
+/// `do-not-disrupt` → blocks; `safe-to-evict: "on-completion"` → blocks until it finishes; no
+/// controller, unknown controller kind, missing controller; kube-system without PDB; local
+/// storage (but volumes in `safe-to-evict-local-volumes`); pinned by a local volume.
 pub fn classify(
     snap: &ClusterSnapshot,
     pod: PodId,
@@ -67,9 +110,16 @@ pub fn classify(
     }
     if names::is_false(ann.get(names::ANNOTATION_SAFE_TO_EVICT))
         || names::is_false(ann.get(names::CA_ANNOTATION_SAFE_TO_EVICT))
-        || names::is_true(ann.get(names::KARPENTER_DO_NOT_DISRUPT))
+        || do_not_disrupt(
+            ann.get(names::KARPENTER_DO_NOT_DISRUPT),
+            p.started,
+            jiff::Timestamp::now(),
+        )
     {
         return PodDisposition::Blocks(BlockingPodReason::NotSafeToEvictAnnotation);
+    }
+    if on_completion(ann) {
+        return PodDisposition::Blocks(BlockingPodReason::RunsToCompletion);
     }
     match &p.owner {
         None => return PodDisposition::Blocks(BlockingPodReason::NotReplicated),
@@ -229,6 +279,123 @@ mod tests {
         assert_eq!(
             classify_in(objs, DrainRules::default()),
             PodDisposition::Blocks(ControllerNotFound)
+        );
+    }
+
+    #[test]
+    fn static_pods_stay_whatever_marks_them() {
+        assert_eq!(
+            one(pod("etcd").annotation(names::ANNOTATION_CONFIG_SOURCE, "file")),
+            PodDisposition::Stays
+        );
+        assert_eq!(
+            one(pod("proxy").owned_by("Node", "n1")),
+            PodDisposition::Stays
+        );
+        // A pod from the API with the source annotation is an ordinary pod.
+        assert_eq!(
+            one(pod("web-1")
+                .owned_by_rs("web")
+                .annotation(names::ANNOTATION_CONFIG_SOURCE, "api")),
+            PodDisposition::Moves
+        );
+    }
+
+    #[test]
+    fn on_completion_blocks_until_the_pod_has_finished() {
+        for k in [
+            names::ANNOTATION_SAFE_TO_EVICT,
+            names::CA_ANNOTATION_SAFE_TO_EVICT,
+        ] {
+            assert_eq!(
+                one(pod("job-1")
+                    .owned_by("Job", "batch")
+                    .annotation(k, "on-completion")),
+                PodDisposition::Blocks(BlockingPodReason::RunsToCompletion),
+                "{k}"
+            );
+            assert_eq!(
+                one(pod("job-1")
+                    .owned_by("Job", "batch")
+                    .annotation(k, "on-completion")
+                    .phase("Succeeded")),
+                PodDisposition::Stays,
+                "{k}: finished"
+            );
+        }
+    }
+
+    #[test]
+    fn do_not_disrupt_with_a_duration_protects_until_the_pod_ran_that_long() {
+        let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let at = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+        let v = |s: &str| Some(s.to_string());
+        assert!(do_not_disrupt(v("true").as_ref(), None, now));
+        assert!(do_not_disrupt(
+            v("30m").as_ref(),
+            at("2026-01-01T00:45:00Z"),
+            now
+        ));
+        assert!(!do_not_disrupt(
+            v("30m").as_ref(),
+            at("2026-01-01T00:15:00Z"),
+            now
+        ));
+        assert!(do_not_disrupt(
+            v("1h30m").as_ref(),
+            at("2026-01-01T00:15:00Z"),
+            now
+        ));
+        assert!(
+            do_not_disrupt(v("5m").as_ref(), None, now),
+            "not started yet"
+        );
+        assert!(!do_not_disrupt(v("false").as_ref(), None, now));
+        assert!(
+            !do_not_disrupt(v("soon").as_ref(), None, now),
+            "not a duration"
+        );
+        assert!(!do_not_disrupt(None, None, now));
+        // Through the classification: a pod that has just started is kept.
+        let young = || {
+            pod("web-1")
+                .owned_by_rs("web")
+                .annotation(names::KARPENTER_DO_NOT_DISRUPT, "1h")
+        };
+        assert_eq!(
+            one(young().started_at(jiff::Timestamp::now())),
+            PodDisposition::Blocks(BlockingPodReason::NotSafeToEvictAnnotation)
+        );
+        let old = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(2);
+        assert_eq!(one(young().started_at(old)), PodDisposition::Moves);
+    }
+
+    #[test]
+    fn local_volumes_that_may_be_lost_do_not_keep_the_node() {
+        let k = names::CA_ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES;
+        assert_eq!(
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .annotation(k, "scratch")),
+            PodDisposition::Moves
+        );
+        assert_eq!(
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .host_path("/var/data")
+                .annotation(k, "cache, scratch")),
+            PodDisposition::Blocks(BlockingPodReason::LocalStorageRequested),
+            "the hostPath volume is not listed"
+        );
+        assert_eq!(
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .host_path("/var/data")
+                .annotation(k, "scratch,host")),
+            PodDisposition::Moves
         );
     }
 

@@ -137,6 +137,12 @@ impl PodBuilder {
     pub fn owned_by_ds(self, name: &str) -> Self {
         self.owned_by("DaemonSet", name)
     }
+    /// `status.startTime`.
+    pub fn started_at(mut self, t: jiff::Timestamp) -> Self {
+        self.0.status.get_or_insert_default().start_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t));
+        self
+    }
     pub fn mirror(self) -> Self {
         self.annotation("kubernetes.io/config.mirror", "hash")
     }

@@ -38,7 +38,13 @@ pub fn parse_pod(
     let mut vols = VolumeFacts::default();
     if let Some(spec) = pod.spec.as_ref() {
         scheduling_requirements(spec, &object, &mut req)?;
-        vols = volume_facts(spec, &namespace, volumes, &mut req);
+        vols = volume_facts(
+            spec,
+            meta.annotations.as_ref(),
+            &namespace,
+            volumes,
+            &mut req,
+        );
     }
     let info = pod_info(pod, namespace, name, object, vols);
     Ok((info, req))
@@ -200,21 +206,26 @@ fn spread_constraints(
     Ok(out)
 }
 
-/// Local storage and local PersistentVolumes (whose node affinity joins `req`).
+/// Local storage and local PersistentVolumes (whose node affinity joins `req`). Volumes named in
+/// Cluster Autoscaler's `safe-to-evict-local-volumes` annotation do not count as local storage.
 fn volume_facts(
     spec: &PodSpec,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
     namespace: &str,
     volumes: &VolumeIndex,
     req: &mut SchedRequirements,
 ) -> VolumeFacts {
     let mut out = VolumeFacts::default();
+    let may_lose: Vec<&str> = annotations
+        .and_then(|a| a.get(ebb_api::names::CA_ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES))
+        .map(|v| v.split(',').map(str::trim).collect())
+        .unwrap_or_default();
     for v in spec.volumes.iter().flatten() {
-        if v.host_path.is_some() {
-            out.local_storage = true;
-        }
-        if let Some(ed) = &v.empty_dir
-            && ed.medium.as_deref() != Some("Memory")
-        {
+        let local = v.host_path.is_some()
+            || v.empty_dir
+                .as_ref()
+                .is_some_and(|ed| ed.medium.as_deref() != Some("Memory"));
+        if local && !may_lose.contains(&v.name.as_str()) {
             out.local_storage = true;
         }
         let Some(pvc) = &v.persistent_volume_claim else {
@@ -262,6 +273,13 @@ fn pod_info(
             kind: o.kind.clone(),
             name: o.name.clone(),
         });
+    let mirror = ebb_api::names::is_static_pod(
+        meta.annotations.as_ref(),
+        meta.owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.kind.as_str()),
+    );
     let annotations = meta.annotations.clone().unwrap_or_default();
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let terminating = meta.deletion_timestamp.is_some();
@@ -292,7 +310,8 @@ fn pod_info(
         .map(|t| t.0);
     PodInfo {
         uid: meta.uid.clone().unwrap_or(object),
-        mirror: annotations.contains_key("kubernetes.io/config.mirror"),
+        mirror,
+        started: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
         annotations,
         namespace,
         name,
