@@ -96,9 +96,27 @@ async fn a_pod_on_a_local_volume_keeps_its_node() {
     let c = real().await;
     let env = &c.env;
     let client = &env.client;
+    // Two nodes of the pool kept busy (3 of 4 CPUs), with room for the database pod.
     c.add_nodes(&NodeGroup {
         labels: json!({"pool": "drain"}),
-        ..NodeGroup::plain("pool-", 3, "4", "16Gi")
+        ..NodeGroup::plain("busy-", 2, "4", "16Gi")
+    })
+    .await
+    .unwrap();
+    c.add_apps(&Apps {
+        prefix: "busy-",
+        count: 1,
+        replicas: 2,
+        requests: json!({"cpu": "3", "memory": "1Gi"}),
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    wait_running(client, 2).await.unwrap();
+    // Then the node of the local volume, and the database that claims it.
+    c.add_nodes(&NodeGroup {
+        labels: json!({"pool": "drain"}),
+        ..NodeGroup::plain("pool-", 1, "4", "16Gi")
     })
     .await
     .unwrap();
@@ -137,17 +155,7 @@ async fn a_pod_on_a_local_volume_keeps_its_node() {
                             "persistentVolumeClaim": {"claimName": "data"}}]}}}}),
     )
     .await;
-    // The other two nodes are busy enough to stay and have room for the database pod.
-    c.add_apps(&Apps {
-        prefix: "busy-",
-        count: 1,
-        replicas: 1,
-        requests: json!({"cpu": "3", "memory": "1Gi"}),
-        ..Apps::default()
-    })
-    .await
-    .unwrap();
-    wait_running(client, 2).await.unwrap();
+    wait_running(client, 3).await.unwrap();
     let db_node = wait_for(
         "the database pod bound to pool-0",
         Duration::from_secs(30),
