@@ -145,6 +145,7 @@ fn full_plan(snap: &mut ClusterSnapshot, state: &mut PlannerState) -> Plan {
         &config(),
         jiff::Timestamp::UNIX_EPOCH,
         state,
+        &Default::default(),
         &mut InstantStopwatch::start(),
     )
 }

@@ -144,8 +144,9 @@ async fn a_loop_plans_taints_drains_and_reports_by_server_side_apply() {
         after.last().unwrap().body["status"]
     );
 
-    // The drain finishes: NodeRemoved once, removedTotal counts it.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The drain finishes (no node goes within 5 s of its taint): NodeRemoved once,
+    // removedTotal counts it.
+    tokio::time::sleep(Duration::from_secs(6)).await;
     assert!(api.node("n1").is_none(), "n1 deleted");
     reconcile(Arc::new(current(&api, "p")), ctx.clone())
         .await

@@ -117,7 +117,7 @@ proptest! {
         let mut snap = build_snapshot(&objs).unwrap();
         let cfg = PlannerConfig { utilization_threshold: threshold, ..PlannerConfig::default() };
         let mut state = PlannerState::default();
-        let result = plan(&mut snap, &mut PredicateChecker::new(), &cfg, jiff::Timestamp::UNIX_EPOCH, &mut state, &mut StepStopwatch::default());
+        let result = plan(&mut snap, &mut PredicateChecker::new(), &cfg, jiff::Timestamp::UNIX_EPOCH, &mut state, &Default::default(), &mut StepStopwatch::default());
 
         // Apply every move at once.
         let index: HashMap<&str, usize> = node_names.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();

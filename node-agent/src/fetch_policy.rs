@@ -563,14 +563,19 @@ pub fn http_client(
         .build()
 }
 
+/// A flag value that is not an address range.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not an address range: write it like 10.20.0.0/16, fd00::/8 or 10.1.2.3")]
+pub struct NotACidr(String);
+
 /// Parses a CIDR, or a single address as its own /32 or /128 (for `--fetch-allow-cidr`).
-pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
+pub fn parse_cidr(s: &str) -> Result<IpNet, NotACidr> {
     if let Ok(n) = s.parse::<IpNet>() {
         return Ok(n.trunc());
     }
-    s.parse::<IpAddr>().map(IpNet::from).map_err(|_| {
-        format!("{s:?} is not an address range: write it like 10.20.0.0/16, fd00::/8 or 10.1.2.3")
-    })
+    s.parse::<IpAddr>()
+        .map(IpNet::from)
+        .map_err(|_| NotACidr(s.to_string()))
 }
 
 #[cfg(test)]

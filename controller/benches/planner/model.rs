@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use ebb_controller::cluster::model::{Operator, Requirement, Selector};
+use ebb_controller::cluster::types::{Operator, Requirement, Selector};
 use ebb_controller::cluster::{
     ClusterEvent, ClusterObjects, LiveCluster, PredicateChecker, build_snapshot,
 };
@@ -59,13 +59,13 @@ fn policy_loop(
     cfg: &PlannerConfig,
     state: &mut PlannerState,
 ) -> Plan {
-    state.sync_deleting_from_taints(snap, now());
     let p = plan(
         snap,
         &mut PredicateChecker::new(),
         cfg,
         now(),
         state,
+        &Default::default(),
         &mut InstantStopwatch::start(),
     );
     black_box(select_deletions(snap, &p, state, cfg, now(), false));
@@ -265,7 +265,7 @@ pub fn run(nodes: usize) -> Vec<String> {
                 .unwrap_or_else(|| panic!("node {name}"));
             live.apply(ClusterEvent::NodeApplied(&node))
                 .unwrap_or_else(|e| panic!("{e}"));
-            recheck_state.start_deleting(&name, now());
+            let in_flight: std::collections::BTreeSet<String> = [name.clone()].into();
             let mut times = Vec::new();
             let mut result = Ok(());
             for _ in 0..5 {
@@ -275,6 +275,7 @@ pub fn run(nodes: usize) -> Vec<String> {
                         snap,
                         &cfg,
                         &recheck_state,
+                        &in_flight,
                         &name,
                         now(),
                         &mut InstantStopwatch::start(),
@@ -296,6 +297,7 @@ pub fn run(nodes: usize) -> Vec<String> {
                     &mut snap,
                     &cfg,
                     &recheck_state,
+                    &in_flight,
                     &name,
                     now(),
                     &mut InstantStopwatch::start(),

@@ -12,7 +12,7 @@ use tokio::sync::watch;
 
 use super::pods::PodRef;
 use crate::cluster::build::selector_from;
-use crate::cluster::model::Selector;
+use crate::cluster::types::Selector;
 use crate::scaledown::pdb::allowance;
 
 /// How long an accepted eviction counts against its budgets when the pod cache never shows the

@@ -12,7 +12,7 @@ use crate::metrics::{DrainResult, ScaleDownKind};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum GiveUpReason {
     /// The re-check after tainting found the node no longer removable (the planner's reason).
-    NoLongerRemovable(String),
+    NoLongerRemovable(super::recheck::RecheckError),
     /// Pods landed on the node between the plan and the taint.
     PodsLanded(Vec<String>),
     /// Some pods could not be evicted within `maxPodEvictionTime` (PodDisruptionBudgets).

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_api::ScaleDownMode;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
@@ -19,6 +19,7 @@ use super::drain::{Drain, DrainEvent, EvictionCall, GiveUpReason, Outcome, Step}
 use super::evict::{EvictionObserver, EvictionSettings, Evictor, evict_all, evict_once};
 use super::nodes::{NodeWriteError, NodeWriter, Written};
 use super::pods::{self, PodRef};
+use super::recheck::{RecheckInputs, recheck};
 use super::removal::{HandedOff, Remover};
 use super::taints::EbbTaint;
 use super::tracker::{Evicted, Tracker};
@@ -26,11 +27,8 @@ use crate::metrics::{
     DrainResult, Function, Metrics, RemovalLabels, RemovalOutcome, ScaleDownKind, ScaleDownLabels,
 };
 use crate::scaledown::eligibility::ARRIVAL_WINDOW;
-use crate::scaledown::removal::Target;
-
-/// The planner's re-check of one node after it was tainted: `Err(reason)` when it is no longer
-/// removable.
-pub type Recheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
+use crate::scaledown::removal_method::Target;
+use crate::state::Stores;
 
 /// Default extra wait, after the node watch shows the `to-be-deleted` taint, before the
 /// re-check. Nothing: what protects the plan is the taint seen by the watch (the scheduler's
@@ -62,9 +60,12 @@ pub struct DrainOrder {
     pub settings: EvictionSettings,
     /// Uids of the pods on the node when the planner decided (pods not in it landed since).
     pub planned_pods: BTreeSet<String>,
+    /// Where the plan put each pod (uid → node): its replacement is steered there.
+    pub destinations: std::collections::BTreeMap<String, String>,
     /// Set when picking up a drain found tainted at start: no new taint is written.
     pub resume_from: Option<jiff::Timestamp>,
-    pub recheck: Recheck,
+    /// What the re-check plans with (see [`super::recheck`]).
+    pub recheck: RecheckInputs,
     /// Cancelled when the policy is deleted or the controller stops.
     pub cancel: CancellationToken,
     /// `DrainAndDelete`: what removing the node acts on (`None`: the Node object).
@@ -92,8 +93,9 @@ pub struct Actuator {
     client: kube::Client,
     nodes: NodeWriter,
     pods: Store<Pod>,
-    /// The node cache: a drain waits for its taint to show there before the re-check.
-    node_cache: Option<Store<Node>>,
+    /// The shared caches and cluster model: a drain waits for its taint to show in the node
+    /// cache, and re-checks on the model.
+    stores: Stores,
     pod_changes: watch::Receiver<u64>,
     gate: DisruptionGate,
     remover: Remover,
@@ -145,21 +147,23 @@ const SHUTDOWN_PROGRESS: Duration = Duration::from_secs(1);
 
 impl Actuator {
     /// `client` writes nodes and, unless [`Self::with_eviction_client`] says otherwise, sends
-    /// the evictions; `pods` is the shared pod cache; `pod_changes` ticks on every pod event.
+    /// the evictions; `stores` are the shared caches and model; `pod_changes` ticks on every pod
+    /// event.
     pub fn new(
         client: kube::Client,
-        pods: Store<Pod>,
+        stores: Stores,
         pod_changes: watch::Receiver<u64>,
         tracker: Tracker,
         metrics: Metrics,
     ) -> Self {
+        let pods = stores.pods.clone();
         Self {
             nodes: NodeWriter::new(client.clone()),
             remover: Remover::new(client.clone()),
             client,
             gate: DisruptionGate::new(pods.clone(), pod_changes.clone()),
             pods,
-            node_cache: None,
+            stores,
             pod_changes,
             tracker,
             metrics,
@@ -207,13 +211,6 @@ impl Actuator {
     /// Extra wait between the taint showing in the node cache and the re-check.
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
         self.recheck_delay = delay;
-        self
-    }
-
-    /// The shared node cache: a drain re-checks once its taint shows there (without it, once
-    /// the taint is written).
-    pub fn with_node_cache(mut self, nodes: Store<Node>) -> Self {
-        self.node_cache = Some(nodes);
         self
     }
 
@@ -379,7 +376,8 @@ impl Actuator {
         let t0 = std::time::Instant::now();
         tracing::info!(resumed = order.resume_from.is_some(), "drain started");
         let mut handed_off = false;
-        let outcome = match self.drive(&order).await {
+        let began = tokio::time::Instant::now();
+        let outcome = match self.drive(&order, began).await {
             Ok(()) => Outcome::Removed,
             Err(reason) => {
                 // A machine handed off is going: its node is never made schedulable again.
@@ -454,7 +452,11 @@ impl Actuator {
         self.pods.state()
     }
 
-    async fn drive(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+    async fn drive(
+        &self,
+        order: &DrainOrder,
+        began: tokio::time::Instant,
+    ) -> Result<(), GiveUpReason> {
         let node = order.node.as_str();
         if order.resume_from.is_some()
             && order.mode == ScaleDownMode::DrainAndDelete
@@ -492,9 +494,13 @@ impl Actuator {
         if !landed.is_empty() {
             return Err(GiveUpReason::PodsLanded(landed));
         }
-        let recheck = order.recheck.clone();
-        let owned = order.node.clone();
-        tokio::task::spawn_blocking(move || recheck(&owned))
+        let (stores, inputs, owned) = (
+            self.stores.clone(),
+            order.recheck.clone(),
+            order.node.clone(),
+        );
+        let in_flight = self.tracker.in_flight();
+        tokio::task::spawn_blocking(move || recheck(&stores, &inputs, &in_flight, &owned))
             .await
             .map_err(|e| GiveUpReason::ApiError(format!("re-check crashed: {e}")))?
             .map_err(GiveUpReason::NoLongerRemovable)?;
@@ -553,7 +559,7 @@ impl Actuator {
         self.step(node, DrainEvent::PodsGone);
         // Nothing may be on its way here when the node goes (a binding the scheduler began
         // before it saw the taint).
-        self.settle_arrivals(order).await?;
+        self.settle_arrivals(order, began).await?;
 
         // Deleting.
         if order.mode == ScaleDownMode::DrainAndDelete {
@@ -686,9 +692,7 @@ impl Actuator {
     /// Waits until the node cache shows ebb's `to-be-deleted` taint on `node` (or the node is
     /// gone from it), at most [`TAINT_SEEN_TIMEOUT`].
     async fn taint_seen(&self, node: &str) {
-        let Some(cache) = &self.node_cache else {
-            return;
-        };
+        let cache = &self.stores.nodes;
         let deadline = tokio::time::Instant::now() + TAINT_SEEN_TIMEOUT;
         let key = kube::runtime::reflector::ObjectRef::new(node);
         loop {
@@ -712,17 +716,24 @@ impl Actuator {
     /// Before a drained node goes: [`ARRIVAL_WINDOW`] has passed since its taint (a binding the
     /// scheduler began before it saw the taint has landed by then), no pod is nominated to it,
     /// and no pod landed on it since the plan; else the drain gives up (the node stays).
-    async fn settle_arrivals(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+    async fn settle_arrivals(
+        &self,
+        order: &DrainOrder,
+        began: tokio::time::Instant,
+    ) -> Result<(), GiveUpReason> {
         let node = order.node.as_str();
+        let window = Duration::try_from(ARRIVAL_WINDOW).unwrap_or_default();
+        // Since the taint: as long as this task has run, or since the taint's own time for a
+        // drain resumed after a restart, whichever is longer.
+        let mut tainted_for = began.elapsed();
         if let Some(started) = self.tracker.get(node).map(|d| d.started) {
-            let settled = started + ARRIVAL_WINDOW;
-            let now = jiff::Timestamp::now();
-            if settled > now {
-                let wait = Duration::try_from(settled.duration_since(now)).unwrap_or_default();
-                tokio::select! {
-                    _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
-                    _ = tokio::time::sleep(wait) => {}
-                }
+            let wall = jiff::Timestamp::now().duration_since(started);
+            tainted_for = tainted_for.max(Duration::try_from(wall).unwrap_or_default());
+        }
+        if let Some(wait) = window.checked_sub(tainted_for).filter(|w| !w.is_zero()) {
+            tokio::select! {
+                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = tokio::time::sleep(wait) => {}
             }
         }
         let now = self.pods_now();

@@ -129,6 +129,17 @@ impl Tracker {
         self.lock().refused.remove(policy).unwrap_or(0)
     }
 
+    /// What `policy`'s loop reads of actuation: every drain in flight, and what it has not
+    /// taken yet of its finished drains, evictions and refusals (taken once).
+    pub fn status(&self, policy: &str) -> super::status::ActuationStatus {
+        super::status::ActuationStatus {
+            draining: self.draining(None),
+            finished: self.take_finished(policy),
+            evicted: self.take_evictions(policy),
+            refused: self.take_refused(policy),
+        }
+    }
+
     /// Take the evictions of `policy` not taken yet (to tell the planner once).
     pub fn take_evictions(&self, policy: &str) -> Vec<Evicted> {
         let mut inner = self.lock();

@@ -22,7 +22,7 @@ use crate::reconcilers::placement::{self, PlacementSettings};
 use crate::reconcilers::scaledown::startup::recover_at_start;
 use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
 use crate::state::lease::{Leader, LeaderConfig};
-use crate::state::providers::ProviderSources;
+use crate::state::machine_caches::ProviderSources;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
 
@@ -135,7 +135,6 @@ impl RemovalSettings {
             };
             let kinds = ClusterApiKinds::discover(&capi)
                 .await
-                .map_err(anyhow::Error::msg)
                 .context("--cluster-api")?;
             tracing::info!(machine = %kinds.machine.api_version, "Cluster API removal enabled");
             out.cluster_api = Some((capi, kinds));
@@ -143,7 +142,6 @@ impl RemovalSettings {
         if self.karpenter {
             let kinds = KarpenterKinds::discover(client)
                 .await
-                .map_err(anyhow::Error::msg)
                 .context("--karpenter")?;
             tracing::info!(node_claim = %kinds.node_claim.api_version, "Karpenter removal enabled");
             out.karpenter = Some((client.clone(), kinds));
@@ -484,7 +482,7 @@ impl ScaleDown {
         let (finished_tx, mut finished_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
         let actuator = Actuator::new(
             client.clone(),
-            shared.stores.pods.clone(),
+            shared.stores.clone(),
             shared.pod_changes.clone(),
             Tracker::default(),
             shared.metrics.clone(),
@@ -492,7 +490,6 @@ impl ScaleDown {
         .with_eviction_client(clients.evictions)
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
-        .with_node_cache(shared.stores.nodes.clone())
         .with_remover(remover)
         .with_stop(shared.stop.clone())
         .notify_finished(finished_tx);

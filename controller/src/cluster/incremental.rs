@@ -4,11 +4,11 @@
 use thiserror::Error;
 
 use super::build::OwnerIndex;
-use super::model::{
+use super::snapshot::{ClusterSnapshot, owner_map};
+use super::types::{
     ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodId, PodInfo, Resources, SchedClass,
     SchedRequirements,
 };
-use super::snapshot::{ClusterSnapshot, owner_map};
 
 /// Why the snapshot refused a change.
 #[derive(Clone, Debug, Error, PartialEq, Eq)]

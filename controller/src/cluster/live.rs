@@ -12,9 +12,9 @@ use super::build::{
     parse_node, parse_pdb, parse_pod, pdb_counts, volume_index, warm_roles_by_node,
 };
 use super::incremental::UpdateError;
-use super::model::{LocalVolume, NodeId, OwnerInfo, PdbInfo, PodId, PodInfo, SchedRequirements};
-use super::providers::{ProviderIndex, link};
+use super::machines::{ProviderIndex, link};
 use super::snapshot::ClusterSnapshot;
+use super::types::{LocalVolume, NodeId, OwnerInfo, PdbInfo, PodId, PodInfo, SchedRequirements};
 
 /// A pod's key in the watch: (namespace, name).
 pub type PodKey = (String, String);
@@ -86,7 +86,7 @@ enum PodSlot {
     Failed,
 }
 
-/// What the model keeps of a budget beyond its [`super::model::PdbInfo`]: how to compute its
+/// What the model keeps of a budget beyond its [`super::types::PdbInfo`]: how to compute its
 /// allowance when its status is not trusted, and the pods it counts.
 #[derive(Clone, Debug)]
 struct PdbCounts {
@@ -175,7 +175,7 @@ fn claim_facts(
     namespace: &str,
     claims: &[String],
 ) -> (
-    Vec<Vec<super::model::NodeSelectorTerm>>,
+    Vec<Vec<super::types::NodeSelectorTerm>>,
     Option<LocalVolume>,
 ) {
     let mut terms = Vec::new();

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use super::build::{ClusterObjects, owner_index};
 use super::live::{ClusterEvent, LiveCluster};
-use super::model::{NodeId, PodId, Resources};
+use super::types::{NodeId, PodId, Resources};
 use super::{ClusterSnapshot, build_snapshot};
 use crate::scaledown::{
     PlannerConfig, PlannerState, StepStopwatch, plan, recheck, select_deletions,
@@ -427,6 +427,7 @@ fn run_plan(
         &cfg,
         now(),
         &mut state,
+        &Default::default(),
         &mut StepStopwatch::default(),
     );
     let sel = select_deletions(s, &p, &state, &cfg, now(), true);
@@ -493,11 +494,22 @@ fn apply(live: &mut LiveCluster, world: &mut World, ev: &Ev) {
                     &cfg,
                     now(),
                     &mut state,
+                    &Default::default(),
                     &mut StepStopwatch::default(),
                 );
                 let before = canonical(s);
                 let name = format!("n{i}");
-                let forked = recheck(s, &cfg, &state, &name, now(), &mut StepStopwatch::default());
+                let none = Default::default();
+                let forked = recheck(
+                    s,
+                    &cfg,
+                    &state,
+                    &none,
+                    &name,
+                    now(),
+                    &mut StepStopwatch::default(),
+                )
+                .map_err(|e| e.to_string());
                 assert_eq!(
                     before,
                     canonical(s),
@@ -510,10 +522,12 @@ fn apply(live: &mut LiveCluster, world: &mut World, ev: &Ev) {
                             &mut scratch,
                             &cfg,
                             &state,
+                            &none,
                             &name,
                             now(),
                             &mut StepStopwatch::default(),
                         )
+                        .map_err(|e| e.to_string())
                     });
                 assert_eq!(
                     forked, rebuilt,

@@ -5,19 +5,19 @@
 pub mod build;
 pub mod incremental;
 pub mod live;
-pub mod model;
+pub mod machines;
 pub mod predicates;
-pub mod providers;
 pub mod quantity;
 pub mod snapshot;
+pub mod types;
 pub mod undo;
 
 pub use build::{ClusterObjects, SnapshotError, build_snapshot};
 pub use incremental::UpdateError;
 pub use live::{ClusterEvent, LiveCluster};
-pub use model::{ClassId, NodeId, NodeInfo, PodId, PodInfo, Resources};
 pub use predicates::{PredicateChecker, Unfit};
 pub use snapshot::ClusterSnapshot;
+pub use types::{ClassId, NodeId, NodeInfo, PodId, PodInfo, Resources};
 pub use undo::UndoLog;
 
 #[cfg(test)]

@@ -9,11 +9,11 @@
 
 use std::collections::HashMap;
 
-use super::model::{
+use super::snapshot::ClusterSnapshot;
+use super::types::{
     ClassId, NodeId, PodAffinityTerm, PodId, SchedClass, SchedRequirements, SpreadConstraint,
     terms_match,
 };
-use super::snapshot::ClusterSnapshot;
 
 /// Why a pod does not fit a node. The first failing predicate is reported.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -231,7 +231,7 @@ fn static_predicates(
         return Err(Unfit::VolumeNodeAffinity);
     }
     for taint in &n.taints {
-        if taint.effect == super::model::TaintEffect::PreferNoSchedule {
+        if taint.effect == super::types::TaintEffect::PreferNoSchedule {
             continue;
         }
         if !req.tolerations.iter().any(|t| t.tolerates(taint)) {

@@ -4,7 +4,7 @@
 use super::undo::UndoLog;
 use std::collections::{BTreeMap, HashMap};
 
-use super::model::{
+use super::types::{
     ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodAffinityTerm, PodId, PodInfo, Resources,
     SchedClass, SchedRequirements, Taint,
 };

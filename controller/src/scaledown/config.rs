@@ -10,7 +10,7 @@ use super::budgets::{Budgets, Limits, parse_budgets};
 use super::drainability::DrainRules;
 use super::eligibility::UtilizationRules;
 use crate::cluster::build::selector_from;
-use crate::cluster::model::Selector;
+use crate::cluster::types::Selector;
 
 /// A policy the planner cannot use.
 #[derive(Debug, Error)]

@@ -4,7 +4,7 @@
 use ebb_api::names;
 use ebb_api::reasons::BlockingPodReason;
 
-use super::pdb::PdbTracker;
+use super::pdb_coverage::PdbTracker;
 use crate::cluster::{ClusterSnapshot, NodeId, PodId};
 
 /// Controller kinds whose pods are re-created elsewhere when evicted.
@@ -158,7 +158,7 @@ fn usable_elsewhere(snap: &ClusterSnapshot, pod: PodId) -> bool {
             let node = snap.node(n);
             volumes
                 .iter()
-                .all(|terms| crate::cluster::model::terms_match(terms, &node.name, &node.labels))
+                .all(|terms| crate::cluster::types::terms_match(terms, &node.name, &node.labels))
         })
 }
 

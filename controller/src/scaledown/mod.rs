@@ -3,20 +3,25 @@
 
 pub mod budgets;
 pub mod config;
+pub mod decisions;
 pub mod drainability;
 pub mod eligibility;
+pub mod memory;
+mod node_facts;
 pub mod pdb;
+pub mod pdb_coverage;
 pub mod planner;
 pub mod recheck;
-pub mod removal;
+pub mod removal_method;
 mod simulation;
+pub mod stopwatch;
 
 pub use config::{PlannerConfig, PolicyError};
-pub use planner::{
-    Candidate, InstantStopwatch, Move, Plan, PlannerState, SimulationStats, StepStopwatch,
-    Stopwatch, Unremovable, plan, select_deletions,
-};
-pub use recheck::recheck;
+pub use decisions::{Candidate, Move, Plan, SimulationStats, Unremovable};
+pub use memory::{DestinationHints, NonCandidate, PlannerState, RecentEviction};
+pub use planner::{deleting, plan, select_deletions};
+pub use recheck::{Refusal, recheck};
+pub use stopwatch::{InstantStopwatch, StepStopwatch, Stopwatch};
 
 #[cfg(test)]
 mod pacing_tests;

@@ -8,10 +8,12 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use proptest::prelude::*;
 
+use std::collections::BTreeSet;
+
 use super::budgets::{InFlight, Limits, Removable, Selection, select};
 use super::config::PlannerConfig;
 use super::pdb::{Needs, PdbPacing};
-use super::planner::{PlannerState, StepStopwatch, plan, select_deletions};
+use super::{PlannerState, StepStopwatch, plan, select_deletions};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
 use crate::testkit::{PodBuilder, config_selecting, node, objects, pdb_min_available, pod};
 
@@ -29,13 +31,25 @@ fn web(name: &str, node: &str) -> PodBuilder {
 
 /// Plans and selects (unneeded time ignored) on `objs` with `state`.
 fn select_now(objs: &ClusterObjects, cfg: &PlannerConfig, state: &mut PlannerState) -> Selection {
+    select_now_draining(objs, cfg, state, &[])
+}
+
+/// [`select_now`] with the actuator draining `draining`.
+fn select_now_draining(
+    objs: &ClusterObjects,
+    cfg: &PlannerConfig,
+    state: &mut PlannerState,
+    draining: &[&str],
+) -> Selection {
     let mut snap = build_snapshot(objs).unwrap();
+    let in_flight: BTreeSet<String> = draining.iter().map(|n| n.to_string()).collect();
     let p = plan(
         &mut snap,
         &mut PredicateChecker::new(),
         cfg,
         t(0),
         state,
+        &in_flight,
         &mut StepStopwatch::default(),
     );
     select_deletions(&snap, &p, state, cfg, t(0), true)
@@ -95,9 +109,8 @@ fn a_drain_in_flight_keeps_its_disruptions_until_the_replacement_is_ready() {
     let cfg = PlannerConfig::default();
     let mut state = PlannerState::default();
     select_now(&objs, &cfg, &mut state);
-    state.start_deleting("a", t(0));
     // Started, its pod not evicted yet: the pod's disruption is spoken for.
-    let sel = select_now(&objs, &cfg, &mut state);
+    let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert!(sel.drain.is_empty(), "{sel:?}");
     assert_eq!(held(&sel), [("b", "default/web"), ("c", "default/web")]);
 
@@ -105,21 +118,21 @@ fn a_drain_in_flight_keeps_its_disruptions_until_the_replacement_is_ready() {
     // budget's own status is computed from it: the eviction still counts.
     let evicted: Pod = web("w1", "a").build();
     state.record_eviction(evicted, t(0));
-    let sel = select_now(&objs, &cfg, &mut state);
+    let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert!(sel.drain.is_empty(), "{sel:?}");
 
     // Gone, its replacement running on `big` but not ready yet: still nothing.
     objs.pods
         .retain(|p| p.metadata.name.as_deref() != Some("w1"));
     objs.pods.push(web("w1-new", "big").not_ready().build());
-    let sel = select_now(&objs, &cfg, &mut state);
+    let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert!(sel.drain.is_empty(), "{sel:?}");
 
     // Ready: the next drain starts.
     objs.pods
         .retain(|p| p.metadata.name.as_deref() != Some("w1-new"));
     objs.pods.push(web("w1-new", "big").build());
-    let sel = select_now(&objs, &cfg, &mut state);
+    let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert_eq!(sel.drain, ["b"], "{sel:?}");
 }
 
@@ -215,8 +228,7 @@ fn a_node_holding_more_pods_of_a_budget_than_it_allows_drains_alone() {
     assert_eq!(sel.drain, ["a"], "{sel:?}");
     assert_eq!(held(&sel), [("c", "default/db")]);
     // With `a` in flight, `c` waits even though it needs only one.
-    state.start_deleting("a", t(0));
-    let sel = select_now(&objs, &cfg, &mut state);
+    let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert!(sel.drain.is_empty());
     assert_eq!(held(&sel), [("c", "default/db")]);
 }
@@ -320,6 +332,7 @@ fn the_selection_says_when_the_next_candidate_is_due() {
         &cfg,
         t(0),
         &mut state,
+        &Default::default(),
         &mut StepStopwatch::default(),
     );
     let sel = select_deletions(&snap, &p, &state, &cfg, t(3), false);

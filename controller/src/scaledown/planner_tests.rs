@@ -6,7 +6,7 @@ use ebb_api::reasons::UnremovableReason;
 use jiff::Timestamp;
 
 use super::config::PlannerConfig;
-use super::planner::{Plan, PlannerState, StepStopwatch, plan};
+use super::{Plan, PlannerState, StepStopwatch, Unremovable, plan};
 use crate::cluster::{ClusterObjects, ClusterSnapshot, PredicateChecker, build_snapshot};
 use crate::testkit::{
     PodBuilder, config_selecting, node, node_state_warm, objects, pod, snapshot, taint,
@@ -33,14 +33,22 @@ fn run_timed(
     state: &mut PlannerState,
     watch: &mut StepStopwatch,
 ) -> Plan {
-    plan(s, &mut PredicateChecker::new(), cfg, now, state, watch)
+    plan(
+        s,
+        &mut PredicateChecker::new(),
+        cfg,
+        now,
+        state,
+        &Default::default(),
+        watch,
+    )
 }
 
 fn names(p: &Plan) -> Vec<&str> {
     p.candidates.iter().map(|c| c.node.as_str()).collect()
 }
 
-fn reason_of<'a>(p: &'a Plan, node: &str) -> Option<&'a super::planner::Unremovable> {
+fn reason_of<'a>(p: &'a Plan, node: &str) -> Option<&'a Unremovable> {
     p.unremovable.iter().find(|u| u.node == node)
 }
 
@@ -241,8 +249,19 @@ fn a_deleted_nodes_pods_that_no_longer_fit_block_new_candidates() {
     };
     let cfg = PlannerConfig::default();
     let mut state = PlannerState::default();
-    state.start_deleting("gone", t(0));
-    let p = run(&mut mk("4"), &cfg, t(0), &mut state);
+    let gone: std::collections::BTreeSet<String> = ["gone".to_string()].into();
+    let draining = |s: &mut ClusterSnapshot, now, state: &mut PlannerState| {
+        plan(
+            s,
+            &mut PredicateChecker::new(),
+            &cfg,
+            now,
+            state,
+            &gone,
+            &mut StepStopwatch::default(),
+        )
+    };
+    let p = draining(&mut mk("4"), t(0), &mut state);
     assert!(!p.pending_reschedule);
     assert_eq!(
         names(&p),
@@ -258,7 +277,7 @@ fn a_deleted_nodes_pods_that_no_longer_fit_block_new_candidates() {
         reason_of(&p, "big").unwrap().reason,
         UnremovableReason::NotUnderutilized
     );
-    let p = run(&mut mk("6"), &cfg, t(1), &mut state);
+    let p = draining(&mut mk("6"), t(1), &mut state);
     assert!(p.pending_reschedule);
     assert!(p.candidates.is_empty());
     assert_eq!(

@@ -4,8 +4,13 @@
 use ebb_api::names::TAINT_TO_BE_DELETED;
 use jiff::Timestamp;
 
+use std::collections::BTreeSet;
+
 use super::config::PlannerConfig;
-use super::planner::{PlannerState, Stopwatch, plan};
+use super::decisions::Unremovable;
+use super::memory::PlannerState;
+use super::planner::{deleting, plan};
+use super::stopwatch::Stopwatch;
 use crate::cluster::{ClusterSnapshot, PredicateChecker};
 
 /// The policy narrowed to `node`: group minimums were checked when its drain was selected, and
@@ -21,18 +26,58 @@ pub fn recheck_config(cfg: &PlannerConfig, node: &str) -> PlannerConfig {
     cfg
 }
 
-/// What a plan restricted to `node` reads of `state`: the deletions in flight (synced with the
-/// to-be-deleted taints, without `node`), the recent evictions, the node's own candidacy, and the
-/// destination hints of the pods of `node`, of the nodes being deleted and of the nodes the
-/// recent evictions left (the only sources the simulation looks hints up for). The other hints and the non-candidates are not copied.
-fn narrowed(
-    state: &PlannerState,
-    snap: &ClusterSnapshot,
-    node: &str,
-    now: Timestamp,
-) -> PlannerState {
-    let mut out = PlannerState {
-        deleted: state.deleted.clone(),
+/// Why the re-check refused a node.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The planner, restricted to the node, keeps it (the reason, and the pod and detail that
+    /// name the cause when there is one).
+    #[error("{}", describe(.0))]
+    Unremovable(Unremovable),
+    /// The node is no longer one the policy governs, or is gone.
+    #[error("no longer in the candidate set")]
+    NotACandidate,
+}
+
+fn describe(u: &Unremovable) -> String {
+    let mut s = u.reason.to_string();
+    if let Some(pod) = &u.pod {
+        s.push_str(&format!(" (pod {pod}"));
+        if let Some(r) = u.pod_reason {
+            s.push_str(&format!(": {r}"));
+        }
+        s.push(')');
+    }
+    if let Some(d) = &u.detail {
+        s.push_str(&format!(": {d}"));
+    }
+    s
+}
+
+impl Refusal {
+    /// The unremovable reason, for events and metrics.
+    pub fn reason(&self) -> Option<ebb_api::reasons::UnremovableReason> {
+        match self {
+            Refusal::Unremovable(u) => Some(u.reason),
+            Refusal::NotACandidate => None,
+        }
+    }
+}
+
+/// What a plan restricted to `node` reads of `state`: the recent evictions, the node's own
+/// candidacy, and the destination hints of the pods of `node`, of the nodes being deleted and
+/// of the nodes the recent evictions left (the only sources the simulation looks hints up for).
+/// The other hints and the non-candidates are not copied.
+fn narrowed(state: &PlannerState, deleting: &BTreeSet<String>, node: &str) -> PlannerState {
+    let evicted_from = state
+        .recent_evictions
+        .iter()
+        .filter_map(|e| e.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()));
+    let sources = deleting
+        .iter()
+        .map(String::as_str)
+        .chain([node])
+        .chain(evicted_from);
+    PlannerState {
         candidates: state
             .candidates
             .get_key_value(node)
@@ -40,35 +85,23 @@ fn narrowed(
             .into_iter()
             .collect(),
         recent_evictions: state.recent_evictions.clone(),
+        hints: state.hints.only_from(sources),
         ..PlannerState::default()
-    };
-    out.sync_deleting_from_taints(snap, now);
-    out.finish_deleting(node);
-    let evicted_from = state
-        .recent_evictions
-        .iter()
-        .filter_map(|e| e.pod.spec.as_ref().and_then(|s| s.node_name.as_deref()));
-    let sources = out
-        .deleted
-        .keys()
-        .map(String::as_str)
-        .chain([node])
-        .chain(evicted_from);
-    out.hints = state.hints.only_from(sources);
-    out
+    }
 }
 
 /// Can all of `node`'s pods still go elsewhere, with the other deletions in flight (the nodes
-/// tainted to-be-deleted and the deleted set of `state`)? The node is simulated without its own
-/// to-be-deleted taint. `snap` is forked and left exactly as it was. The error says why not.
+/// tainted to-be-deleted and those in `in_flight`)? The node is simulated without its own
+/// to-be-deleted taint. `snap` is forked and left exactly as it was.
 pub fn recheck(
     snap: &mut ClusterSnapshot,
     cfg: &PlannerConfig,
     state: &PlannerState,
+    in_flight: &BTreeSet<String>,
     node: &str,
     now: Timestamp,
     watch: &mut dyn Stopwatch,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let cfg = recheck_config(cfg, node);
     snap.fork();
     if let Some(id) = snap.node_id(node)
@@ -83,25 +116,25 @@ pub fn recheck(
             .collect();
         snap.set_taints(id, kept);
     }
-    let mut state = narrowed(state, snap, node, now);
+    let mut others = deleting(snap, in_flight);
+    others.remove(node);
+    let mut state = narrowed(state, &others, node);
     let p = plan(
         snap,
         &mut PredicateChecker::new(),
         &cfg,
         now,
         &mut state,
+        &others,
         watch,
     );
     snap.revert();
     if p.candidates.iter().any(|c| c.node == node) {
         return Ok(());
     }
-    Err(match p.unremovable.iter().find(|u| u.node == node) {
-        Some(u) => match &u.pod {
-            Some(pod) => format!("{} (pod {pod})", u.reason),
-            None => u.reason.to_string(),
-        },
-        None => "no longer in the candidate set".to_string(),
+    Err(match p.unremovable.into_iter().find(|u| u.node == node) {
+        Some(u) => Refusal::Unremovable(u),
+        None => Refusal::NotACandidate,
     })
 }
 
@@ -114,7 +147,7 @@ mod tests {
 
     /// A drained node named unlike its hostname label (as Karpenter's are) and a pod that can
     /// or cannot go elsewhere.
-    fn check(spare_cpu: &str) -> Result<(), String> {
+    fn check(spare_cpu: &str) -> Result<(), Refusal> {
         let now = jiff::Timestamp::UNIX_EPOCH;
         let long = "kwok-general-abcde-chillebony-3-unnypc6htu-543910513";
         let mut snap = snapshot(
@@ -134,6 +167,7 @@ mod tests {
             &mut snap,
             &config_selecting("pool", "p"),
             &PlannerState::default(),
+            &BTreeSet::new(),
             long,
             now,
             &mut StepStopwatch::default(),
@@ -154,6 +188,10 @@ mod tests {
     #[test]
     fn a_pod_with_nowhere_to_go_fails_the_recheck() {
         let err = check("500m").expect_err("no room for web-1");
-        assert!(err.contains("NoPlaceToMovePods"), "{err}");
+        assert_eq!(
+            err.reason(),
+            Some(ebb_api::reasons::UnremovableReason::NoPlaceToMovePods)
+        );
+        assert!(err.to_string().contains("default/web-1"), "{err}");
     }
 }

@@ -7,12 +7,12 @@ use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
 use jiff::Timestamp;
 
 use super::config::PlannerConfig;
+use super::decisions::{Candidate, Move, Unremovable};
 use super::drainability::{DrainRules, PodDisposition, block_detail, classify, pods_to_move};
-use super::pdb::PdbTracker;
-use super::planner::{
-    Candidate, DestinationHints, Move, NodeFacts, NonCandidate, PlannerState, RecentEviction,
-    Stopwatch, Unremovable,
-};
+use super::memory::{DestinationHints, NonCandidate, PlannerState, RecentEviction};
+use super::node_facts::NodeFacts;
+use super::pdb_coverage::PdbTracker;
+use super::stopwatch::Stopwatch;
 use crate::cluster::build::{VolumeIndex, parse_pod};
 use crate::cluster::{ClassId, ClusterSnapshot, NodeId, PodId, PredicateChecker};
 

@@ -3,8 +3,8 @@
 
 pub mod leadership;
 pub mod lease;
-pub mod model;
-pub mod providers;
+pub mod machine_caches;
+pub mod shared_model;
 pub mod stores;
 pub mod wakes;
 
@@ -12,4 +12,4 @@ pub use leadership::Leadership;
 pub use stores::Stores;
 
 #[cfg(test)]
-mod model_tests;
+mod shared_model_tests;

@@ -21,8 +21,8 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::model::{Catchup, OwnerKind, SharedModel};
-use super::providers::{ProviderSources, ProviderStores};
+use super::machine_caches::{ProviderSources, ProviderStores};
+use super::shared_model::{Caches, Catchup, OwnerKind, SharedModel};
 use crate::cluster::ClusterObjects;
 
 /// The caches of every kind the controller reads.
@@ -339,7 +339,21 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
 impl Stores {
     /// The cluster model, brought up to date with these caches (see [`SharedModel::current`]).
     pub fn model(&self) -> (MutexGuard<'_, crate::cluster::LiveCluster>, Catchup) {
-        self.model.current(self)
+        self.model.current(&Caches {
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pdbs: &self.pdbs,
+            replica_sets: &self.replica_sets,
+            stateful_sets: &self.stateful_sets,
+            daemon_sets: &self.daemon_sets,
+            jobs: &self.jobs,
+            replication_controllers: &self.replication_controllers,
+            persistent_volumes: &self.persistent_volumes,
+            persistent_volume_claims: &self.persistent_volume_claims,
+            storage_classes: &self.storage_classes,
+            node_states: &self.node_states,
+            providers: &self.providers,
+        })
     }
 
     /// Wait until every cache has listed its kind once.

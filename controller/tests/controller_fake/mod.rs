@@ -84,7 +84,7 @@ pub struct FakeApi {
     node_store: Store<Node>,
     pod_tick: Arc<watch::Sender<u64>>,
     /// The cluster model over these caches, marked on every change as the watches mark it.
-    model: Arc<ebb_controller::state::model::SharedModel>,
+    model: Arc<ebb_controller::state::shared_model::SharedModel>,
     /// When true, accepted evictions do not remove the pod (it "hangs" terminating).
     pub keep_evicted_pods: Arc<Mutex<bool>>,
 }
@@ -566,7 +566,7 @@ impl FakeApi {
         stores.daemon_sets = store_of(vec![daemon_set("logs", daemon_set_nodes)]);
         let actuator = Actuator::new(
             self.client(),
-            self.pod_store(),
+            stores.clone(),
             self.pod_changes(),
             Tracker::default(),
             Metrics::new(),

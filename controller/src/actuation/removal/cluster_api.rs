@@ -11,7 +11,7 @@ use serde_json::json;
 
 use super::RemovalError;
 use super::mark::{GroupKind, GroupRef, GroupState, Mark, Next, next};
-use crate::cluster::providers::parse_min_size;
+use crate::cluster::machines::parse_min_size;
 
 /// Attempts of a conflicting write before giving up (the next loop tries again).
 const CONFLICT_ATTEMPTS: usize = 5;
@@ -27,27 +27,31 @@ pub struct ClusterApiKinds {
 impl ClusterApiKinds {
     /// Discovers `cluster.x-k8s.io`'s Machine, MachineSet and MachineDeployment; an error
     /// names what is missing.
-    pub async fn discover(client: &kube::Client) -> Result<Self, String> {
+    pub async fn discover(client: &kube::Client) -> Result<Self, super::DiscoveryError> {
+        const GROUP: &str = "cluster.x-k8s.io";
         let discovery = Discovery::new(client.clone())
-            .filter(&["cluster.x-k8s.io"])
+            .filter(&[GROUP])
             .run()
             .await
-            .map_err(|e| format!("cannot discover the cluster.x-k8s.io API group: {e}"))?;
+            .map_err(|source| super::DiscoveryError::Discovery {
+                group: GROUP,
+                source,
+            })?;
         let mut found: HashMap<String, (ApiResource, ApiCapabilities)> = HashMap::new();
         for group in discovery.groups() {
             for (ar, caps) in group.recommended_resources() {
                 found.insert(ar.kind.clone(), (ar, caps));
             }
         }
-        let mut take = |kind: &str| {
+        let mut take = |kind: &'static str| {
             found
                 .remove(kind)
                 .filter(|(_, caps)| caps.scope == Scope::Namespaced)
                 .map(|(ar, _)| ar)
-                .ok_or_else(|| {
-                    format!(
-                        "the API server serves no cluster.x-k8s.io {kind} (install Cluster API, or disable Cluster API removal)"
-                    )
+                .ok_or(super::DiscoveryError::NotServed {
+                    group: GROUP,
+                    kind,
+                    provider: "Cluster API",
                 })
         };
         Ok(Self {

@@ -14,19 +14,25 @@ pub struct KarpenterKinds {
 
 impl KarpenterKinds {
     /// Discovers `karpenter.sh`'s NodeClaim; an error says what is missing.
-    pub async fn discover(client: &kube::Client) -> Result<Self, String> {
+    pub async fn discover(client: &kube::Client) -> Result<Self, super::DiscoveryError> {
+        const GROUP: &str = "karpenter.sh";
         let discovery = Discovery::new(client.clone())
-            .filter(&["karpenter.sh"])
+            .filter(&[GROUP])
             .run()
             .await
-            .map_err(|e| format!("cannot discover the karpenter.sh API group: {e}"))?;
+            .map_err(|source| super::DiscoveryError::Discovery {
+                group: GROUP,
+                source,
+            })?;
         discovery
             .groups()
             .flat_map(|g| g.recommended_resources())
             .find(|(ar, caps)| ar.kind == "NodeClaim" && caps.scope == Scope::Cluster)
             .map(|(node_claim, _)| Self { node_claim })
-            .ok_or_else(|| {
-                "the API server serves no karpenter.sh NodeClaim (install Karpenter, or disable Karpenter removal)".to_string()
+            .ok_or(super::DiscoveryError::NotServed {
+                group: GROUP,
+                kind: "NodeClaim",
+                provider: "Karpenter",
             })
     }
 }

@@ -11,7 +11,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::Api;
 
 use super::nodes::NodeWriter;
-use crate::scaledown::removal::Target;
+use crate::scaledown::removal_method::Target;
 pub use cluster_api::{ClusterApi, ClusterApiKinds};
 pub use karpenter::{Karpenter, KarpenterKinds};
 
@@ -229,4 +229,23 @@ impl Remover {
         }
         Ok(left)
     }
+}
+
+/// A removal provider's kinds are not served: what is missing, and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    #[error("cannot discover the {group} API group: {source}")]
+    Discovery {
+        group: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "the API server serves no {group} {kind} (install {provider}, or disable {provider} removal)"
+    )]
+    NotServed {
+        group: &'static str,
+        kind: &'static str,
+        provider: &'static str,
+    },
 }

@@ -32,10 +32,17 @@ pub fn plan_objects(
     }
     let mut snap = build_snapshot(objects).context("the snapshot cannot be used")?;
     let mut state = PlannerState::default();
-    state.sync_deleting_from_taints(&snap, now);
     let mut checker = PredicateChecker::new();
     let mut watch = InstantStopwatch::start();
-    let plan = scaledown::plan(&mut snap, &mut checker, &cfg, now, &mut state, &mut watch);
+    let plan = scaledown::plan(
+        &mut snap,
+        &mut checker,
+        &cfg,
+        now,
+        &mut state,
+        &Default::default(),
+        &mut watch,
+    );
     let sel = select_deletions(&snap, &plan, &state, &cfg, now, true);
     Ok(PlanReport {
         document: output::PlanOut::new(&plan, &sel),
@@ -98,10 +105,10 @@ pub async fn list_live(client: &kube::Client) -> anyhow::Result<ClusterObjects> 
 /// server serves them (planning as a controller with both removals enabled would).
 async fn list_providers(
     client: &kube::Client,
-) -> anyhow::Result<crate::cluster::providers::ProviderIndex> {
+) -> anyhow::Result<crate::cluster::machines::ProviderIndex> {
     use crate::actuation::removal::{ClusterApiKinds, KarpenterKinds};
     use kube::api::{Api, DynamicObject, ListParams};
-    let mut index = crate::cluster::providers::ProviderIndex::default();
+    let mut index = crate::cluster::machines::ProviderIndex::default();
     let list = |ar: &kube::api::ApiResource| {
         let api = Api::<DynamicObject>::all_with(client.clone(), ar);
         let what = ar.plural.clone();

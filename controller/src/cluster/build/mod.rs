@@ -21,12 +21,12 @@ use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use thiserror::Error;
 
-use super::model::{
-    ClassId, NodeId, NodeInfo, PodAffinityTerm, PodInfo, Resources, SchedClass, SchedRequirements,
-};
-use super::providers::{ProviderIndex, link};
+use super::machines::{ProviderIndex, link};
 use super::quantity::{QuantityError, parse_milli, parse_units};
 use super::snapshot::ClusterSnapshot;
+use super::types::{
+    ClassId, NodeId, NodeInfo, PodAffinityTerm, PodInfo, Resources, SchedClass, SchedRequirements,
+};
 pub use nodes::{parse_node, warm_roles_by_node};
 pub use owners::{OwnerIndex, Workload, owner_index};
 pub use pdbs::{ParsedPdb, PdbRule, counted as pdb_counts, parse_pdb};

@@ -7,7 +7,7 @@ use ebb_api::nodestate::NodeState;
 use k8s_openapi::api::core::v1::Node;
 
 use super::{HOSTNAME_LABEL, SnapshotError, resources_from};
-use crate::cluster::model::{NodeInfo, Taint, TaintEffect};
+use crate::cluster::types::{NodeInfo, Taint, TaintEffect};
 
 /// Parses a Node.
 pub fn parse_node(node: &Node) -> Result<NodeInfo, SnapshotError> {

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ReplicationController;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::ClusterObjects;
-use crate::cluster::model::OwnerInfo;
+use crate::cluster::types::OwnerInfo;
 
 /// Owners by (kind, namespace, name).
 pub type OwnerIndex = HashMap<(String, String, String), OwnerInfo>;

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::SnapshotError;
 use super::selectors::selector_from;
-use crate::cluster::model::{NodeId, PdbInfo, PodInfo, SchedClass};
+use crate::cluster::types::{NodeId, PdbInfo, PodInfo, SchedClass};
 
 /// The pods and classes a budget is evaluated against, with where each pod is placed.
 pub(super) struct PodsView<'a> {

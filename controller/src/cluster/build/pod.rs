@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use super::selectors::{add_match_label_keys, affinity_terms, node_terms, selector_from};
 use super::volumes::{ClaimPlacement, VolumeIndex};
 use super::{SnapshotError, resources_from};
-use crate::cluster::model::{
+use crate::cluster::types::{
     HostPort, LocalVolume, OwnerRef, PodInfo, Resources, SchedRequirements, SpreadConstraint,
     TaintEffect, Toleration,
 };

@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::NodeSelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 use super::SnapshotError;
-use crate::cluster::model::{
+use crate::cluster::types::{
     NamespaceScope, NodeSelectorTerm, Operator, PodAffinityTerm, Requirement, Selector,
 };
 

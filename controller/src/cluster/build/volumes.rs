@@ -8,7 +8,7 @@ use k8s_openapi::api::storage::v1::StorageClass;
 
 use super::SnapshotError;
 use super::selectors::node_terms;
-use crate::cluster::model::{NodeSelectorTerm, Requirement};
+use crate::cluster::types::{NodeSelectorTerm, Requirement};
 
 /// The provisioner of statically created local volumes: nothing is provisioned on demand.
 pub const NO_PROVISIONER: &str = "kubernetes.io/no-provisioner";
@@ -168,7 +168,7 @@ fn unbound(
                 .flatten()
                 .map(|e| Requirement {
                     key: e.key.clone(),
-                    operator: crate::cluster::model::Operator::In,
+                    operator: crate::cluster::types::Operator::In,
                     values: e.values.clone(),
                 })
                 .collect(),
@@ -184,7 +184,7 @@ fn unbound(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::model::terms_match;
+    use crate::cluster::types::terms_match;
     use crate::testkit::{bound_claim, local_volume, storage_class, unbound_claim, volume_on};
 
     fn matches(p: &ClaimPlacement, node: &str, zone: &str) -> bool {

@@ -66,10 +66,9 @@ pub fn node_facts(nodes: &[Arc<Node>]) -> NodeFacts {
 pub fn selected<'a>(
     ph: &PlacementHistory,
     pods: &'a [Arc<Pod>],
-) -> Result<Vec<(&'a Arc<Pod>, String)>, String> {
+) -> Result<Vec<(&'a Arc<Pod>, String)>, crate::cluster::SnapshotError> {
     let ns = ph.namespace().unwrap_or_default();
-    let selector = selector_from(&ph.spec.selector, "PlacementHistory", &ph.name_any())
-        .map_err(|e| e.to_string())?;
+    let selector = selector_from(&ph.spec.selector, "PlacementHistory", &ph.name_any())?;
     Ok(pods
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(ns.as_str()))

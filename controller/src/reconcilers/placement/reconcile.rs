@@ -56,7 +56,7 @@ pub async fn reconcile(ph: Arc<PlacementHistory>, ctx: Arc<Context>) -> Result<A
     let fresh = taken.is_none();
     let state = match load_state(taken, &ph, &key, now) {
         Ok(s) => s,
-        Err(why) => return Ok(ctx.invalid(&ph, &key, why).await),
+        Err(why) => return Ok(ctx.invalid(&ph, &key, why.to_string()).await),
     };
     ctx.set_valid(&key);
 
@@ -66,7 +66,7 @@ pub async fn reconcile(ph: Arc<PlacementHistory>, ctx: Arc<Context>) -> Result<A
         Ok(m) => m,
         Err(why) => {
             ctx.put_state(&pass.key, pass.state);
-            return Ok(ctx.invalid(&ph, &pass.key, why).await);
+            return Ok(ctx.invalid(&ph, &pass.key, why.to_string()).await);
         }
     };
     let gated = pass.observe_pods(&mine, fresh);
@@ -97,13 +97,13 @@ fn load_state(
     ph: &PlacementHistory,
     key: &str,
     now: Timestamp,
-) -> Result<PhState, String> {
+) -> Result<PhState, crate::placement::HistoryError> {
     match taken {
         Some(mut state) => {
-            state.follow_spec(ph, key, now).map_err(|e| e.to_string())?;
+            state.follow_spec(ph, key, now)?;
             Ok(state)
         }
-        None => PhState::rebuild(ph, key, now).map_err(|e| e.to_string()),
+        None => PhState::rebuild(ph, key, now),
     }
 }
 

@@ -5,66 +5,26 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ebb_api::names::{FIELD_MANAGER_CONTROLLER, FINALIZER_SCALEDOWN};
+use ebb_api::ScaleDownPolicy;
+use ebb_api::names::FINALIZER_SCALEDOWN;
 use ebb_api::reasons::{ThrottledReason, UnremovableReason};
-use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicyStatus};
-use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, ResourceExt};
-use serde_json::json;
 use tracing::Instrument;
 
 use super::context::Context;
+pub use super::error::Error;
 use super::policy_loop;
-use super::selection::{PolicyView, Selections};
+use super::selection::node_name;
 use crate::actuation::taints::{self, EbbTaint};
 use crate::metrics::{Function, PolicyLabels, PolicyReasonLabels, Reconciler};
-use crate::scaledown::{InstantStopwatch, PlannerConfig};
-use crate::state::Stores;
+use crate::scaledown::PlannerConfig;
 
 /// Requeue after an error.
 pub const ERROR_REQUEUE: Duration = Duration::from_secs(15);
 /// How long a deleted policy waits for its drains to roll back before cleaning taints anyway.
 pub const CLEANUP_WAIT: Duration = Duration::from_secs(30);
-
-/// A loop that failed; retried after [`ERROR_REQUEUE`].
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("ScaleDownPolicy {policy}: the cluster snapshot cannot be built: {source}")]
-    Snapshot {
-        policy: String,
-        #[source]
-        source: crate::cluster::SnapshotError,
-    },
-    #[error("ScaleDownPolicy {policy}: writing status: {source}")]
-    Status {
-        policy: String,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("ScaleDownPolicy {policy}: {source}")]
-    Finalizer {
-        policy: String,
-        #[source]
-        source: Box<finalizer::Error<Error>>,
-    },
-    #[error("ScaleDownPolicy has no name")]
-    NoName,
-}
-
-impl Error {
-    /// The `reason` label of `ebb_reconcile_errors`: the variant's name.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::Snapshot { .. } => "Snapshot",
-            Error::Status { .. } => "Status",
-            Error::Finalizer { .. } => "Finalizer",
-            Error::NoName => "NoName",
-        }
-    }
-}
 
 /// kube-runtime entry point: the finalizer around [`apply`] and [`cleanup`].
 pub async fn reconcile(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -96,83 +56,6 @@ pub fn error_policy(policy: Arc<ScaleDownPolicy>, error: &Error, ctx: Arc<Contex
     Action::requeue(ERROR_REQUEUE)
 }
 
-/// Planner configs of every policy (for overlaps), with whether each may act.
-pub(super) struct AllPolicies {
-    configs: Vec<(String, Result<PlannerConfig, String>, bool)>,
-}
-
-impl AllPolicies {
-    pub(super) fn from_store(ctx: &Context, current: &ScaleDownPolicy) -> Self {
-        let mut policies: BTreeMap<String, Arc<ScaleDownPolicy>> = ctx
-            .policies
-            .state()
-            .into_iter()
-            .map(|p| (p.name_any(), p))
-            .collect();
-        // The store may lag behind the object being reconciled.
-        policies.insert(current.name_any(), Arc::new(current.clone()));
-        Self::from_policies(policies.into_values())
-    }
-
-    pub(super) fn from_policies(policies: impl IntoIterator<Item = Arc<ScaleDownPolicy>>) -> Self {
-        let configs = policies
-            .into_iter()
-            .map(|p| {
-                let cfg = PlannerConfig::from_spec(&p.spec).map_err(|e| e.to_string());
-                let acts = p.spec.mode != ScaleDownMode::DryRun
-                    && p.metadata.deletion_timestamp.is_none()
-                    && cfg.is_ok();
-                (p.name_any(), cfg, acts)
-            })
-            .collect();
-        Self { configs }
-    }
-
-    /// The planner configuration of `policy`, when its spec is valid.
-    pub(super) fn config(&self, policy: &str) -> Option<&PlannerConfig> {
-        let (_, cfg, _) = self.configs.iter().find(|(name, _, _)| name == policy)?;
-        cfg.as_ref().ok()
-    }
-
-    pub(super) fn selections<'a>(&self, nodes: impl IntoIterator<Item = &'a Node>) -> Selections {
-        let views: Vec<PolicyView<'_>> = self
-            .configs
-            .iter()
-            .map(|(name, cfg, acts)| PolicyView {
-                name,
-                selector: cfg.as_ref().ok().map(|c| &c.node_selector),
-                acts: *acts,
-            })
-            .collect();
-        Selections::compute(&views, nodes)
-    }
-}
-
-pub(super) fn node_name(n: &Node) -> String {
-    n.metadata.name.clone().unwrap_or_default()
-}
-
-/// The planner's re-check of one node after its taint: can all its pods still go elsewhere, with
-/// the other deletions in flight? [`crate::scaledown::recheck`] on the shared cluster model,
-/// brought up to date first (it forks the model and leaves it as it was).
-pub fn recheck_node(
-    stores: &Stores,
-    cfg: &PlannerConfig,
-    state: &crate::scaledown::PlannerState,
-    node: &str,
-) -> Result<(), String> {
-    let (mut live, _) = stores.model();
-    let snap = live.snapshot_mut().map_err(|e| e.to_string())?;
-    crate::scaledown::recheck(
-        snap,
-        cfg,
-        state,
-        node,
-        jiff::Timestamp::now(),
-        &mut InstantStopwatch::start(),
-    )
-}
-
 /// The loop of one policy.
 async fn apply(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Action, Error> {
     let t0 = Instant::now();
@@ -202,27 +85,6 @@ fn next_loop(scan: Duration, now: jiff::Timestamp, due: Option<jiff::Timestamp>)
             scan.min(until + AFTER_DUE)
         }
     }
-}
-
-/// Server-side apply of the whole status (field manager `ebb-controller`).
-pub async fn write_status(
-    client: &kube::Client,
-    name: &str,
-    status: &ScaleDownPolicyStatus,
-) -> Result<(), kube::Error> {
-    let api: Api<ScaleDownPolicy> = Api::all(client.clone());
-    let body = json!({
-        "apiVersion": "ebb.dev/v1alpha1",
-        "kind": "ScaleDownPolicy",
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(FIELD_MANAGER_CONTROLLER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
-    Ok(())
 }
 
 /// The policy is being deleted: stop its drains (they untaint their nodes), then remove every

@@ -2,13 +2,17 @@
 //! all), who governs each node, and the bad input that stops a policy from acting. Pure.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use ebb_api::reasons::DegradedReason;
+use ebb_api::{ScaleDownMode, ScaleDownPolicy};
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 
 use crate::actuation::recover::Governor;
-use crate::cluster::model::Selector;
+use crate::cluster::types::Selector;
 use crate::scaledown::budgets::Budgets;
+use crate::scaledown::{PlannerConfig, PolicyError};
 
 /// A policy as the selection sees it.
 #[derive(Clone, Debug)]
@@ -224,10 +228,68 @@ pub fn degraded<'a>(
     None
 }
 
+/// Planner configs of every policy (for overlaps), with whether each may act.
+pub struct AllPolicies {
+    configs: Vec<(String, Result<PlannerConfig, PolicyError>, bool)>,
+}
+
+impl AllPolicies {
+    pub fn from_store(
+        store: &kube::runtime::reflector::Store<ScaleDownPolicy>,
+        current: &ScaleDownPolicy,
+    ) -> Self {
+        let mut policies: BTreeMap<String, Arc<ScaleDownPolicy>> = store
+            .state()
+            .into_iter()
+            .map(|p| (p.name_any(), p))
+            .collect();
+        // The store may lag behind the object being reconciled.
+        policies.insert(current.name_any(), Arc::new(current.clone()));
+        Self::from_policies(policies.into_values())
+    }
+
+    pub fn from_policies(policies: impl IntoIterator<Item = Arc<ScaleDownPolicy>>) -> Self {
+        let configs = policies
+            .into_iter()
+            .map(|p| {
+                let cfg = PlannerConfig::from_spec(&p.spec);
+                let acts = p.spec.mode != ScaleDownMode::DryRun
+                    && p.metadata.deletion_timestamp.is_none()
+                    && cfg.is_ok();
+                (p.name_any(), cfg, acts)
+            })
+            .collect();
+        Self { configs }
+    }
+
+    /// The planner configuration of `policy`, when its spec is valid.
+    pub fn config(&self, policy: &str) -> Option<&PlannerConfig> {
+        let (_, cfg, _) = self.configs.iter().find(|(name, _, _)| name == policy)?;
+        cfg.as_ref().ok()
+    }
+
+    pub fn selections<'a>(&self, nodes: impl IntoIterator<Item = &'a Node>) -> Selections {
+        let views: Vec<PolicyView<'_>> = self
+            .configs
+            .iter()
+            .map(|(name, cfg, acts)| PolicyView {
+                name,
+                selector: cfg.as_ref().ok().map(|c| &c.node_selector),
+                acts: *acts,
+            })
+            .collect();
+        Selections::compute(&views, nodes)
+    }
+}
+
+pub fn node_name(n: &Node) -> String {
+    n.metadata.name.clone().unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cluster::model::{Operator, Requirement};
+    use crate::cluster::types::{Operator, Requirement};
     use crate::testkit::node;
 
     fn sel(key: &str, value: &str) -> Selector {

@@ -8,12 +8,11 @@ use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use super::context::Context;
-use super::reconcile::{AllPolicies, recheck_node};
+use super::orders::{NodeToDrain, drain_kind, drain_order};
+use super::selection::AllPolicies;
+use crate::actuation::EbbTaint;
 use crate::actuation::pods::{classify, uids_on};
 use crate::actuation::recover::{Resume, recover};
-use crate::actuation::{DrainOrder, EbbTaint, EvictionSettings, Recheck};
-use crate::metrics::ScaleDownKind;
-use crate::scaledown::removal::drain_target;
 use crate::scaledown::{PlannerConfig, PlannerState};
 
 /// What start-up recovery did.
@@ -80,55 +79,38 @@ async fn resume(
     nodes: &[Arc<Node>],
     r: &Resume,
 ) -> bool {
-    let method = cfg.removal;
-    let stores = ctx.stores.clone();
-    let recheck: Recheck =
-        Arc::new(move |n: &str| recheck_node(&stores, &cfg, &PlannerState::default(), n));
     let pods = ctx.stores.pods.state();
-    let ready = nodes
-        .iter()
-        .find(|n| n.metadata.name.as_deref() == Some(r.node.as_str()))
-        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
-        .is_none_or(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
-    let kind = if !ready {
-        ScaleDownKind::unready
-    } else if classify(&r.node, pods.iter().map(|p| &**p))
-        .evict
-        .is_empty()
-    {
-        ScaleDownKind::empty
-    } else {
-        ScaleDownKind::underutilized
-    };
-    let spec = &policy.spec;
     let node = nodes
         .iter()
         .find(|n| n.metadata.name.as_deref() == Some(r.node.as_str()));
-    let target = match drain_target(
-        spec.mode,
-        method,
-        node.map(|n| &**n),
+    let ready = node
+        .and_then(|n| n.status.as_ref()?.conditions.as_ref())
+        .is_none_or(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let empty = classify(&r.node, pods.iter().map(|p| &**p))
+        .evict
+        .is_empty();
+    let to_drain = NodeToDrain {
+        name: &r.node,
+        object: node.map(|n| &**n),
+        kind: drain_kind(ready, empty),
+        planned_pods: uids_on(&r.node, pods.iter().map(|p| &**p)),
+        // The plan that chose the node died with the process that made it.
+        destinations: Default::default(),
+        resume_from: Some(r.started.unwrap_or_else(jiff::Timestamp::now)),
+    };
+    let order = match drain_order(
+        policy,
+        &cfg,
+        &PlannerState::default(),
         &ctx.stores.providers.index(),
+        to_drain,
+        ctx.cancel_token(&r.policy),
     ) {
-        Ok(t) => t,
+        Ok(o) => o,
         Err(why) => {
             tracing::warn!(node = %r.node, %why, "start-up: not resuming a drain");
             return false;
         }
-    };
-    let order = DrainOrder {
-        policy: r.policy.clone(),
-        node: r.node.clone(),
-        kind,
-        mode: policy.spec.mode,
-        settings: EvictionSettings::from_spec(&policy.spec),
-        planned_pods: uids_on(&r.node, pods.iter().map(|p| &**p)),
-        resume_from: Some(r.started.unwrap_or_else(jiff::Timestamp::now)),
-        recheck,
-        cancel: ctx.cancel_token(&r.policy),
-        target,
-        group_min: spec.min_nodes_per_group,
-        removal_timeout: spec.removal_or_default().timeout.as_duration(),
     };
     match ctx.actuator.start(order).await {
         Ok(started) => started.is_some(),

@@ -8,7 +8,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 
 use crate::actuation::removal::{ClusterApiKinds, KarpenterKinds};
-use crate::cluster::providers::ProviderIndex;
+use crate::cluster::machines::ProviderIndex;
 
 /// Where the provider objects are read from: the Cluster API management cluster (this one
 /// unless `--cluster-api-kubeconfig` says otherwise) and this cluster for NodeClaims.

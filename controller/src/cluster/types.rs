@@ -396,7 +396,7 @@ pub struct NodeInfo {
     /// prefers to drain nodes with fewer.
     pub warm_roles: u32,
     /// The Cluster API Machine or Karpenter NodeClaim behind the node, if one manages it.
-    pub machine: Option<super::providers::MachineLink>,
+    pub machine: Option<super::machines::MachineLink>,
 }
 
 impl NodeInfo {

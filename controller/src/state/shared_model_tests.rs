@@ -10,7 +10,7 @@ use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
 use proptest::prelude::*;
 
-use super::model::{Catchup, OwnerKind};
+use super::shared_model::{Catchup, OwnerKind};
 use super::stores::Stores;
 use crate::cluster::build_snapshot;
 use crate::cluster::live::pod_key;

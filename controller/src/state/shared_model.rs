@@ -5,9 +5,16 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use ebb_api::nodestate::NodeState;
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::stores::Stores;
 use crate::cluster::build::{SnapshotError, VolumeIndex, Workload, volume_index};
 use crate::cluster::{ClusterEvent, LiveCluster, UpdateError};
 
@@ -31,6 +38,23 @@ impl OwnerKind {
             OwnerKind::ReplicationController => "ReplicationController",
         }
     }
+}
+
+/// The caches the model is read from: the watches' stores, each kind the model holds.
+pub struct Caches<'a> {
+    pub nodes: &'a Store<Node>,
+    pub pods: &'a Store<Pod>,
+    pub pdbs: &'a Store<PodDisruptionBudget>,
+    pub replica_sets: &'a Store<ReplicaSet>,
+    pub stateful_sets: &'a Store<StatefulSet>,
+    pub daemon_sets: &'a Store<DaemonSet>,
+    pub jobs: &'a Store<Job>,
+    pub replication_controllers: &'a Store<ReplicationController>,
+    pub persistent_volumes: &'a Store<PersistentVolume>,
+    pub persistent_volume_claims: &'a Store<PersistentVolumeClaim>,
+    pub storage_classes: &'a Store<StorageClass>,
+    pub node_states: &'a Store<NodeState>,
+    pub providers: &'a super::machine_caches::ProviderStores,
 }
 
 /// What changed since the model last caught up: keys only, the caches hold the objects. A key
@@ -155,7 +179,7 @@ impl SharedModel {
     /// The model, brought up to date with `stores` first; held until the guard drops (a loop
     /// forks and reverts it under the guard). Changes that arrive meanwhile wait for the next
     /// reader.
-    pub fn current(&self, stores: &Stores) -> (MutexGuard<'_, LiveCluster>, Catchup) {
+    pub fn current(&self, stores: &Caches<'_>) -> (MutexGuard<'_, LiveCluster>, Catchup) {
         let mut live = match self.live.lock() {
             Ok(g) => g,
             Err(poisoned) => {
@@ -210,10 +234,10 @@ impl SharedModel {
 
 /// The model of what the caches hold, read in place (no object is copied), in the order
 /// [`LiveCluster::from_objects`] applies them; with the number of objects read.
-fn build(stores: &Stores) -> (LiveCluster, usize) {
+fn build(stores: &Caches<'_>) -> (LiveCluster, usize) {
     let mut live = LiveCluster::default();
     let mut owners = crate::cluster::build::OwnerIndex::new();
-    let mut add = |o: crate::cluster::model::OwnerInfo| {
+    let mut add = |o: crate::cluster::types::OwnerInfo| {
         owners.insert((o.kind.clone(), o.namespace.clone(), o.name.clone()), o);
     };
     stores
@@ -263,7 +287,7 @@ fn build(stores: &Stores) -> (LiveCluster, usize) {
 }
 
 /// Where the claims of the caches let their pods run.
-fn volumes(stores: &Stores) -> Result<VolumeIndex, SnapshotError> {
+fn volumes(stores: &Caches<'_>) -> Result<VolumeIndex, SnapshotError> {
     let (pvs, pvcs, classes) = (
         stores.persistent_volumes.state(),
         stores.persistent_volume_claims.state(),
@@ -278,7 +302,7 @@ fn volumes(stores: &Stores) -> Result<VolumeIndex, SnapshotError> {
 
 /// Applies the changed keys, reading each object from its cache (gone from it: deleted), in the
 /// order a build reads them: volumes, NodeStates and providers, owners, nodes, budgets, pods.
-fn apply(live: &mut LiveCluster, stores: &Stores, dirty: &Dirty) -> Result<(), UpdateError> {
+fn apply(live: &mut LiveCluster, stores: &Caches<'_>, dirty: &Dirty) -> Result<(), UpdateError> {
     if dirty.volumes {
         live.apply(ClusterEvent::Volumes(volumes(stores)))?;
     }
@@ -334,7 +358,7 @@ fn apply(live: &mut LiveCluster, stores: &Stores, dirty: &Dirty) -> Result<(), U
     Ok(())
 }
 
-fn owner<K>(store: &Store<K>, ns: &str, name: &str) -> Option<crate::cluster::model::OwnerInfo>
+fn owner<K>(store: &Store<K>, ns: &str, name: &str) -> Option<crate::cluster::types::OwnerInfo>
 where
     K: kube::Resource<DynamicType = ()> + Workload + Clone + 'static,
 {

@@ -6,7 +6,7 @@ use ebb_api::reasons::UnremovableReason;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::cluster::providers::{MachineLink, Provider, ProviderIndex, link};
+use crate::cluster::machines::{MachineLink, Provider, ProviderIndex, link};
 
 /// What removing one drained node acts on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -72,6 +72,15 @@ pub fn target_of_node(
     target(method, l.as_ref())
 }
 
+/// Why a planned node is not drained after all.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotDrained {
+    #[error("the node is gone")]
+    NodeGone,
+    #[error("its removal no longer applies ({0})")]
+    RemovalNoLongerApplies(UnremovableReason),
+}
+
 /// What a drain of `node` removes, for a policy in `mode` whose planner checks `method`
 /// ([`super::PlannerConfig::removal`]): `None` when nothing is removed (not `DrainAndDelete`);
 /// an error when the node is gone or its removal no longer applies.
@@ -80,13 +89,13 @@ pub fn drain_target(
     method: Option<RemovalMethod>,
     node: Option<&Node>,
     providers: &ProviderIndex,
-) -> Result<Option<Target>, String> {
+) -> Result<Option<Target>, NotDrained> {
     match (mode, method) {
         (ebb_api::ScaleDownMode::DrainAndDelete, Some(method)) => {
-            let node = node.ok_or("the node is gone")?;
+            let node = node.ok_or(NotDrained::NodeGone)?;
             target_of_node(method, node, providers)
                 .map(Some)
-                .map_err(|r| format!("its removal no longer applies ({r})"))
+                .map_err(NotDrained::RemovalNoLongerApplies)
         }
         _ => Ok(None),
     }

@@ -1,0 +1,200 @@
+//! The act phase of a policy's loop: soft taints on candidates, stray `to-be-deleted` taints
+//! rolled back, the selected drains started; or, when the policy stops acting, standing down.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use ebb_api::{ScaleDownMode, ScaleDownPolicy};
+use kube::ResourceExt;
+
+use super::context::{Context, PolicyMemory};
+use super::observe::Observed;
+use super::orders::{NodeToDrain, drain_kind, drain_order};
+use super::plan_phase::Planned;
+use crate::actuation::taints::{self, EbbTaint, plan_soft_taints};
+use crate::metrics::Function;
+
+/// Whether this loop writes to nodes: not stopped, not DryRun, and the leader.
+pub fn acts(policy: &ScaleDownPolicy, ctx: &Context, observed: &Observed) -> bool {
+    !observed.stopped && policy.spec.mode != ScaleDownMode::DryRun && ctx.leadership.is_leader()
+}
+
+/// The phase: act when the policy may, else stand down if this replica leads.
+pub async fn act(
+    policy: &ScaleDownPolicy,
+    ctx: &Context,
+    memory: &mut PolicyMemory,
+    observed: &Observed,
+    planned: &Planned,
+) {
+    if acts(policy, ctx, observed) {
+        update_soft_taints(policy, ctx, observed, planned).await;
+        roll_back_stray_taints(ctx, observed).await;
+        start_drains(policy, ctx, memory, observed, planned).await;
+    } else if ctx.leadership.is_leader() {
+        stand_down(ctx, memory, observed).await;
+    }
+}
+
+/// Soft taints (`ebb.dev/candidate`), removals first, within the per-loop cap and time limit.
+async fn update_soft_taints(
+    policy: &ScaleDownPolicy,
+    ctx: &Context,
+    observed: &Observed,
+    planned: &Planned,
+) {
+    let spec = &policy.spec;
+    let writer = ctx.actuator.node_writer();
+    let t = Instant::now();
+    let soft = plan_soft_taints(
+        observed.free_nodes(),
+        &planned.candidates,
+        &observed.actuation.in_flight(),
+        spec.max_bulk_soft_taint_count.max(0) as usize,
+    );
+    let limit = spec.max_bulk_soft_taint_time.as_duration();
+    let mut done = 0usize;
+    let changes = soft
+        .remove
+        .iter()
+        .map(|n| (n, false))
+        .chain(soft.add.iter().map(|n| (n, true)));
+    for (node, add) in changes {
+        if t.elapsed() >= limit {
+            let left = soft.remove.len() + soft.add.len() - done;
+            tracing::info!(
+                done,
+                left,
+                "soft-taint time limit reached; the rest waits for the next loop"
+            );
+            break;
+        }
+        let r = if add {
+            writer
+                .add_taint(node, EbbTaint::Candidate, observed.now)
+                .await
+        } else {
+            writer.remove_taint(node, EbbTaint::Candidate).await
+        };
+        match r {
+            Ok(_) => done += 1,
+            Err(e) => tracing::warn!(error = %e, "soft taint"),
+        }
+    }
+    if !soft.is_empty() {
+        tracing::info!(
+            added = soft.add.len(),
+            removed = soft.remove.len(),
+            deferred = soft.deferred,
+            done,
+            "soft taints updated"
+        );
+    }
+    ctx.metrics.observe(Function::soft_taint, t.elapsed());
+}
+
+/// Never leak: a to-be-deleted taint with no drain behind it is rolled back.
+async fn roll_back_stray_taints(ctx: &Context, observed: &Observed) {
+    let writer = ctx.actuator.node_writer();
+    let draining = observed.actuation.in_flight();
+    for n in observed.free_nodes() {
+        let nn = n.name_any();
+        if taints::has(n, EbbTaint::ToBeDeleted) && !draining.contains(&nn) {
+            tracing::info!(node = %nn, "to-be-deleted taint without a drain; removing it");
+            if let Err(e) = writer.remove_taint(&nn, EbbTaint::ToBeDeleted).await {
+                tracing::warn!(error = %e, "removing a stray taint");
+            }
+        }
+    }
+}
+
+/// Starts the drains the selection allows now (empty nodes first).
+async fn start_drains(
+    policy: &ScaleDownPolicy,
+    ctx: &Context,
+    memory: &mut PolicyMemory,
+    observed: &Observed,
+    planned: &Planned,
+) {
+    let (Some(sel), Some(p), Some(cfg)) = (&planned.selection, &planned.plan, &observed.cfg) else {
+        return;
+    };
+    let cancel = ctx.live_token(memory);
+    let draining = observed.actuation.in_flight();
+    let starts = sel
+        .empty
+        .iter()
+        .map(|n| (n, true))
+        .chain(sel.drain.iter().map(|n| (n, false)));
+    for (node, empty) in starts {
+        if observed.overlaps.contains_key(node) || draining.contains(node) {
+            continue;
+        }
+        let candidate = p.candidates.iter().find(|c| &c.node == node);
+        let destinations: BTreeMap<String, String> = candidate
+            .iter()
+            .flat_map(|c| c.moves.iter())
+            .map(|m| (m.uid.clone(), m.to.clone()))
+            .collect();
+        let to_drain = NodeToDrain {
+            name: node,
+            object: observed
+                .nodes
+                .iter()
+                .map(|n| &**n)
+                .find(|n| n.metadata.name.as_deref() == Some(node.as_str())),
+            kind: drain_kind(candidate.is_none_or(|c| c.ready), empty),
+            planned_pods: planned.planned_pods.get(node).cloned().unwrap_or_default(),
+            destinations,
+            resume_from: None,
+        };
+        let order = match drain_order(
+            policy,
+            cfg,
+            &memory.planner,
+            &planned.providers,
+            to_drain,
+            cancel.clone(),
+        ) {
+            Ok(o) => o,
+            Err(why) => {
+                tracing::info!(node = %node, %why, "not drained");
+                continue;
+            }
+        };
+        match ctx.actuator.start(order).await {
+            Ok(Some(_)) => {
+                // Where the simulation put each pod, to compare with where its replacement goes.
+                for m in candidate.iter().flat_map(|c| c.moves.iter()) {
+                    tracing::info!(node = %node, pod = %m.pod, to = %m.to, "planned destination");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(node = %node, error = %e, "could not start the drain"),
+        }
+    }
+}
+
+/// DryRun or stopped: drains of this policy stop, and its soft taints go.
+async fn stand_down(ctx: &Context, memory: &PolicyMemory, observed: &Observed) {
+    if let Some(c) = &memory.cancel
+        && observed
+            .actuation
+            .draining_of(&observed.name)
+            .next()
+            .is_some()
+    {
+        tracing::info!("policy no longer acts; cancelling its drains");
+        c.cancel();
+    }
+    let writer = ctx.actuator.node_writer();
+    for n in observed.free_nodes() {
+        if taints::has(n, EbbTaint::Candidate)
+            && let Err(e) = writer
+                .remove_taint(&n.name_any(), EbbTaint::Candidate)
+                .await
+        {
+            tracing::warn!(error = %e, "removing a soft taint");
+        }
+    }
+}

@@ -1,0 +1,122 @@
+//! What the planner remembers of a policy between loops (`PlannerState`): the candidate and
+//! non-candidate sets, destination hints and recent evictions, as the seed document names them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use ebb_api::reasons::UnremovableReason;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Pod;
+
+use super::decisions::Plan;
+use crate::cluster::ClusterSnapshot;
+
+/// A pod the actuator evicted, remembered for `recentEvictionWindow`.
+#[derive(Clone, Debug)]
+pub struct RecentEviction {
+    pub pod: Pod,
+    pub evicted_at: Timestamp,
+}
+
+/// A node whose drain simulation failed, and when.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NonCandidate {
+    pub at: Timestamp,
+    pub reason: UnremovableReason,
+}
+
+/// `pod_destination_hints` in two generations: the last loop's and the one before. Hints not
+/// refreshed for two loops are forgotten.
+#[derive(Clone, Debug, Default)]
+pub struct DestinationHints {
+    current: HashMap<String, HashMap<String, String>>,
+    previous: HashMap<String, HashMap<String, String>>,
+}
+
+impl DestinationHints {
+    /// Destination remembered for pod `uid` of node `source`.
+    pub fn get(&self, source: &str, uid: &str) -> Option<&str> {
+        self.current
+            .get(source)
+            .and_then(|m| m.get(uid))
+            .or_else(|| self.previous.get(source).and_then(|m| m.get(uid)))
+            .map(String::as_str)
+    }
+
+    /// Number of hints in the newest generation.
+    pub fn len(&self) -> usize {
+        self.current.values().map(HashMap::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Only the hints for pods of the `sources` nodes.
+    pub fn only_from<'a>(&self, sources: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut out = DestinationHints::default();
+        for s in sources {
+            if let Some(m) = self.current.get(s) {
+                out.current.insert(s.to_string(), m.clone());
+            }
+            if let Some(m) = self.previous.get(s) {
+                out.previous.insert(s.to_string(), m.clone());
+            }
+        }
+        out
+    }
+
+    pub(super) fn rotate(&mut self, new: HashMap<String, HashMap<String, String>>) {
+        self.previous = std::mem::replace(&mut self.current, new);
+    }
+}
+
+/// What the planner remembers of a policy between loops: its candidates and non-candidates,
+/// where it put pods, and the pods the actuator evicted ([`PlannerState::record_eviction`]).
+/// Which nodes are being deleted is not kept here: each loop reads it from the nodes' taints and
+/// the actuator's drains in flight.
+#[derive(Clone, Debug, Default)]
+pub struct PlannerState {
+    /// `candidate_set`: nodes removable together, with when each entered (reset on leaving).
+    pub candidates: BTreeMap<String, Timestamp>,
+    /// `non_candidate_set`: nodes whose drain simulation failed, with when.
+    pub non_candidates: BTreeMap<String, NonCandidate>,
+    /// `pod_destination_hints`.
+    pub hints: DestinationHints,
+    /// `recent_evictions`.
+    pub recent_evictions: Vec<RecentEviction>,
+}
+
+impl PlannerState {
+    /// The actuator evicted this pod at `at`.
+    pub fn record_eviction(&mut self, pod: Pod, at: Timestamp) {
+        self.recent_evictions.push(RecentEviction {
+            pod,
+            evicted_at: at,
+        });
+    }
+}
+
+impl PlannerState {
+    /// State for the next loop: the new candidate set, the non-candidates (refreshed, forgotten
+    /// once candidates or gone) and the hints.
+    pub(super) fn remember(
+        &mut self,
+        snap: &ClusterSnapshot,
+        out: &Plan,
+        non_candidates: BTreeMap<String, NonCandidate>,
+        new_hints: HashMap<String, HashMap<String, String>>,
+    ) {
+        self.candidates = out
+            .candidates
+            .iter()
+            .map(|c| (c.node.clone(), c.since))
+            .collect();
+        self.non_candidates
+            .retain(|n, _| snap.node_id(n).is_some() && !non_candidates.contains_key(n));
+        self.non_candidates.extend(non_candidates);
+        for c in &out.candidates {
+            self.non_candidates.remove(&c.node);
+        }
+        self.hints.rotate(new_hints);
+    }
+}

@@ -1,0 +1,158 @@
+//! What one loop knows of every node before it simulates: utilisation, node groups and their
+//! minimums, the governed nodes, which nodes may receive pods and in which order.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::config::PlannerConfig;
+use super::eligibility::{being_deleted, utilization};
+use crate::cluster::types::TaintEffect;
+use crate::cluster::{ClusterSnapshot, NodeId};
+
+/// What one loop knows of every node before it simulates: utilisation, node group, which
+/// nodes the policy governs, and the governed nodes per group (all, and being deleted).
+pub(super) struct NodeFacts {
+    pub util: Vec<f64>,
+    pub groups: Vec<Option<String>>,
+    pub governed: Vec<NodeId>,
+    pub group_sizes: BTreeMap<Option<String>, i64>,
+    /// Fewest nodes each group keeps (`minNodesPerGroup`, or the group's own minimum).
+    pub group_mins: BTreeMap<Option<String>, i64>,
+    pub deleting_per_group: BTreeMap<Option<String>, i64>,
+}
+
+/// The node group of `n`: its `nodeGroupLabel` value when the policy sets one, else the
+/// MachineDeployment, MachineSet or NodePool behind it (none for other nodes).
+pub(super) fn group_key(snap: &ClusterSnapshot, cfg: &PlannerConfig, n: NodeId) -> Option<String> {
+    let node = snap.node(n);
+    match &cfg.node_group_label {
+        Some(l) => node.labels.get(l).cloned(),
+        None => node.machine.as_ref().and_then(|m| m.group.clone()),
+    }
+}
+
+/// The minimum size annotated on `n`'s Cluster API node group (when groups come from it).
+fn annotated_group_min(snap: &ClusterSnapshot, cfg: &PlannerConfig, n: NodeId) -> Option<i64> {
+    match &cfg.node_group_label {
+        Some(_) => None,
+        None => snap.node(n).machine.as_ref().and_then(|m| m.group_min),
+    }
+}
+
+impl NodeFacts {
+    pub(super) fn gather(
+        snap: &ClusterSnapshot,
+        cfg: &PlannerConfig,
+        deleted: &BTreeSet<String>,
+    ) -> Self {
+        let nodes = 0..snap.node_count() as NodeId;
+        let util = nodes
+            .clone()
+            .map(|n| utilization(snap, n, cfg.utilization))
+            .collect();
+        let governed: Vec<NodeId> = nodes
+            .clone()
+            .filter(|n| {
+                let node = snap.node(*n);
+                cfg.node_selector.matches(&node.labels)
+                    && cfg.only_node.as_ref().is_none_or(|only| *only == node.name)
+            })
+            .collect();
+        let groups: Vec<Option<String>> = nodes.map(|n| group_key(snap, cfg, n)).collect();
+        let mut group_sizes = BTreeMap::new();
+        let mut group_mins = BTreeMap::new();
+        let mut deleting_per_group = BTreeMap::new();
+        for &n in &governed {
+            *group_sizes.entry(groups[n as usize].clone()).or_insert(0) += 1;
+            let min = cfg.limits.group_min(annotated_group_min(snap, cfg, n));
+            let at_least = group_mins.entry(groups[n as usize].clone()).or_insert(min);
+            *at_least = (*at_least).max(min);
+            if being_deleted(snap, n, deleted) {
+                *deleting_per_group
+                    .entry(groups[n as usize].clone())
+                    .or_insert(0) += 1;
+            }
+        }
+        NodeFacts {
+            util,
+            groups,
+            governed,
+            group_sizes,
+            group_mins,
+            deleting_per_group,
+        }
+    }
+
+    pub fn group_of(&self, n: NodeId) -> Option<String> {
+        self.groups[n as usize].clone()
+    }
+
+    /// Fewest nodes `group` keeps.
+    pub fn group_min(&self, group: &Option<String>, cfg: &PlannerConfig) -> i64 {
+        self.group_mins
+            .get(group)
+            .copied()
+            .unwrap_or(cfg.limits.min_nodes_per_group)
+    }
+
+    /// Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
+    /// TaintToleration score steers pods away from them, ebb's own deletion-candidate taint
+    /// included: most pods tolerate none); then nodes this policy will keep (not governed, or
+    /// above the threshold) before underutilised ones it may remove next, so that pods do not
+    /// land on a node only to hold it back for another round and another `unneededTime`; then
+    /// fullest first (binpacking from the other end of the list).
+    pub(super) fn destination_order(&self, snap: &ClusterSnapshot, threshold: f64) -> Vec<NodeId> {
+        let soft_taints: Vec<usize> = (0..snap.node_count() as NodeId)
+            .map(|n| {
+                snap.node(n)
+                    .taints
+                    .iter()
+                    .filter(|t| t.effect == TaintEffect::PreferNoSchedule)
+                    .count()
+            })
+            .collect();
+        let util = &self.util;
+        let mut removable_later = vec![false; snap.node_count()];
+        for &n in &self.governed {
+            removable_later[n as usize] = util[n as usize] < threshold;
+        }
+        // Sort keys side by side; names (unique) break ties, so the order is total.
+        let mut keyed: Vec<(usize, bool, f64, NodeId)> = (0..snap.node_count() as NodeId)
+            .map(|n| {
+                let i = n as usize;
+                (soft_taints[i], removable_later[i], util[i], n)
+            })
+            .collect();
+        keyed.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| a.1.cmp(&b.1))
+                .then_with(|| b.2.total_cmp(&a.2))
+                .then_with(|| snap.node(a.3).name.cmp(&snap.node(b.3).name))
+        });
+        keyed.into_iter().map(|k| k.3).collect()
+    }
+}
+
+/// Nodes no pod may move to: not ready, cordoned or being deleted.
+pub(super) fn not_destinations(snap: &ClusterSnapshot, deleted: &BTreeSet<String>) -> Vec<bool> {
+    (0..snap.node_count() as NodeId)
+        .map(|n| {
+            let info = snap.node(n);
+            !info.ready || info.unschedulable || being_deleted(snap, n, deleted)
+        })
+        .collect()
+}
+
+/// Candidate order: f64 utilisation compared totally; at equal utilisation, nodes holding warm
+/// data for fewer workload roles first (they are cheaper to lose); then the name.
+pub(super) fn by_util(
+    snap: &ClusterSnapshot,
+    util: &[f64],
+    a: NodeId,
+    b: NodeId,
+) -> std::cmp::Ordering {
+    let (na, nb) = (snap.node(a), snap.node(b));
+    util[a as usize]
+        .total_cmp(&util[b as usize])
+        .then_with(|| na.warm_roles.cmp(&nb.warm_roles))
+        .then_with(|| na.name.cmp(&nb.name))
+}
