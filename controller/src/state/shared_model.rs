@@ -316,11 +316,11 @@ fn apply(live: &mut LiveCluster, stores: &Caches<'_>, dirty: &Dirty) -> Result<(
     }
     for (kind, ns, name) in &dirty.owners {
         let info = match kind {
-            OwnerKind::ReplicaSet => owner(&stores.replica_sets, ns, name),
-            OwnerKind::StatefulSet => owner(&stores.stateful_sets, ns, name),
-            OwnerKind::DaemonSet => owner(&stores.daemon_sets, ns, name),
-            OwnerKind::Job => owner(&stores.jobs, ns, name),
-            OwnerKind::ReplicationController => owner(&stores.replication_controllers, ns, name),
+            OwnerKind::ReplicaSet => owner(stores.replica_sets, ns, name),
+            OwnerKind::StatefulSet => owner(stores.stateful_sets, ns, name),
+            OwnerKind::DaemonSet => owner(stores.daemon_sets, ns, name),
+            OwnerKind::Job => owner(stores.jobs, ns, name),
+            OwnerKind::ReplicationController => owner(stores.replication_controllers, ns, name),
         };
         live.apply(match info {
             Some(o) => ClusterEvent::OwnerApplied(o),
