@@ -2,6 +2,7 @@
 //! history), `actuation` (drains), the two `reconcilers` over shared `state`, and the `cli`.
 
 pub mod actuation;
+pub mod admission;
 pub mod cli;
 pub mod cluster;
 pub mod http;
@@ -10,6 +11,7 @@ pub mod placement;
 pub mod reconcilers;
 pub mod scaledown;
 pub mod state;
+pub mod steering;
 pub mod telemetry;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

@@ -15,6 +15,7 @@ use tokio_util::sync::DropGuard;
 
 use crate::actuation::removal::{ClusterApi, ClusterApiKinds, Karpenter, KarpenterKinds, Remover};
 use crate::actuation::{Actuator, Tracker};
+use crate::admission::{PodRef, SteeringSettings, Webhook};
 use crate::cli::RunArgs;
 use crate::http::{Readiness, router};
 use crate::metrics::Metrics;
@@ -25,6 +26,7 @@ use crate::state::lease::{Leader, LeaderConfig};
 use crate::state::providers::ProviderSources;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
+use crate::steering::Steering;
 
 /// How the controller ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,8 @@ pub struct Settings {
     pub placement: PlacementSettings,
     /// Which machine removals are enabled besides deleting Node objects.
     pub removal: RemovalSettings,
+    /// The steering admission webhook (`None`: `--steering=false`).
+    pub steering: Option<SteeringSettings>,
 }
 
 /// Machine removal through Cluster API and Karpenter (both off by default).
@@ -172,6 +176,14 @@ impl Settings {
                 cluster_api_kubeconfig: args.cluster_api_kubeconfig.clone(),
                 karpenter: args.karpenter,
             },
+            steering: args.steering.then(|| SteeringSettings {
+                port: args.steering_port,
+                webhook_name: args.steering_webhook_name.clone(),
+                webhook_url: args.steering_webhook_url.clone(),
+                service: args.steering_service.clone(),
+                namespace: namespace.to_string(),
+                own_pod: PodRef::from_env(namespace),
+            }),
         }
     }
 }
@@ -257,15 +269,31 @@ pub async fn serve(
         tasks,
     } = watches;
     let _watch_tasks = AbortOnDrop(tasks);
+    // The reconcilers and the webhook do not act until start-up recovery is done (the
+    // leadership flag).
+    let leadership = Leadership::default();
+    let webhook = match &settings.steering {
+        Some(s) => {
+            Webhook::start(
+                &clients.api,
+                s.clone(),
+                Steering::default(),
+                leadership.clone(),
+                metrics.clone(),
+                stop.clone(),
+            )
+            .await
+        }
+        None => Webhook::off("--steering=false"),
+    };
     let Some(mut leader) = campaign(&clients.api, &settings, &readiness, &stop).await? else {
         return Ok(Exit::Stopped);
     };
-    // The reconcilers do not act until start-up recovery is done (the leadership flag).
     let shared = Shared {
         stores,
         pod_changes,
         metrics,
-        leadership: Leadership::default(),
+        leadership,
         stop,
     };
     let wakes = Wakes {
@@ -290,10 +318,12 @@ pub async fn serve(
         shared.stop.clone(),
     ));
     shared.leadership.set(true);
+    webhook.lead().await;
     tracing::info!("acting");
     let exit = until_exit(leader.as_mut(), &shared.stop).await;
     // Stop acting at once; in-flight drains are picked up from their taints by the next leader.
     shared.leadership.set(false);
+    webhook.step_down().await;
     shared.stop.cancel();
     scaledown.shut_down(exit, leader).await;
     Ok(exit)
