@@ -6,10 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, State};
-use axum::http::StatusCode;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::net::{TcpListener, TcpStream};
@@ -30,6 +29,8 @@ pub const PATH: &str = "/steer";
 pub const MAX_BODY: usize = 4 << 20;
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request body not received by then is answered 408 (the API server sends it at once).
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the HTTP server.
 const ACCEPT_QUEUE: usize = 64;
 
@@ -45,7 +46,6 @@ struct AppState {
 pub fn router(steering: Steering, leadership: Leadership, metrics: Metrics) -> Router {
     Router::new()
         .route(PATH, post(steer))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(AppState {
             steering,
             leadership,
@@ -53,13 +53,43 @@ pub fn router(steering: Steering, leadership: Leadership, metrics: Metrics) -> R
         })
 }
 
-async fn steer(State(s): State<AppState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let body = match body {
+/// The request body, at most [`MAX_BODY`] bytes: a larger declared length is refused before
+/// anything is read.
+async fn read_body(headers: &HeaderMap, body: Body) -> Result<Bytes, (StatusCode, String)> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is larger than {MAX_BODY} bytes"),
+        )
+    };
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY)).await {
+        Ok(Ok(b)) => Ok(b),
+        Ok(Err(e)) if e.to_string().contains("length limit") => Err(too_large()),
+        Ok(Err(e)) => Err((
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the body: {e}"),
+        )),
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            "the body did not arrive in time".to_string(),
+        )),
+    }
+}
+
+async fn steer(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let body = match read_body(&headers, body).await {
         Ok(b) => b,
-        Err(rejection) => {
+        Err((status, message)) => {
             s.metrics.steering_admitted(SteeringAdmission::error);
-            tracing::warn!(error = %rejection.body_text(), "steering webhook: unreadable request");
-            return (rejection.status(), rejection.body_text()).into_response();
+            tracing::warn!(error = %message, "steering webhook: unreadable request");
+            return (status, message).into_response();
         }
     };
     let request = match review::parse(&body) {
@@ -317,8 +347,21 @@ mod tests {
             "POST /steer HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
             MAX_BODY + 1
         );
-        let (status, _) = call(addr, &cert, "127.0.0.1", huge).await.unwrap();
-        assert_eq!(status, 413);
+        let (status, body) = call(addr, &cert, "127.0.0.1", huge).await.unwrap();
+        assert_eq!(status, 413, "{body}");
+        // Too large without a declared length (chunked): refused once past the limit.
+        let chunk = "x".repeat(1 << 20);
+        let mut chunked =
+            "POST /steer HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+                .to_string();
+        // Just past the limit, so the rest fits the socket's buffers when the server stops
+        // reading.
+        for c in [&chunk, &chunk, &chunk, &chunk, &chunk[..1 << 16]] {
+            chunked.push_str(&format!("{:x}\r\n{c}\r\n", c.len()));
+        }
+        chunked.push_str("0\r\n\r\n");
+        let (status, body) = call(addr, &cert, "127.0.0.1", chunked).await.unwrap();
+        assert_eq!(status, 413, "{body}");
         // Only POST /steer.
         let get = "GET /steer HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".to_string();
         assert_eq!(call(addr, &cert, "127.0.0.1", get).await.unwrap().0, 405);
@@ -330,7 +373,7 @@ mod tests {
         assert_eq!(status, 200);
         let text = metrics.encode();
         assert!(
-            text.contains("ebb_steering_admissions_total{result=\"error\"} 2"),
+            text.contains("ebb_steering_admissions_total{result=\"error\"} 3"),
             "{text}"
         );
         stop.cancel();
