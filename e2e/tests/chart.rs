@@ -680,7 +680,9 @@ async fn assert_steering_service(c: &kube::Client) {
         "{selector:?}"
     );
     assert_eq!(
-        selector.get("app.kubernetes.io/component").map(String::as_str),
+        selector
+            .get("app.kubernetes.io/component")
+            .map(String::as_str),
         Some("controller")
     );
     let port = &spec.ports.unwrap()[0];
@@ -711,7 +713,16 @@ async fn assert_steering_service(c: &kube::Client) {
         .env
         .iter()
         .flatten()
-        .filter_map(|e| Some(e.value_from.as_ref()?.field_ref.as_ref()?.field_path.as_str()))
+        .filter_map(|e| {
+            Some(
+                e.value_from
+                    .as_ref()?
+                    .field_ref
+                    .as_ref()?
+                    .field_path
+                    .as_str(),
+            )
+        })
         .collect();
     assert_eq!(
         downward,
@@ -739,7 +750,12 @@ fn assert_steering_webhook(config: &Value) {
     );
     let svc = &h["clientConfig"]["service"];
     assert_eq!(
-        (svc["namespace"].as_str(), svc["name"].as_str(), svc["path"].as_str(), svc["port"].as_i64()),
+        (
+            svc["namespace"].as_str(),
+            svc["name"].as_str(),
+            svc["path"].as_str(),
+            svc["port"].as_i64()
+        ),
         (Some(NS), Some("ebb-steering"), Some("/steer"), Some(443))
     );
     let excluded = &h["namespaceSelector"]["matchExpressions"][0];
@@ -1179,7 +1195,10 @@ async fn assert_upgraded(c: &kube::Client) {
         &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
     );
     for (name, value) in [
-        ("EBB_STEERING_WEBHOOK_URL", "https://ebb-steering.example:8443/steer"),
+        (
+            "EBB_STEERING_WEBHOOK_URL",
+            "https://ebb-steering.example:8443/steer",
+        ),
         ("EBB_CLUSTER_API", "true"),
         ("EBB_KARPENTER", "true"),
         (
@@ -1504,9 +1523,7 @@ fn steering_webhook_is_sent_only_controller_owned_pods_outside_the_placement_gat
                "metadata": {"generateName": "p-", "ownerReferences": owners},
                "spec": {"schedulingGates": gates, "containers": [{"name": "c", "image": "i"}]}})
     };
-    let owner = |api: &str, kind: &str, controller: bool| {
-        json!([{"apiVersion": api, "kind": kind, "name": "o", "uid": "u", "controller": controller}])
-    };
+    let owner = |api: &str, kind: &str, controller: bool| json!([{"apiVersion": api, "kind": kind, "name": "o", "uid": "u", "controller": controller}]);
     for (api, kind) in [
         ("apps/v1", "ReplicaSet"),
         ("apps/v1", "StatefulSet"),
@@ -1520,7 +1537,10 @@ fn steering_webhook_is_sent_only_controller_owned_pods_outside_the_placement_gat
         assert!(
             !sent_to_steering(
                 config,
-                pod(owner(api, kind, true), json!([{"name": "ebb.dev/placement"}]))
+                pod(
+                    owner(api, kind, true),
+                    json!([{"name": "ebb.dev/placement"}])
+                )
             ),
             "a {kind}'s pod behind ebb's placement gate is not sent"
         );
@@ -1528,16 +1548,28 @@ fn steering_webhook_is_sent_only_controller_owned_pods_outside_the_placement_gat
     // another gate does not matter
     assert!(sent_to_steering(
         config,
-        pod(owner("apps/v1", "ReplicaSet", true), json!([{"name": "example.com/quota"}]))
+        pod(
+            owner("apps/v1", "ReplicaSet", true),
+            json!([{"name": "example.com/quota"}])
+        )
     ));
     for (why, owners) in [
         ("no owner", json!([])),
         ("a DaemonSet's", owner("apps/v1", "DaemonSet", true)),
-        ("a non-controller owner", owner("apps/v1", "ReplicaSet", false)),
-        ("a ReplicaSet of another group", owner("example.com/v1", "ReplicaSet", true)),
+        (
+            "a non-controller owner",
+            owner("apps/v1", "ReplicaSet", false),
+        ),
+        (
+            "a ReplicaSet of another group",
+            owner("example.com/v1", "ReplicaSet", true),
+        ),
         ("a Node's (mirror pod)", owner("v1", "Node", true)),
     ] {
-        assert!(!sent_to_steering(config, pod(owners, json!([]))), "{why} pod is not sent");
+        assert!(
+            !sent_to_steering(config, pod(owners, json!([]))),
+            "{why} pod is not sent"
+        );
     }
     // fields absent altogether (as the API server gives them)
     let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"},

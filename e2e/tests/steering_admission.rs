@@ -101,7 +101,10 @@ impl Creation {
         self.annotations.values().any(|v| {
             v.contains("\"configuration\":\"ebb-steering\"") && v.contains("\"mutated\":false")
         }) && !self.failed_open()
-            && !self.annotations.keys().any(|k| k.starts_with("patch.webhook"))
+            && !self
+                .annotations
+                .keys()
+                .any(|k| k.starts_with("patch.webhook"))
     }
 
     /// The call to ebb's webhook failed and the API server went on without it.
@@ -113,7 +116,11 @@ impl Creation {
 
     /// The API server called ebb's webhook at all.
     fn called(&self) -> bool {
-        self.failed_open() || self.annotations.values().any(|v| v.contains("ebb-steering"))
+        self.failed_open()
+            || self
+                .annotations
+                .values()
+                .any(|v| v.contains("ebb-steering"))
     }
 }
 
@@ -129,7 +136,9 @@ fn creations(c: &Cluster, namespace: &str) -> BTreeMap<String, Creation> {
         if e["stage"] != "ResponseComplete"
             || e["verb"] != "create"
             || e["objectRef"]["resource"] != "pods"
-            || e["objectRef"]["subresource"].as_str().is_some_and(|s| !s.is_empty())
+            || e["objectRef"]["subresource"]
+                .as_str()
+                .is_some_and(|s| !s.is_empty())
             || e["objectRef"]["namespace"] != namespace
             || e["responseStatus"]["code"] != 201
         {
@@ -194,17 +203,31 @@ async fn create(c: &Cluster, api_version: &str, kind: &str, plural: &str, obj: V
 }
 
 async fn replica_set(c: &Cluster, name: &str, replicas: i32, gated: bool) {
-    create(c, "apps/v1", "ReplicaSet", "replicasets", json!({
+    create(
+        c,
+        "apps/v1",
+        "ReplicaSet",
+        "replicasets",
+        json!({
         "metadata": {"name": name},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": pod_template(name, gated)}})).await;
+                 "template": pod_template(name, gated)}}),
+    )
+    .await;
 }
 
 async fn deployment(c: &Cluster, name: &str, replicas: i32) {
-    create(c, "apps/v1", "Deployment", "deployments", json!({
+    create(
+        c,
+        "apps/v1",
+        "Deployment",
+        "deployments",
+        json!({
         "metadata": {"name": name},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": pod_template(name, false)}})).await;
+                 "template": pod_template(name, false)}}),
+    )
+    .await;
 }
 
 async fn scale(c: &Cluster, kind_plural: &str, name: &str, replicas: i32) {
@@ -271,7 +294,9 @@ async fn controller_owned_pods_go_through_the_webhook_and_others_never_do() {
     let web = scheduled(&c, "web", 2, Duration::from_secs(60)).await;
     let audit = creations(&c, "default");
     for name in names(&web) {
-        let created = audit.get(&name).unwrap_or_else(|| panic!("{name} in the audit log"));
+        let created = audit
+            .get(&name)
+            .unwrap_or_else(|| panic!("{name} in the audit log"));
         assert!(created.admitted_unchanged(), "{created:?}");
     }
     for p in &web {
@@ -282,22 +307,32 @@ async fn controller_owned_pods_go_through_the_webhook_and_others_never_do() {
     assert_eq!(admissions(&ctl, "unchanged").await, 2);
 
     // Not sent: a bare pod, a DaemonSet's pods, a ReplicaSet's pods behind the placement gate.
-    ebb_e2e::setup::bare_pod(c.client(), "bare", "n-0").await.unwrap();
+    ebb_e2e::setup::bare_pod(c.client(), "bare", "n-0")
+        .await
+        .unwrap();
     create(&c, "apps/v1", "DaemonSet", "daemonsets", json!({
         "metadata": {"name": "agent"},
         "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": pod_template("agent", false)}}))
     .await;
     replica_set(&c, "gated", 2, true).await;
-    let agents = wait_for("the DaemonSet's 2 pods", Duration::from_secs(60), || async {
-        let p = pods_of(&c, "agent").await;
-        (p.len() == 2).then_some(p)
-    })
+    let agents = wait_for(
+        "the DaemonSet's 2 pods",
+        Duration::from_secs(60),
+        || async {
+            let p = pods_of(&c, "agent").await;
+            (p.len() == 2).then_some(p)
+        },
+    )
     .await
     .unwrap();
-    let gated = wait_for("the gated ReplicaSet's 2 pods", Duration::from_secs(60), || async {
-        let p = pods_of(&c, "gated").await;
-        (p.len() == 2).then_some(p)
-    })
+    let gated = wait_for(
+        "the gated ReplicaSet's 2 pods",
+        Duration::from_secs(60),
+        || async {
+            let p = pods_of(&c, "gated").await;
+            (p.len() == 2).then_some(p)
+        },
+    )
     .await
     .unwrap();
     // A positive control after them: the next ReplicaSet pod is counted.
@@ -308,8 +343,13 @@ async fn controller_owned_pods_go_through_the_webhook_and_others_never_do() {
     not_sent.extend(names(&gated));
     not_sent.push("bare".into());
     for name in &not_sent {
-        let created = audit.get(name).unwrap_or_else(|| panic!("{name} in the audit log"));
-        assert!(!created.called(), "{name} was sent to the webhook: {created:?}");
+        let created = audit
+            .get(name)
+            .unwrap_or_else(|| panic!("{name} in the audit log"));
+        assert!(
+            !created.called(),
+            "{name} was sent to the webhook: {created:?}"
+        );
     }
     assert_eq!(
         admissions(&ctl, "unchanged").await,
@@ -494,16 +534,21 @@ async fn the_leader_label_and_registration_follow_the_lease() {
             .await
             .unwrap();
     }
-    let mut replicas = BTreeMap::from([("ctl-a", replica(&c, "ctl-a")), ("ctl-b", replica(&c, "ctl-b"))]);
+    let mut replicas = BTreeMap::from([
+        ("ctl-a", replica(&c, "ctl-a")),
+        ("ctl-b", replica(&c, "ctl-b")),
+    ]);
     let leader = wait_for("a leader", Duration::from_secs(60), || holder(&c))
         .await
         .unwrap();
     let standby = if leader == "ctl-a" { "ctl-b" } else { "ctl-a" };
     let leader_url = format!("https://127.0.0.1:{}/steer", replicas[leader.as_str()].port);
     wait_registered(&c, &leader_url).await;
-    wait_for("the leader's Pod labelled", Duration::from_secs(30), || async {
-        (labelled(&c, &["ctl-a", "ctl-b"]).await == [leader.clone()]).then_some(())
-    })
+    wait_for(
+        "the leader's Pod labelled",
+        Duration::from_secs(30),
+        || async { (labelled(&c, &["ctl-a", "ctl-b"]).await == [leader.clone()]).then_some(()) },
+    )
     .await
     .unwrap();
 
@@ -523,9 +568,13 @@ async fn the_leader_label_and_registration_follow_the_lease() {
     signal("TERM", &pid);
     let standby_url = format!("https://127.0.0.1:{}/steer", replicas[standby].port);
     wait_registered(&c, &standby_url).await;
-    wait_for("only the new leader's Pod labelled", Duration::from_secs(60), || async {
-        (labelled(&c, &["ctl-a", "ctl-b"]).await == [standby.to_string()]).then_some(())
-    })
+    wait_for(
+        "only the new leader's Pod labelled",
+        Duration::from_secs(60),
+        || async {
+            (labelled(&c, &["ctl-a", "ctl-b"]).await == [standby.to_string()]).then_some(())
+        },
+    )
     .await
     .unwrap();
     assert_eq!(holder(&c).await.as_deref(), Some(standby));

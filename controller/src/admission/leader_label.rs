@@ -159,8 +159,14 @@ mod tests {
         let sent = sent.lock().unwrap().clone();
         assert_eq!(sent.len(), 2);
         assert_eq!(sent[0].0, "/api/v1/namespaces/ebb-system/pods/ctl-0");
-        assert_eq!(sent[0].1, r#"{"metadata":{"labels":{"ebb.dev/leader":"true"}}}"#);
-        assert_eq!(sent[1].1, r#"{"metadata":{"labels":{"ebb.dev/leader":null}}}"#);
+        assert_eq!(
+            sent[0].1,
+            r#"{"metadata":{"labels":{"ebb.dev/leader":"true"}}}"#
+        );
+        assert_eq!(
+            sent[1].1,
+            r#"{"metadata":{"labels":{"ebb.dev/leader":null}}}"#
+        );
     }
 
     #[tokio::test]

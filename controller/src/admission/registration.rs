@@ -68,9 +68,13 @@ pub fn registration_patch(
             client_config.url = Some(url.to_string());
             client_config.service = None;
         }
-        ops.push(json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": webhook.name}));
-        ops.push(json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig"),
-                        "value": client_config}));
+        ops.push(
+            json!({"op": "test", "path": format!("/webhooks/{i}/name"), "value": webhook.name}),
+        );
+        ops.push(
+            json!({"op": "replace", "path": format!("/webhooks/{i}/clientConfig"),
+                        "value": client_config}),
+        );
     }
     // Built from typed values: it always parses.
     serde_json::from_value(serde_json::Value::Array(ops)).unwrap_or_default()
@@ -89,13 +93,13 @@ pub async fn register(
         name: name.to_string(),
         source,
     };
-    let config = api
-        .get_opt(name)
-        .await
-        .map_err(api_error)?
-        .ok_or_else(|| RegistrationError::Gone {
-            name: name.to_string(),
-        })?;
+    let config =
+        api.get_opt(name)
+            .await
+            .map_err(api_error)?
+            .ok_or_else(|| RegistrationError::Gone {
+                name: name.to_string(),
+            })?;
     let count = config.webhooks.as_ref().map_or(0, Vec::len);
     if count == 0 {
         return Err(RegistrationError::NoWebhooks {
@@ -103,13 +107,9 @@ pub async fn register(
         });
     }
     let patch = registration_patch(&config, ca_pem, url);
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::<()>::Json(patch),
-    )
-    .await
-    .map_err(api_error)?;
+    api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .map_err(api_error)?;
     Ok(count)
 }
 
@@ -161,11 +161,17 @@ mod tests {
                 let body = req.into_body().collect().await.unwrap().to_bytes();
                 let mut current = state.lock().unwrap();
                 let (code, out) = match (status, current.as_mut()) {
-                    (Some(code), _) => (code, json!({"kind": "Status", "apiVersion": "v1",
+                    (Some(code), _) => (
+                        code,
+                        json!({"kind": "Status", "apiVersion": "v1",
                         "status": "Failure", "reason": "Forbidden", "code": code,
-                        "message": "mutatingwebhookconfigurations is forbidden"})),
-                    (None, None) => (404, json!({"kind": "Status", "apiVersion": "v1",
-                        "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"})),
+                        "message": "mutatingwebhookconfigurations is forbidden"}),
+                    ),
+                    (None, None) => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
                     (None, Some(obj)) => {
                         if method == Method::PATCH {
                             let ops: Value = serde_json::from_slice(&body).unwrap();
@@ -173,7 +179,10 @@ mod tests {
                             let patch: json_patch::Patch = serde_json::from_value(ops).unwrap();
                             json_patch::patch(obj, &patch).unwrap();
                         }
-                        assert!(path.ends_with("/mutatingwebhookconfigurations/ebb-steering"), "{path}");
+                        assert!(
+                            path.ends_with("/mutatingwebhookconfigurations/ebb-steering"),
+                            "{path}"
+                        );
                         (200, obj.clone())
                     }
                 };
@@ -223,15 +232,23 @@ mod tests {
     async fn in_a_cluster_only_the_ca_bundle_changes() {
         let patches = Arc::default();
         let client = api(Some(chart_config()), None, Arc::clone(&patches));
-        let n = register(&client, "ebb-steering", "-----BEGIN CERTIFICATE-----\nAA==\n", None)
-            .await
-            .unwrap();
+        let n = register(
+            &client,
+            "ebb-steering",
+            "-----BEGIN CERTIFICATE-----\nAA==\n",
+            None,
+        )
+        .await
+        .unwrap();
         assert_eq!(n, 1);
         let sent = patches.lock().unwrap().clone();
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].0, "application/json-patch+json");
         let ops = &sent[0].1;
-        assert_eq!(ops[0], json!({"op": "test", "path": "/webhooks/0/name", "value": "steering.ebb.dev"}));
+        assert_eq!(
+            ops[0],
+            json!({"op": "test", "path": "/webhooks/0/name", "value": "steering.ebb.dev"})
+        );
         let cc = &ops[1]["value"];
         assert_eq!(ops[1]["path"], "/webhooks/0/clientConfig");
         assert_eq!(cc["service"]["name"], "ebb-steering", "the Service is kept");
@@ -248,20 +265,30 @@ mod tests {
     async fn out_of_a_cluster_the_url_replaces_the_service() {
         let patches = Arc::default();
         let client = api(Some(chart_config()), None, Arc::clone(&patches));
-        register(&client, "ebb-steering", "pem", Some("https://127.0.0.1:9555/steer"))
-            .await
-            .unwrap();
+        register(
+            &client,
+            "ebb-steering",
+            "pem",
+            Some("https://127.0.0.1:9555/steer"),
+        )
+        .await
+        .unwrap();
         let sent = patches.lock().unwrap().clone();
         let cc = &sent[0].1[1]["value"];
         assert_eq!(cc["url"], "https://127.0.0.1:9555/steer");
-        assert!(cc.get("service").is_none(), "url and service are exclusive: {cc}");
+        assert!(
+            cc.get("service").is_none(),
+            "url and service are exclusive: {cc}"
+        );
         assert_eq!(cc["caBundle"], "cGVt");
     }
 
     #[tokio::test]
     async fn registering_without_the_configuration_or_permission_fails_clearly() {
         let gone = api(None, None, Arc::default());
-        let err = register(&gone, "ebb-steering", "pem", None).await.unwrap_err();
+        let err = register(&gone, "ebb-steering", "pem", None)
+            .await
+            .unwrap_err();
         assert!(matches!(err, RegistrationError::Gone { .. }), "{err}");
         let forbidden = api(Some(chart_config()), Some(403), Arc::default());
         let err = register(&forbidden, "ebb-steering", "pem", None)

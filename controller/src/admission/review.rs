@@ -108,7 +108,10 @@ mod tests {
         let r = &out["response"];
         assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002", "{out}");
         assert_eq!(r["allowed"], true);
-        assert!(r.get("patch").is_none() && r.get("patchType").is_none(), "{out}");
+        assert!(
+            r.get("patch").is_none() && r.get("patchType").is_none(),
+            "{out}"
+        );
         // An empty patch is no patch.
         let (out, result) = answered(&review("CREATE", pod()), Some(json_patch::Patch(vec![])));
         assert_eq!(result, SteeringAdmission::unchanged);
@@ -156,11 +159,14 @@ mod tests {
         ] {
             assert!(parse(body).is_err(), "{}", String::from_utf8_lossy(body));
         }
-        let err = parse(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#)
-            .unwrap_err();
+        let err =
+            parse(br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#).unwrap_err();
         assert!(matches!(err, BadReview::NoRequest), "{err}");
         // A pod object that is not a pod.
         let err = parse(&review("CREATE", json!({"spec": {"containers": "nope"}}))).unwrap_err();
-        assert!(err.to_string().contains("AdmissionReview of a pod"), "{err}");
+        assert!(
+            err.to_string().contains("AdmissionReview of a pod"),
+            "{err}"
+        );
     }
 }

@@ -44,13 +44,11 @@ struct AppState {
 /// `POST /steer`: the leader answers with what `steering` decides, other replicas (which hold
 /// no plan) with no patch; every answer allows the pod.
 pub fn router(steering: Steering, leadership: Leadership, metrics: Metrics) -> Router {
-    Router::new()
-        .route(PATH, post(steer))
-        .with_state(AppState {
-            steering,
-            leadership,
-            metrics,
-        })
+    Router::new().route(PATH, post(steer)).with_state(AppState {
+        steering,
+        leadership,
+        metrics,
+    })
 }
 
 /// The request body, at most [`MAX_BODY`] bytes: a larger declared length is refused before

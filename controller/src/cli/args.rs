@@ -98,7 +98,11 @@ pub struct RunArgs {
     #[arg(long, env = "EBB_STEERING_PORT", default_value_t = 9443)]
     pub steering_port: u16,
     /// Name of the MutatingWebhookConfiguration the leader points at itself (CA bundle).
-    #[arg(long, env = "EBB_STEERING_WEBHOOK_NAME", default_value = "ebb-steering")]
+    #[arg(
+        long,
+        env = "EBB_STEERING_WEBHOOK_NAME",
+        default_value = "ebb-steering"
+    )]
     pub steering_webhook_name: String,
     /// URL the API server calls the webhook at, set in the configuration in place of its
     /// Service, for a controller running outside the cluster (`https://127.0.0.1:9443/steer`).
