@@ -1388,6 +1388,72 @@ async fn the_pdb_check_reports_a_pod_deleted_while_its_budget_allows_none(backen
     assert!(pdb_safety::violations(env, &["nobody"]).unwrap().is_empty());
 }
 
+
+/// 3b. A pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: on-completion` keeps
+/// its node (`RunsToCompletion` in status, the node never tainted) while its neighbours go; once
+/// it is gone the node goes too. A static pod (`kubernetes.io/config.source: file`) on a
+/// neighbour keeps nothing and is never evicted.
+async fn a_pod_that_runs_to_completion_keeps_its_node_until_it_is_done(backend) {
+    let c = start(backend, 20.0).await;
+    let env = &c.env;
+    small_cluster(&c, 3, 1, 3, None).await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    for (name, node, key, value) in [
+        ("batch", "drain-1", "cluster-autoscaler.kubernetes.io/safe-to-evict", "on-completion"),
+        ("static", "drain-2", "kubernetes.io/config.source", "file"),
+    ] {
+        bare_pod(&env.client, name, node).await.unwrap();
+        pods.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+    }
+    wait_running(&env.client, 5).await.unwrap();
+    add_keep_nodes(&c).await;
+    let gone: BTreeSet<String> = ["drain-0", "drain-2"].map(String::from).into();
+    let _ctl = run_pool_policy(env, &gone, Duration::from_secs(40)).await;
+    let user = controller_audit_user(env, "pool").await.unwrap();
+    let blocked = wait_status(
+        &env.client,
+        "pool",
+        "drain-1 reported blocked by its pod",
+        Duration::from_secs(10),
+        |s| {
+            s.unremovable_nodes
+                .iter()
+                .find(|u| u.node == "drain-1" && u.reason == UnremovableReason::BlockedByPod)
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(blocked.pod.as_deref(), Some("default/batch"));
+    assert_eq!(
+        blocked.pod_reason,
+        Some(ebb_api::reasons::BlockingPodReason::RunsToCompletion)
+    );
+    let all = nodes(&env.client).await;
+    assert!(!has_taint(&all["drain-1"], TO_BE_DELETED));
+    let audit = audit(env);
+    let evicted: Vec<&AuditRecord> = audit
+        .iter()
+        .filter(|r| is_eviction(r) && (r.name == "batch" || r.name == "static"))
+        .collect();
+    assert!(evicted.is_empty(), "neither pod evicted: {evicted:?}");
+    // The job is done (here: deleted): the node goes as well.
+    pods.delete("batch", &DeleteParams::default()).await.unwrap();
+    wait_nodes_deleted(
+        &env.client,
+        "pool",
+        &["drain-1".to_string()].into(),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_scaledown_safe(env, &[&user]);
+}
+
 }
 
 // ---- the real control plane only ---------------------------------------------------------
