@@ -350,6 +350,7 @@ async fn start_controller(
         debounce: Duration::from_millis(100),
         placement: Default::default(),
         removal: Default::default(),
+        shutdown_timeout: ebb_controller::cli::run::DEFAULT_SHUTDOWN_TIMEOUT,
         steering: None,
     };
     let controller = tokio::spawn(serve(

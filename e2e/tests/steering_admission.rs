@@ -37,7 +37,7 @@ async fn wait_registered(c: &Cluster, url: &str) {
         Duration::from_secs(60),
         || async {
             let cfg = api.get_opt("ebb-steering").await.ok()??;
-            let cc = &cfg.webhooks?.first()?.client_config;
+            let cc = cfg.webhooks?.into_iter().next()?.client_config;
             (cc.url.as_deref() == Some(url) && cc.ca_bundle.is_some() && cc.service.is_none())
                 .then_some(())
         },
@@ -88,7 +88,6 @@ async fn admissions(ctl: &Controller, result: &str) -> u64 {
 /// One pod creation as the API server's audit log recorded it.
 #[derive(Debug)]
 struct Creation {
-    name: String,
     /// The audit annotations (webhook calls are recorded there).
     annotations: BTreeMap<String, String>,
     /// From the request's arrival to the response.
@@ -164,7 +163,6 @@ fn creations(c: &Cluster, namespace: &str) -> BTreeMap<String, Creation> {
         out.insert(
             name.to_string(),
             Creation {
-                name: name.to_string(),
                 annotations,
                 took: Duration::try_from(took).unwrap_or_default(),
             },
