@@ -337,8 +337,8 @@ pub async fn serve(
         shared.stop.clone(),
     ));
     shared.leadership.set(true);
-    webhook.lead().await;
     tracing::info!("acting");
+    webhook.lead().await;
     let exit = until_exit(leader.as_mut(), &shared.stop).await;
     if exit == Exit::LostLeadership {
         // Another leader may act already: not one more write, drains stop where they are.
