@@ -12,10 +12,13 @@ use axum::http::{Request, Response};
 use kube::client::Body;
 use serde_json::json;
 
+/// `(verb, resource)` of each request the recording API server saw.
+type RequestLog = Arc<Mutex<Vec<(String, String)>>>;
+
 /// An API server that serves an empty list for every collection, 404 for discovery (no Cluster
 /// API or Karpenter), holds watches open, and records `(verb, resource)` of each request.
-fn recording_client() -> (kube::Client, Arc<Mutex<Vec<(String, String)>>>) {
-    let log: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+fn recording_client() -> (kube::Client, RequestLog) {
+    let log: RequestLog = Arc::default();
     let seen = log.clone();
     let svc = tower::service_fn(move |req: Request<Body>| {
         let seen = seen.clone();

@@ -31,20 +31,34 @@ async fn real() -> Cluster {
         .expect("the real control plane is needed (see e2e/k8s/README.md)")
 }
 
-async fn create<K>(client: &kube::Client, namespace: Option<&str>, object: Value) -> K
+/// Creates the cluster-scoped object `object`.
+async fn create<K>(client: &kube::Client, object: Value) -> K
 where
-    K: kube::Resource<DynamicType = ()>
+    K: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
         + Clone
         + serde::de::DeserializeOwned
         + serde::Serialize
         + std::fmt::Debug,
 {
     let o: K = serde_json::from_value(object).unwrap_or_else(|e| panic!("test object: {e}"));
-    let api: Api<K> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    api.create(&PostParams::default(), &o)
+    Api::<K>::all(client.clone())
+        .create(&PostParams::default(), &o)
+        .await
+        .unwrap_or_else(|e| panic!("creating {:?}: {e}", o.meta().name))
+}
+
+/// Creates `object` in namespace `default`.
+async fn create_in_default<K>(client: &kube::Client, object: Value) -> K
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    let o: K = serde_json::from_value(object).unwrap_or_else(|e| panic!("test object: {e}"));
+    Api::<K>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &o)
         .await
         .unwrap_or_else(|e| panic!("creating {:?}: {e}", o.meta().name))
 }
@@ -82,22 +96,37 @@ async fn a_pod_on_a_local_volume_keeps_its_node() {
     let c = real().await;
     let env = &c.env;
     let client = &env.client;
+    // Two nodes of the pool kept busy (3 of 4 CPUs), with room for the database pod.
     c.add_nodes(&NodeGroup {
         labels: json!({"pool": "drain"}),
-        ..NodeGroup::plain("pool-", 3, "4", "16Gi")
+        ..NodeGroup::plain("busy-", 2, "4", "16Gi")
+    })
+    .await
+    .unwrap();
+    c.add_apps(&Apps {
+        prefix: "busy-",
+        count: 1,
+        replicas: 2,
+        requests: json!({"cpu": "3", "memory": "1Gi"}),
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    wait_running(client, 2).await.unwrap();
+    // Then the node of the local volume, and the database that claims it.
+    c.add_nodes(&NodeGroup {
+        labels: json!({"pool": "drain"}),
+        ..NodeGroup::plain("pool-", 1, "4", "16Gi")
     })
     .await
     .unwrap();
     create::<StorageClass>(
         client,
-        None,
         json!({"metadata": {"name": "local"}, "provisioner": "kubernetes.io/no-provisioner",
             "volumeBindingMode": "WaitForFirstConsumer"}),
     )
     .await;
-    create::<PersistentVolume>(
-        client,
-        None,
+    create::<PersistentVolume>(client,
         json!({"metadata": {"name": "local-pv-0"},
             "spec": {"capacity": {"storage": "10Gi"}, "accessModes": ["ReadWriteOnce"],
                 "storageClassName": "local", "persistentVolumeReclaimPolicy": "Retain",
@@ -106,17 +135,15 @@ async fn a_pod_on_a_local_volume_keeps_its_node() {
                     {"key": "kubernetes.io/hostname", "operator": "In", "values": ["pool-0"]}]}]}}}}),
     )
     .await;
-    create::<PersistentVolumeClaim>(
+    create_in_default::<PersistentVolumeClaim>(
         client,
-        Some("default"),
         json!({"metadata": {"name": "data", "namespace": "default"},
             "spec": {"storageClassName": "local", "accessModes": ["ReadWriteOnce"],
                 "resources": {"requests": {"storage": "5Gi"}}}}),
     )
     .await;
-    create::<Deployment>(
+    create_in_default::<Deployment>(
         client,
-        Some("default"),
         json!({"metadata": {"name": "db", "namespace": "default"},
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "db"}},
                 "template": {"metadata": {"labels": {"app": "db"}},
@@ -128,17 +155,7 @@ async fn a_pod_on_a_local_volume_keeps_its_node() {
                             "persistentVolumeClaim": {"claimName": "data"}}]}}}}),
     )
     .await;
-    // The other two nodes are busy enough to stay and have room for the database pod.
-    c.add_apps(&Apps {
-        prefix: "busy-",
-        count: 1,
-        replicas: 1,
-        requests: json!({"cpu": "3", "memory": "1Gi"}),
-        ..Apps::default()
-    })
-    .await
-    .unwrap();
-    wait_running(client, 2).await.unwrap();
+    wait_running(client, 3).await.unwrap();
     let db_node = wait_for(
         "the database pod bound to pool-0",
         Duration::from_secs(30),
@@ -269,13 +286,11 @@ async fn a_node_a_pod_is_nominated_to_stays() {
     .unwrap();
     create::<PriorityClass>(
         client,
-        None,
         json!({"metadata": {"name": "urgent"}, "value": 1000000}),
     )
     .await;
-    create::<Pod>(
+    create_in_default::<Pod>(
         client,
-        Some("default"),
         json!({"metadata": {"name": "victim", "namespace": "default"},
             "spec": {"nodeName": "pool-0", "terminationGracePeriodSeconds": 20,
                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
@@ -307,9 +322,8 @@ async fn a_node_a_pod_is_nominated_to_stays() {
     )
     .await
     .unwrap();
-    create::<Pod>(
+    create_in_default::<Pod>(
         client,
-        Some("default"),
         json!({"metadata": {"name": "preemptor", "namespace": "default"},
             "spec": {"priorityClassName": "urgent", "terminationGracePeriodSeconds": 1,
                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",

@@ -341,7 +341,7 @@ async fn sigkill_of_the_leader_mid_drain_the_standby_takes_over_within_the_lease
         Duration::from_secs(LEASE_SECS * 3),
         || async {
             let l = lease(&env.client).await?;
-            (holder(&l).as_deref() == Some(standby)).then(|| l)
+            (holder(&l).as_deref() == Some(standby)).then_some(l)
         },
     )
     .await

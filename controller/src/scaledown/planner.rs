@@ -377,9 +377,9 @@ fn eligible_nodes(
     pending: bool,
     previous: &BTreeMap<String, Timestamp>,
     now: Timestamp,
-    unremovable: &mut Vec<Unremovable>,
-) -> Vec<NodeId> {
+) -> (Vec<NodeId>, Vec<Unremovable>) {
     let mut eligible: Vec<NodeId> = Vec::new();
+    let mut unremovable = Vec::new();
     for &n in &facts.governed {
         let check = check_node(snap, n, deleted, cfg.utilization_threshold, cfg.utilization)
             .and_then(|()| match cfg.removal {
@@ -411,7 +411,7 @@ fn eligible_nodes(
             .cmp(&was(b))
             .then_with(|| by_util(snap, &facts.util, *a, *b))
     });
-    eligible
+    (eligible, unremovable)
 }
 
 impl Unremovable {
@@ -453,8 +453,7 @@ pub fn plan(
     let evicted_pending = sim.reinject_evictions(&state.recent_evictions, &state.hints);
     let pending = deleted_pending || evicted_pending;
 
-    let mut unremovable = Vec::new();
-    let eligible = eligible_nodes(
+    let (eligible, unremovable) = eligible_nodes(
         sim.snap,
         &facts,
         cfg,
@@ -462,7 +461,6 @@ pub fn plan(
         pending,
         &state.candidates,
         now,
-        &mut unremovable,
     );
     let mut greedy = Greedy::new(sim.snap.node_count(), unremovable);
     let inputs = Inputs {
