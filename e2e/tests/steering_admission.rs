@@ -550,7 +550,22 @@ async fn the_leader_label_and_registration_follow_the_lease() {
     .await
     .unwrap();
 
-    // The standby serves too, and answers without a patch.
+    // The standby serves too (once its caches are synced), and answers without a patch.
+    let standby_log = replicas[standby].log.clone();
+    wait_for(
+        "the standby serves the webhook",
+        Duration::from_secs(60),
+        || async {
+            standby_log
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|l| l.contains("serving the steering webhook"))
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
     let answer = review_at(replicas[standby].port).await;
     assert_eq!(answer["response"]["uid"], "e2e-1", "{answer}");
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
