@@ -2,6 +2,7 @@
 //! history), `actuation` (drains), the two `reconcilers` over shared `state`, and the `cli`.
 
 pub mod actuation;
+pub mod admission;
 pub mod cli;
 pub mod cluster;
 pub mod http;

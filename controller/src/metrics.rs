@@ -175,6 +175,24 @@ pub struct ReconcileErrorLabels {
     pub reason: &'static str,
 }
 
+/// What became of one call of the steering admission webhook (the `result` label of
+/// `ebb_steering_admissions`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum SteeringAdmission {
+    /// Answered with a patch (the pod is steered).
+    patched,
+    /// Answered without one (not a pod to steer, or not the leader).
+    unchanged,
+    /// A request the webhook could not read (answered 4xx; the API server fails open).
+    error,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SteeringAdmissionLabels {
+    pub result: SteeringAdmission,
+}
+
 /// Exemplar carrying the trace id of the span that was measured.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceExemplar {
@@ -200,6 +218,7 @@ pub struct Metrics {
     pub placement_hits: Family<PlacementHistoryLabels, Counter>,
     pub gate_wait: Family<PlacementHistoryLabels, Histogram>,
     pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
+    pub steering_admissions: Family<SteeringAdmissionLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -229,6 +248,7 @@ impl Metrics {
             placement_hits: Family::<PlacementHistoryLabels, Counter>::default(),
             gate_wait: Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {Histogram::new(exponential_buckets(0.05, 2.0, 14))}),
             reconcile_errors: Family::<ReconcileErrorLabels, Counter>::default(),
+            steering_admissions: Family::<SteeringAdmissionLabels, Counter>::default(),
         };
         let mut registry = Registry::with_prefix("ebb");
         m.register_all(&mut registry);
@@ -309,6 +329,18 @@ impl Metrics {
             "Failed reconciles (retried with back-off), by controller and reason",
             self.reconcile_errors.clone(),
         );
+        r.register(
+            "steering_admissions",
+            "Calls of the steering admission webhook, by result (patched, unchanged, error)",
+            self.steering_admissions.clone(),
+        );
+    }
+
+    /// Count one call of the steering admission webhook.
+    pub fn steering_admitted(&self, result: SteeringAdmission) {
+        self.steering_admissions
+            .get_or_create(&SteeringAdmissionLabels { result })
+            .inc();
     }
 
     /// Count one failed reconcile of `controller`, by the error's reason.
@@ -380,6 +412,7 @@ mod tests {
         m.observe(Function::plan, Duration::from_millis(12));
         m.reconcile_failed(Reconciler::placement, "Status");
         m.reconcile_failed(Reconciler::placement, "Status");
+        m.steering_admitted(SteeringAdmission::unchanged);
         let text = m.encode();
         assert!(
             text.contains(
@@ -397,6 +430,10 @@ mod tests {
         );
         assert!(
             text.contains("ebb_function_duration_seconds_count{function=\"plan\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("ebb_steering_admissions_total{result=\"unchanged\"} 1"),
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"));

@@ -350,6 +350,7 @@ async fn start_controller(
         placement: Default::default(),
         removal: Default::default(),
         shutdown_timeout: ebb_controller::cli::run::DEFAULT_SHUTDOWN_TIMEOUT,
+        steering: None,
     };
     let controller = tokio::spawn(serve(
         Clients::single(sim.client_as("ebb-controller").await.expect("client")),

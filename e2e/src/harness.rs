@@ -181,7 +181,8 @@ impl TestEnv {
     /// chart's ServiceAccounts, whatever `user` says: a TokenRequest token of `ebb-controller` or
     /// `ebb-node-agent` (bound to the agent's `--node-name` Node) under the chart's roles, which
     /// are applied on the first spawn (see [`crate::rbac`]); other binaries get the admin's
-    /// kubeconfig. [`Self::audit_user`] gives the name the audit log records.
+    /// kubeconfig. [`Self::audit_user`] gives the name the audit log records. A controller on a
+    /// real cluster serves the steering webhook ([`crate::setup::steering_args`]).
     pub fn spawn_binary_as(
         &self,
         user: &str,
@@ -190,8 +191,10 @@ impl TestEnv {
     ) -> anyhow::Result<ChildProcess> {
         let path = workspace_binary(name)?;
         let kubeconfig = self.binary_kubeconfig(user, name, args)?;
+        let steering = crate::setup::steering_args(self.backend(), name, args)?;
         let child = tokio::process::Command::new(&path)
             .args(args)
+            .args(&steering)
             .env("KUBECONFIG", &kubeconfig)
             .envs(child_env())
             .stdout(Stdio::piped())

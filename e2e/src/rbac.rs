@@ -144,22 +144,57 @@ pub fn identities(docs: &[Value]) -> Vec<Value> {
         .collect()
 }
 
-/// `templates/node-agent-admission.yaml` for [`RELEASE`] in [`NAMESPACE`]: Helm's control lines
-/// dropped and its two names substituted (the template has no other templating; a line left
-/// with `{{` is an error).
+/// `templates/node-agent-admission.yaml` for [`RELEASE`] in [`NAMESPACE`] (see
+/// [`plain_template`]).
 pub fn admission_policy() -> anyhow::Result<Vec<Value>> {
-    let path = chart_dir().join("templates/node-agent-admission.yaml");
+    plain_template("node-agent-admission.yaml", &e2e_values())
+}
+
+/// `templates/steering-webhook.yaml` (the steering MutatingWebhookConfiguration) for
+/// [`RELEASE`] in [`NAMESPACE`] with [`e2e_values`] (see [`plain_template`]). Helm leaves it out
+/// of [`render`]: the simulator it renders into does not serve `admissionregistration.k8s.io`.
+pub fn steering_webhook() -> anyhow::Result<Vec<Value>> {
+    plain_template("steering-webhook.yaml", &e2e_values())
+}
+
+/// A template of the chart that has only simple templating, rendered for [`RELEASE`] in
+/// [`NAMESPACE`]: Helm's control lines (and label includes) dropped, the two names and every
+/// `{{ .Values.a.b }}` (from the chart's values.yaml with `values` over it) substituted; a line
+/// left with `{{` is an error. For what Helm leaves out when it renders into ebb-sim.
+pub fn plain_template(name: &str, values: &Value) -> anyhow::Result<Vec<Value>> {
+    let path = chart_dir().join("templates").join(name);
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    let plain = text
-        .lines()
-        .filter(|l| !l.trim_start().starts_with("{{"))
-        .map(|l| {
-            l.replace("{{ .Release.Namespace }}", NAMESPACE)
-                .replace("{{ include \"ebb.fullname\" . }}", RELEASE)
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let defaults = chart_dir().join("values.yaml");
+    let mut all: Value = serde_saphyr::from_str(
+        &std::fs::read_to_string(&defaults)
+            .with_context(|| format!("cannot read {}", defaults.display()))?,
+    )
+    .with_context(|| format!("{} is not YAML", defaults.display()))?;
+    merge_values(&mut all, values);
+    let mut lines = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("{{")) {
+        let mut l = line
+            .replace("{{ .Release.Namespace }}", NAMESPACE)
+            .replace("{{ include \"ebb.fullname\" . }}", RELEASE);
+        while let Some(start) = l.find("{{ .Values.") {
+            let Some(len) = l[start..].find(" }}") else {
+                break;
+            };
+            let key = &l[start + "{{ .Values.".len()..start + len];
+            let value = key
+                .split('.')
+                .try_fold(&all, |v, k| v.get(k))
+                .with_context(|| format!("{}: no value {key}", path.display()))?;
+            let value = match value {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            l.replace_range(start..start + len + " }}".len(), &value);
+        }
+        lines.push(l);
+    }
+    let plain = lines.join("\n");
     if plain.contains("{{") {
         bail!(
             "{} has templating this renderer does not know",
@@ -174,6 +209,18 @@ pub fn admission_policy() -> anyhow::Result<Vec<Value>> {
                 .with_context(|| format!("{} is not YAML:\n{d}", path.display()))
         })
         .collect()
+}
+
+/// `over` merged into `base` as Helm merges values.
+fn merge_values(base: &mut Value, over: &Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                merge_values(b.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (b, o) => *b = o.clone(),
+    }
 }
 
 /// Helm's rendering with [`e2e_values`], once per test process.
@@ -197,9 +244,10 @@ pub struct ChartRbac {
 }
 
 impl ChartRbac {
-    /// Applies the chart's namespace, identities and NodeState admission policy as rendered by
-    /// Helm with [`e2e_values`] (`kubectl apply` as the admin of `admin_kubeconfig`), and waits
-    /// until the authorizer lets the controller's account list pods. Kubeconfigs go to `dir`.
+    /// Applies the chart's namespace, identities, NodeState admission policy and steering
+    /// webhook configuration as rendered by Helm with [`e2e_values`] (`kubectl apply` as the
+    /// admin of `admin_kubeconfig`), and waits until the authorizer lets the controller's account
+    /// list pods. Kubeconfigs go to `dir`.
     pub fn install(kubectl: &Path, admin_kubeconfig: &Path, dir: &Path) -> anyhow::Result<Self> {
         let docs = rendered_e2e()?;
         let this = Self {
@@ -207,7 +255,9 @@ impl ChartRbac {
             admin: admin_kubeconfig.to_path_buf(),
             dir: dir.to_path_buf(),
         };
-        this.apply(&identities(&docs), &admission_policy()?)?;
+        let mut admission = admission_policy()?;
+        admission.extend(steering_webhook()?);
+        this.apply(&identities(&docs), &admission)?;
         this.wait_authorized()?;
         Ok(this)
     }
@@ -383,6 +433,22 @@ mod tests {
         );
         assert_eq!(node_name_in(&["run", "--node-name"]), None);
         assert_eq!(node_name_in(&["run"]), None);
+    }
+
+    #[test]
+    fn the_steering_webhook_template_renders_with_the_values() {
+        let docs = steering_webhook().unwrap();
+        assert_eq!(docs.len(), 1);
+        let hook = &docs[0]["webhooks"][0];
+        assert_eq!(docs[0]["metadata"]["name"], "ebb-steering");
+        assert_eq!(hook["timeoutSeconds"], json!(2), "from values.yaml");
+        assert_eq!(hook["clientConfig"]["service"]["namespace"], NAMESPACE);
+        let docs = plain_template(
+            "steering-webhook.yaml",
+            &json!({"steering": {"timeoutSeconds": 7}}),
+        )
+        .unwrap();
+        assert_eq!(docs[0]["webhooks"][0]["timeoutSeconds"], json!(7));
     }
 
     #[test]

@@ -72,6 +72,7 @@ impl Cluster {
             .await
             .context("creating namespace ebb-system")?;
         if env.real().is_some() {
+            install_steering_webhook(&c).await?;
             // A CRD serves a little after it is created.
             for plural in ["scaledownpolicies", "nodestates"] {
                 wait_for(
@@ -224,6 +225,55 @@ impl Cluster {
             .context("creating a PodDisruptionBudget")?;
         Ok(())
     }
+}
+
+/// Applies the chart's steering MutatingWebhookConfiguration ([`crate::rbac::steering_webhook`])
+/// on a real cluster: from then on every controller-owned pod's creation calls it (and fails
+/// open until a controller points it at itself, see [`steering_args`]).
+pub async fn install_steering_webhook(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    for doc in crate::rbac::steering_webhook()? {
+        let config: MutatingWebhookConfiguration = serde_json::from_value(doc)
+            .context("the chart's steering webhook is not a MutatingWebhookConfiguration")?;
+        let name = config.metadata.name.clone().unwrap_or_default();
+        Api::<MutatingWebhookConfiguration>::all(client.clone())
+            .patch(
+                &name,
+                &PatchParams::apply("ebb-e2e").force(),
+                &Patch::Apply(&config),
+            )
+            .await
+            .with_context(|| format!("applying the MutatingWebhookConfiguration {name}"))?;
+    }
+    Ok(())
+}
+
+/// The flags that make a controller started as a host process serve the steering webhook on
+/// a free port and register `https://127.0.0.1:<port>/steer` (there is no Service to call): for
+/// `ebb-controller run` on the real backend, unless the arguments already say how to steer.
+/// ebb-sim serves no admission webhooks: there the controller finds no configuration and says
+/// that steering is off.
+pub fn steering_args(backend: Backend, binary: &str, args: &[&str]) -> anyhow::Result<Vec<String>> {
+    if backend != Backend::Real
+        || binary != "ebb-controller"
+        || args.first() != Some(&"run")
+        || args.iter().any(|a| a.starts_with("--steering"))
+    {
+        return Ok(Vec::new());
+    }
+    let port = free_port()?;
+    Ok(vec![
+        "--steering-port".into(),
+        port.to_string(),
+        "--steering-webhook-url".into(),
+        format!("https://127.0.0.1:{port}/steer"),
+    ])
+}
+
+/// A TCP port free on this host now.
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr().context("cannot find a free port")?.port())
 }
 
 /// The annotation the real backend's kwok stages keep a pod Running but never Ready by
@@ -686,8 +736,9 @@ impl Controller {
         Ok(Self { child, log })
     }
 
-    /// Starts the controller with a kubeconfig of its own (for example one that impersonates
-    /// `user`, so the API server's audit log tells replicas apart).
+    /// Starts the controller with a kubeconfig of its own on the real backend (for example one
+    /// that impersonates `user`, so the API server's audit log tells replicas apart), serving
+    /// the steering webhook as [`steering_args`] says.
     pub fn spawn_with_kubeconfig(
         kubeconfig: &Path,
         user: &str,
@@ -695,8 +746,11 @@ impl Controller {
         recheck: &str,
     ) -> anyhow::Result<Self> {
         let path = workspace_binary("ebb-controller")?;
+        let args = Self::args(user, leader_election, recheck);
+        let steering = steering_args(Backend::Real, "ebb-controller", &args)?;
         let child = tokio::process::Command::new(&path)
-            .args(Self::args(user, leader_election, recheck))
+            .args(&args)
+            .args(&steering)
             .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -9,6 +9,7 @@ use std::time::Duration;
 use ebb_e2e::SimConfig;
 use ebb_e2e::harness::{Backend, TestEnv, wait_for, workspace_binary};
 use ebb_e2e::scenario::Scenario;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Container, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -268,6 +269,13 @@ fn controller_cluster_rules(
         ("ebb.dev", "placementhistories", "list,watch", ""),
         ("ebb.dev", "placementhistories/status", "patch", ""),
         ("ebb.dev", "nodestates", "list,watch", ""),
+        // steering (on by default): the chart's webhook configuration only
+        (
+            "admissionregistration.k8s.io",
+            "mutatingwebhookconfigurations",
+            "get,patch",
+            "ebb-steering",
+        ),
     ]);
     if removal {
         rules.extend(expected(&[
@@ -423,8 +431,12 @@ fn start_like(
         };
         // The pod's own network: any free port on the loopback, so tests running at the same
         // time do not collide.
-        let mapped = if value.starts_with("0.0.0.0:") {
-            "127.0.0.1:0".to_string()
+        let mapped = if value.starts_with("0.0.0.0:") || e.name == "EBB_STEERING_PORT" {
+            if e.name == "EBB_STEERING_PORT" {
+                "0".to_string()
+            } else {
+                "127.0.0.1:0".to_string()
+            }
         } else if value.starts_with('/') {
             dir.join(value.trim_start_matches('/'))
                 .to_string_lossy()
@@ -610,6 +622,10 @@ async fn assert_real_only_objects(env: &TestEnv, c: &kube::Client) {
                 "{kind} ebb-node-agent-own-nodestate installed"
             );
         }
+        let hook = get_cluster::<MutatingWebhookConfiguration>(c, "ebb-steering")
+            .await
+            .expect("the steering MutatingWebhookConfiguration installed");
+        assert_steering_webhook(&serde_json::to_value(&hook).unwrap());
         let np = get::<k8s_openapi::api::networking::v1::NetworkPolicy>(c, "ebb-node-agent")
             .await
             .expect("the node agent's NetworkPolicy installed");
@@ -631,6 +647,7 @@ async fn assert_default_objects(c: &kube::Client) -> (Deployment, DaemonSet) {
         );
     }
     assert!(get::<Service>(c, "ebb-controller-metrics").await.is_some());
+    assert_steering_service(c).await;
     let pdb = get::<PodDisruptionBudget>(c, "ebb-controller")
         .await
         .expect("controller PDB");
@@ -655,6 +672,110 @@ async fn assert_default_objects(c: &kube::Client) -> (Deployment, DaemonSet) {
         "one agent per node"
     );
     (deploy, ds)
+}
+
+/// The steering webhook's Service routes to the leading controller only (the label the leader
+/// sets on its own Pod), port 443 to the container's steering port.
+async fn assert_steering_service(c: &kube::Client) {
+    let svc = get::<Service>(c, "ebb-steering")
+        .await
+        .expect("the steering Service");
+    let spec = svc.spec.unwrap();
+    let selector = spec.selector.unwrap_or_default();
+    assert_eq!(
+        selector.get("ebb.dev/leader").map(String::as_str),
+        Some("true"),
+        "{selector:?}"
+    );
+    assert_eq!(
+        selector
+            .get("app.kubernetes.io/component")
+            .map(String::as_str),
+        Some("controller")
+    );
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!(port.port, 443);
+    assert_eq!(
+        port.target_port,
+        Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("steering".into()))
+    );
+    let deploy = get::<Deployment>(c, "ebb-controller").await.unwrap();
+    let ctrl = &deploy.spec.unwrap().template.spec.unwrap().containers[0];
+    let steering_port = ctrl
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("steering"))
+        .expect("the controller's steering port");
+    assert_eq!(steering_port.container_port, 9443);
+    let env = env_of(ctrl);
+    for (name, value) in [
+        ("EBB_STEERING", "true"),
+        ("EBB_STEERING_PORT", "9443"),
+        ("EBB_STEERING_WEBHOOK_NAME", "ebb-steering"),
+        ("EBB_STEERING_SERVICE", "ebb-system/ebb-steering"),
+    ] {
+        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}");
+    }
+    let downward: Vec<&str> = ctrl
+        .env
+        .iter()
+        .flatten()
+        .filter_map(|e| {
+            Some(
+                e.value_from
+                    .as_ref()?
+                    .field_ref
+                    .as_ref()?
+                    .field_path
+                    .as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        downward,
+        ["metadata.name", "metadata.namespace"],
+        "POD_NAME and POD_NAMESPACE from the downward API (the leader labels its own Pod)"
+    );
+}
+
+/// The steering MutatingWebhookConfiguration as installed (or rendered): fail-open, pods CREATE
+/// only, short timeout, no side effects, the Service's `/steer`, matchConditions.
+fn assert_steering_webhook(config: &Value) {
+    let hooks = config["webhooks"].as_array().expect("webhooks");
+    assert_eq!(hooks.len(), 1, "{config}");
+    let h = &hooks[0];
+    assert_eq!(h["name"], "steering.ebb.dev");
+    assert_eq!(h["failurePolicy"], "Ignore", "fail open");
+    assert_eq!(h["timeoutSeconds"], json!(2));
+    assert_eq!(h["sideEffects"], "None");
+    assert_eq!(h["reinvocationPolicy"], "Never");
+    assert_eq!(h["admissionReviewVersions"], json!(["v1"]));
+    assert_eq!(
+        h["rules"],
+        json!([{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                "resources": ["pods"], "scope": "Namespaced"}])
+    );
+    let svc = &h["clientConfig"]["service"];
+    assert_eq!(
+        (
+            svc["namespace"].as_str(),
+            svc["name"].as_str(),
+            svc["path"].as_str(),
+            svc["port"].as_i64()
+        ),
+        (Some(NS), Some("ebb-steering"), Some("/steer"), Some(443))
+    );
+    let excluded = &h["namespaceSelector"]["matchExpressions"][0];
+    assert_eq!(excluded["operator"], "NotIn");
+    assert_eq!(excluded["values"], json!(["kube-system", NS]));
+    let conditions: Vec<&str> = h["matchConditions"]
+        .as_array()
+        .expect("matchConditions")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(conditions, ["controller-owned", "not-placement-gated"]);
 }
 
 /// The controller's shutdown bound is the pod's grace period less the margin the binary needs,
@@ -1038,6 +1159,7 @@ async fn upgrade_with_every_option(env: &TestEnv, c: &kube::Client, kubeconfig: 
                     "karpenter": {"enabled": true}},
         "otel": {"endpoint": "http://collector.observability:4317",
                  "resourceAttributes": {"deployment.environment": "test"}},
+        "steering": {"webhookURL": "https://ebb-steering.example:8443/steer", "timeoutSeconds": 5},
         "nodeAgent": {"resetState": true, "serveSocket": false,
                       "fileRoots": ["/srv/artifacts"],
                       "fetch": {"allowHosts": ["artifacts.internal"],
@@ -1109,6 +1231,10 @@ async fn assert_upgraded(c: &kube::Client) {
         &["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_RESOURCE_ATTRIBUTES"],
     );
     for (name, value) in [
+        (
+            "EBB_STEERING_WEBHOOK_URL",
+            "https://ebb-steering.example:8443/steer",
+        ),
         ("EBB_CLUSTER_API", "true"),
         ("EBB_KARPENTER", "true"),
         (
@@ -1199,6 +1325,7 @@ async fn assert_uninstall_keeps_the_crds(c: &kube::Client, kubeconfig: &str, fil
     assert!(get::<Deployment>(c, "ebb-controller").await.is_none());
     assert!(get::<DaemonSet>(c, "ebb-node-agent").await.is_none());
     assert!(get::<Service>(c, "ebb-controller-metrics").await.is_none());
+    assert!(get::<Service>(c, "ebb-steering").await.is_none());
     assert!(
         get::<PodDisruptionBudget>(c, "ebb-controller")
             .await
@@ -1406,4 +1533,90 @@ fn node_state_policy_lets_the_agent_write_only_its_own_nodes_state() {
         None,
         "a same-named account of another namespace is not the agent"
     );
+}
+
+/// Whether the API server sends the creation of `pod` to the steering webhook: every
+/// matchCondition of the chart's configuration is true (evaluated with kube's CEL engine).
+fn sent_to_steering(config: &Value, pod: Value) -> bool {
+    let mut vars = serde_json::Map::new();
+    vars.insert("object".into(), pod);
+    config["webhooks"][0]["matchConditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| cel_eval(c["expression"].as_str().unwrap(), &vars) == json!(true))
+}
+
+#[test]
+fn steering_webhook_is_sent_only_controller_owned_pods_outside_the_placement_gate() {
+    let docs = ebb_e2e::rbac::plain_template("steering-webhook.yaml", &json!({})).unwrap();
+    assert_eq!(docs.len(), 1);
+    let config = &docs[0];
+    assert_eq!(config["kind"], "MutatingWebhookConfiguration");
+    assert_steering_webhook(config);
+    let pod = |owners: Value, gates: Value| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"generateName": "p-", "ownerReferences": owners},
+               "spec": {"schedulingGates": gates, "containers": [{"name": "c", "image": "i"}]}})
+    };
+    let owner = |api: &str, kind: &str, controller: bool| json!([{"apiVersion": api, "kind": kind, "name": "o", "uid": "u", "controller": controller}]);
+    for (api, kind) in [
+        ("apps/v1", "ReplicaSet"),
+        ("apps/v1", "StatefulSet"),
+        ("batch/v1", "Job"),
+        ("v1", "ReplicationController"),
+    ] {
+        assert!(
+            sent_to_steering(config, pod(owner(api, kind, true), json!([]))),
+            "a {kind}'s pod is sent"
+        );
+        assert!(
+            !sent_to_steering(
+                config,
+                pod(
+                    owner(api, kind, true),
+                    json!([{"name": "ebb.dev/placement"}])
+                )
+            ),
+            "a {kind}'s pod behind ebb's placement gate is not sent"
+        );
+    }
+    // another gate does not matter
+    assert!(sent_to_steering(
+        config,
+        pod(
+            owner("apps/v1", "ReplicaSet", true),
+            json!([{"name": "example.com/quota"}])
+        )
+    ));
+    for (why, owners) in [
+        ("no owner", json!([])),
+        ("a DaemonSet's", owner("apps/v1", "DaemonSet", true)),
+        (
+            "a non-controller owner",
+            owner("apps/v1", "ReplicaSet", false),
+        ),
+        (
+            "a ReplicaSet of another group",
+            owner("example.com/v1", "ReplicaSet", true),
+        ),
+        ("a Node's (mirror pod)", owner("v1", "Node", true)),
+    ] {
+        assert!(
+            !sent_to_steering(config, pod(owners, json!([]))),
+            "{why} pod is not sent"
+        );
+    }
+    // fields absent altogether (as the API server gives them)
+    let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"},
+                      "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    assert!(!sent_to_steering(config, bare));
+    let owned_no_gates = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"ownerReferences": owner("apps/v1", "ReplicaSet", true)},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    assert!(sent_to_steering(config, owned_no_gates));
+    let no_controller_field = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "o", "uid": "u"}]},
+        "spec": {"containers": [{"name": "c", "image": "i"}]}});
+    assert!(!sent_to_steering(config, no_controller_field));
 }

@@ -25,6 +25,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_placement_hits", "counter"),
     ("ebb_placements", "counter"),
     ("ebb_removals", "counter"),
+    ("ebb_steering_admissions", "counter"),
     ("ebb_throttled_nodes", "gauge"),
     ("ebb_unneeded_nodes", "gauge"),
     ("ebb_unremovable_nodes", "gauge"),
@@ -289,6 +290,7 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
             outcome: RemovalOutcome::handed_off,
         })
         .inc();
+    m.steering_admitted(SteeringAdmission::patched);
     let om = m.encode();
     assert_eq!(types(&om), expected(CONTROLLER), "{om}");
     for (name, _) in CONTROLLER {

@@ -18,6 +18,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start: the size of `run`'s flags does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the controller against the cluster of the current kubeconfig (or in-cluster config).
@@ -96,6 +98,40 @@ pub struct RunArgs {
     /// Karpenter's NodeClaim is not served.
     #[arg(long, env = "EBB_KARPENTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub karpenter: bool,
+    /// Steer replacement pods to their planned nodes with a preferred node affinity added at
+    /// admission, through the MutatingWebhookConfiguration `--steering-webhook-name` (without it
+    /// steering is off and the log says so). false: no webhook server, nothing is steered.
+    #[arg(long, env = "EBB_STEERING", default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub steering: bool,
+    /// Port of the steering webhook's HTTPS server, on every interface (0: any free port).
+    #[arg(long, env = "EBB_STEERING_PORT", default_value_t = 9443)]
+    pub steering_port: u16,
+    /// Name of the MutatingWebhookConfiguration the leader points at itself (CA bundle).
+    #[arg(
+        long,
+        env = "EBB_STEERING_WEBHOOK_NAME",
+        default_value = "ebb-steering"
+    )]
+    pub steering_webhook_name: String,
+    /// URL the API server calls the webhook at, set in the configuration in place of its
+    /// Service, for a controller running outside the cluster (`https://127.0.0.1:9443/steer`).
+    #[arg(long, env = "EBB_STEERING_WEBHOOK_URL", value_parser = https_url)]
+    pub steering_webhook_url: Option<String>,
+    /// The webhook's Service, `namespace/name` (or `name` in `--namespace`): its DNS names are
+    /// the serving certificate's.
+    #[arg(long, env = "EBB_STEERING_SERVICE", default_value = "ebb-steering")]
+    pub steering_service: crate::admission::ServiceName,
+}
+
+/// An `https://` URL, as the API server calls webhooks.
+fn https_url(s: &str) -> Result<String, String> {
+    if s.starts_with("https://") && s.len() > "https://".len() && !s.contains(['#', '?', ' ']) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "{s:?} is not an https:// URL without query or fragment (the API server calls webhooks over HTTPS)"
+        ))
+    }
 }
 
 /// Output format of `plan`.
@@ -161,6 +197,46 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
         assert!(Cli::try_parse_from(["ebb-controller", "plan", "-o", "xml"]).is_err());
+    }
+
+    #[test]
+    fn steering_flags_parse_and_bad_values_are_refused() {
+        let run = |args: &[&str]| {
+            let mut all = vec!["ebb-controller", "run"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).map(|c| match c.command {
+                Command::Run(r) => r,
+                other => panic!("parsed as {other:?}"),
+            })
+        };
+        let d = run(&[]).unwrap();
+        assert!(d.steering);
+        assert_eq!(d.steering_port, 9443);
+        assert_eq!(d.steering_webhook_name, "ebb-steering");
+        assert_eq!(d.steering_webhook_url, None);
+        assert_eq!(d.steering_service.name, "ebb-steering");
+        let r = run(&[
+            "--steering=false",
+            "--steering-port",
+            "0",
+            "--steering-webhook-url",
+            "https://127.0.0.1:40001/steer",
+            "--steering-service",
+            "ops/ebb-steer",
+        ])
+        .unwrap();
+        assert!(!r.steering);
+        assert_eq!(r.steering_port, 0);
+        assert_eq!(
+            r.steering_webhook_url.as_deref(),
+            Some("https://127.0.0.1:40001/steer")
+        );
+        assert_eq!(r.steering_service.namespace.as_deref(), Some("ops"));
+        let err = run(&["--steering-webhook-url", "http://127.0.0.1/steer"]).unwrap_err();
+        assert!(err.to_string().contains("https://"), "{err}");
+        let err = run(&["--steering-service", "a/b/c"]).unwrap_err();
+        assert!(err.to_string().contains("--steering-service"), "{err}");
+        assert!(run(&["--steering-port", "70000"]).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use tokio_util::sync::DropGuard;
 
 use crate::actuation::removal::{ClusterApi, ClusterApiKinds, Karpenter, KarpenterKinds, Remover};
 use crate::actuation::{Actuator, Tracker};
+use crate::admission::{PodRef, SteeringSettings, Webhook};
 use crate::cli::RunArgs;
 use crate::http::{Readiness, router};
 use crate::metrics::Metrics;
@@ -25,6 +26,7 @@ use crate::state::lease::{Leader, LeaderConfig};
 use crate::state::machine_caches::ProviderSources;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
+use crate::steering::Steering;
 
 /// How the controller ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +91,8 @@ pub struct Settings {
     /// released ([`DEFAULT_SHUTDOWN_TIMEOUT`]). Keep it [`SHUTDOWN_MARGIN`] below the pod's
     /// `terminationGracePeriodSeconds`.
     pub shutdown_timeout: Duration,
+    /// The steering admission webhook (`None`: `--steering=false`).
+    pub steering: Option<SteeringSettings>,
 }
 
 /// Default of `--shutdown-timeout`: the chart's default `terminationGracePeriodSeconds` (30)
@@ -184,6 +188,14 @@ impl Settings {
                 karpenter: args.karpenter,
             },
             shutdown_timeout: args.shutdown_timeout.as_duration(),
+            steering: args.steering.then(|| SteeringSettings {
+                port: args.steering_port,
+                webhook_name: args.steering_webhook_name.clone(),
+                webhook_url: args.steering_webhook_url.clone(),
+                service: args.steering_service.clone(),
+                namespace: namespace.to_string(),
+                own_pod: PodRef::from_env(namespace),
+            }),
         }
     }
 }
@@ -272,15 +284,33 @@ pub async fn serve(
         tasks,
     } = watches;
     let _watch_tasks = AbortOnDrop(tasks);
+    // The reconcilers and the webhook do not act until start-up recovery is done (the
+    // leadership flag).
+    let leadership = Leadership::default();
+    // The webhook asks this `Steering` (drains must open their slots in this same one).
+    let steering = Steering::new(stores.nodes.clone());
+    let webhook = match &settings.steering {
+        Some(s) => {
+            Webhook::start(
+                &clients.api,
+                s.clone(),
+                steering.clone(),
+                leadership.clone(),
+                metrics.clone(),
+                stop.clone(),
+            )
+            .await
+        }
+        None => Webhook::off("--steering=false"),
+    };
     let Some(mut leader) = campaign(&clients.api, &settings, &readiness, &stop).await? else {
         return Ok(Exit::Stopped);
     };
-    // The reconcilers do not act until start-up recovery is done (the leadership flag).
     let shared = Shared {
         stores,
         pod_changes,
         metrics,
-        leadership: Leadership::default(),
+        leadership,
         stop,
     };
     let wakes = Wakes {
@@ -306,12 +336,16 @@ pub async fn serve(
     ));
     shared.leadership.set(true);
     tracing::info!("acting");
+    webhook.lead().await;
     let exit = until_exit(leader.as_mut(), &shared.stop).await;
     if exit == Exit::LostLeadership {
         // Another leader may act already: not one more write, drains stop where they are.
         shared.leadership.set(false);
         scaledown.ctx.actuator.abort_all();
     }
+    // The webhook's Service stops routing here (the only write after a lost Lease: this
+    // replica's own Pod label).
+    webhook.step_down().await;
     // No new drain from here; in-flight ones finish or roll back (see `ScaleDown::shut_down`).
     shared.stop.cancel();
     scaledown

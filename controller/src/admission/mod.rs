@@ -1,0 +1,291 @@
+//! The steering admission webhook: an HTTPS endpoint the API server calls as pods are created,
+//! answering with what `crate::steering` decides; fail-open, least privilege, leader only.
+//!
+//! At start (after the caches sync) [`Webhook::start`] checks that the chart's
+//! MutatingWebhookConfiguration exists (steering is off, said once, without it), makes a serving
+//! certificate in memory and serves `POST /steer`. On winning the Lease, [`Webhook::lead`] points
+//! the configuration at this replica (its CA, and its URL out of a cluster) and labels its Pod
+//! `ebb.dev/leader=true` for the Service; [`Webhook::step_down`] removes the label.
+
+pub mod cert;
+pub mod leader_label;
+pub mod registration;
+pub mod review;
+pub mod server;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::str::FromStr;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+pub use leader_label::{LEADER_LABEL, PodRef};
+
+use crate::metrics::Metrics;
+use crate::state::Leadership;
+use crate::steering::Steering;
+
+/// Whether pods being created are steered, and if not why (for policy status).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SteeringAvailability {
+    Enabled,
+    Disabled { reason: String },
+}
+
+/// The Service the API server calls the webhook through (`namespace/name`, or `name` in the
+/// controller's namespace): its DNS names go into the serving certificate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceName {
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl FromStr for ServiceName {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (namespace, name) = match s.split_once('/') {
+            Some((ns, name)) => (Some(ns), name),
+            None => (None, s),
+        };
+        let label = |part: &str| {
+            !part.is_empty()
+                && part.len() <= 63
+                && part
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !part.starts_with('-')
+                && !part.ends_with('-')
+        };
+        if !label(name) || namespace.is_some_and(|ns| !label(ns)) {
+            return Err(format!(
+                "{s:?} is not a Service as namespace/name or name (DNS labels)"
+            ));
+        }
+        Ok(Self {
+            namespace: namespace.map(str::to_string),
+            name: name.to_string(),
+        })
+    }
+}
+
+/// The webhook's settings (from the command line).
+#[derive(Clone, Debug)]
+pub struct SteeringSettings {
+    /// Port of the HTTPS server on every interface (0: any free port).
+    pub port: u16,
+    /// The chart's MutatingWebhookConfiguration.
+    pub webhook_name: String,
+    /// Set as the webhooks' `clientConfig.url` in place of the Service (out of a cluster).
+    pub webhook_url: Option<String>,
+    /// The Service of the certificate's names.
+    pub service: ServiceName,
+    /// The controller's namespace (the Service's when it names none).
+    pub namespace: String,
+    /// This replica's Pod, labelled while it leads (`None` out of a cluster).
+    pub own_pod: Option<PodRef>,
+}
+
+/// How long the leader-label and registration writes may take when leadership changes.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Attempts of the registration when leading (1 s apart).
+const REGISTER_ATTEMPTS: u32 = 3;
+
+/// The webhook of this replica: serving (when the configuration exists) or off.
+pub struct Webhook {
+    client: Option<kube::Client>,
+    settings: Option<SteeringSettings>,
+    ca_pem: String,
+    addr: Option<SocketAddr>,
+    availability: watch::Sender<SteeringAvailability>,
+}
+
+impl Webhook {
+    /// Off: `--steering=false` (said once in the log).
+    pub fn off(reason: &str) -> Self {
+        tracing::info!(%reason, "steering is off");
+        Self {
+            client: None,
+            settings: None,
+            ca_pem: String::new(),
+            addr: None,
+            availability: watch::Sender::new(SteeringAvailability::Disabled {
+                reason: reason.to_string(),
+            }),
+        }
+    }
+
+    /// Checks the configuration and, when it is there, serves `POST /steer` until `stop` on
+    /// every replica (standbys answer without a patch). Without it, or when the server cannot
+    /// start, steering is off and the log says why, once; the controller runs on without it.
+    pub async fn start(
+        client: &kube::Client,
+        settings: SteeringSettings,
+        steering: Steering,
+        leadership: Leadership,
+        metrics: Metrics,
+        stop: CancellationToken,
+    ) -> Self {
+        if let SteeringAvailability::Disabled { reason } =
+            registration::check(client, &settings.webhook_name).await
+        {
+            tracing::warn!(%reason, "steering is off");
+            return Self::off_quietly(reason);
+        }
+        let names = cert::dns_names(&settings.service, &settings.namespace);
+        let serving = match cert::ServingCert::generate(&names) {
+            Ok(c) => c,
+            Err(e) => return Self::failed(e.to_string()),
+        };
+        let tls = match serving.server_config() {
+            Ok(t) => t,
+            Err(e) => return Self::failed(e.to_string()),
+        };
+        let bind = SocketAddr::from((Ipv4Addr::UNSPECIFIED, settings.port));
+        let app = server::router(steering, leadership, metrics);
+        let addr = match server::serve(bind, tls, app, stop).await {
+            Ok(a) => a,
+            Err(e) => {
+                return Self::failed(format!(
+                    "cannot serve the steering webhook on {bind} (--steering-port): {e}"
+                ));
+            }
+        };
+        tracing::info!(%addr, path = server::PATH, webhook = %settings.webhook_name, service = ?names, "serving the steering webhook");
+        // A Pod restarted after it led may still carry the label: not the leader now.
+        if let Some(pod) = &settings.own_pod {
+            label(client, pod, false).await;
+        }
+        Self {
+            client: Some(client.clone()),
+            settings: Some(settings),
+            ca_pem: serving.ca_pem().to_string(),
+            addr: Some(addr),
+            availability: watch::Sender::new(SteeringAvailability::Enabled),
+        }
+    }
+
+    fn off_quietly(reason: String) -> Self {
+        Self {
+            client: None,
+            settings: None,
+            ca_pem: String::new(),
+            addr: None,
+            availability: watch::Sender::new(SteeringAvailability::Disabled { reason }),
+        }
+    }
+
+    fn failed(reason: String) -> Self {
+        tracing::error!(%reason, "steering is off");
+        Self::off_quietly(reason)
+    }
+
+    /// Whether steering is on, kept current (it turns off when the leader cannot register).
+    pub fn availability(&self) -> watch::Receiver<SteeringAvailability> {
+        self.availability.subscribe()
+    }
+
+    /// The address the webhook serves on, while it serves.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.addr
+    }
+
+    /// On winning the Lease: point the configuration at this replica (its CA; its URL out of a
+    /// cluster), then label its Pod so the Service routes to it. When the configuration cannot
+    /// be written, steering is off (the API server keeps failing open) and the log says why.
+    pub async fn lead(&self) {
+        let (Some(client), Some(settings)) = (&self.client, &self.settings) else {
+            return;
+        };
+        let mut last = String::new();
+        for attempt in 1..=REGISTER_ATTEMPTS {
+            let registered = tokio::time::timeout(
+                WRITE_TIMEOUT,
+                registration::register(
+                    client,
+                    &settings.webhook_name,
+                    &self.ca_pem,
+                    settings.webhook_url.as_deref(),
+                ),
+            )
+            .await;
+            match registered {
+                Ok(Ok(webhooks)) => {
+                    tracing::info!(webhook = %settings.webhook_name, webhooks, url = ?settings.webhook_url, "steering webhook registered");
+                    if let Some(pod) = &settings.own_pod {
+                        label(client, pod, true).await;
+                    }
+                    return;
+                }
+                Ok(Err(e)) => last = e.to_string(),
+                Err(_) => last = "timed out".to_string(),
+            }
+            if attempt < REGISTER_ATTEMPTS {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        let reason = format!(
+            "cannot register the steering webhook {}: {last}",
+            settings.webhook_name
+        );
+        tracing::error!(%reason, "steering is off");
+        self.availability
+            .send_replace(SteeringAvailability::Disabled { reason });
+    }
+
+    /// On stopping or losing the Lease: remove the leader label from this replica's Pod.
+    pub async fn step_down(&self) {
+        if let (Some(client), Some(pod)) = (
+            &self.client,
+            self.settings.as_ref().and_then(|s| s.own_pod.as_ref()),
+        ) {
+            label(client, pod, false).await;
+        }
+    }
+}
+
+/// Sets or removes the leader label, bounded in time; failures are logged (the Service then
+/// routes wrongly at worst, and the API server fails open).
+async fn label(client: &kube::Client, pod: &PodRef, leader: bool) {
+    let done = tokio::time::timeout(
+        WRITE_TIMEOUT,
+        leader_label::set_leader_label(client, pod, leader),
+    )
+    .await;
+    match done {
+        Ok(Ok(leader_label::Labelled::Written)) => {
+            tracing::info!(pod = %pod.name, namespace = %pod.namespace, leader, label = LEADER_LABEL, "leader label written")
+        }
+        Ok(Ok(leader_label::Labelled::NoPod)) => {
+            tracing::info!(pod = %pod.name, namespace = %pod.namespace, "no such Pod: the leader label is not written")
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(pod = %pod.name, error = %e, leader, "cannot write the leader label")
+        }
+        Err(_) => tracing::warn!(pod = %pod.name, leader, "writing the leader label timed out"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn service_names_parse_with_or_without_namespace() {
+        assert_eq!(
+            "ebb-system/ebb-steering".parse::<ServiceName>(),
+            Ok(ServiceName {
+                namespace: Some("ebb-system".into()),
+                name: "ebb-steering".into()
+            })
+        );
+        assert_eq!(
+            "steer".parse::<ServiceName>().map(|s| s.namespace),
+            Ok(None)
+        );
+        for bad in ["", "/x", "a/", "a/b/c", "Upper", "-x", "a b"] {
+            assert!(bad.parse::<ServiceName>().is_err(), "{bad:?}");
+        }
+    }
+}
