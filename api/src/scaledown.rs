@@ -481,6 +481,47 @@ pub struct ScaleDownPolicyStatus {
     /// The last planning loop.
     #[serde(default)]
     pub last_loop: LoopStatus,
+    /// Where the replacements of evicted pods went, against where the plan put them (since the
+    /// controller started).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacements: Option<ReplacementsStatus>,
+}
+
+/// The replacements of a policy's evicted pods: steered to the node the plan put them on (a
+/// preferred node affinity added when they are created), bound there or not.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplacementsStatus {
+    /// `Enabled`, or `Disabled: <why>` (the controller's `--steering=false`, the webhook not
+    /// installed, or its registration refused): then the scheduler alone places replacements.
+    pub steering: String,
+    /// Replacements given their planned node when created.
+    #[serde(default)]
+    pub steered: i64,
+    /// Steered replacements bound to their planned node.
+    #[serde(default)]
+    pub on_plan: i64,
+    /// Replacements not steered although planned, or bound elsewhere (`fallbacks` says why).
+    #[serde(default)]
+    pub fell_back: i64,
+    /// Planned destinations whose replacement has not been created yet.
+    #[serde(default)]
+    pub waiting: i64,
+    /// Share of the decided replacements that landed on plan, in whole percent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_plan_percent: Option<i32>,
+    /// Fallbacks counted by reason (`NodeGone`, `NodeUnavailable`, `SchedulerChoseAnother`,
+    /// `Expired`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fallbacks: Vec<FallbackCount>,
+}
+
+/// How many replacements fell back for one reason.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FallbackCount {
+    pub reason: String,
+    pub count: i64,
 }
 
 fn is_zero(n: &i32) -> bool {

@@ -193,6 +193,27 @@ pub struct SteeringAdmissionLabels {
     pub result: SteeringAdmission,
 }
 
+/// What became of a replacement pod of an evicted one (the `outcome` label of
+/// `ebb_replacements`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum ReplacementOutcome {
+    /// Given its planned node at creation (a preferred node affinity).
+    steered,
+    /// Bound to its planned node.
+    on_plan,
+    /// Not steered although planned, or bound elsewhere; `reason` says why.
+    fell_back,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReplacementLabels {
+    pub policy: String,
+    pub outcome: ReplacementOutcome,
+    /// For `fell_back`: `NodeGone`, `NodeUnavailable`, `SchedulerChoseAnother`, `Expired`.
+    pub reason: String,
+}
+
 /// Exemplar carrying the trace id of the span that was measured.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceExemplar {
@@ -219,6 +240,7 @@ pub struct Metrics {
     pub gate_wait: Family<PlacementHistoryLabels, Histogram>,
     pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
     pub steering_admissions: Family<SteeringAdmissionLabels, Counter>,
+    pub replacements: Family<ReplacementLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -249,6 +271,7 @@ impl Metrics {
             gate_wait: Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {Histogram::new(exponential_buckets(0.05, 2.0, 14))}),
             reconcile_errors: Family::<ReconcileErrorLabels, Counter>::default(),
             steering_admissions: Family::<SteeringAdmissionLabels, Counter>::default(),
+            replacements: Family::<ReplacementLabels, Counter>::default(),
         };
         let mut registry = Registry::with_prefix("ebb");
         m.register_all(&mut registry);
@@ -334,6 +357,22 @@ impl Metrics {
             "Calls of the steering admission webhook, by result (patched, unchanged, error)",
             self.steering_admissions.clone(),
         );
+        r.register(
+            "replacements",
+            "Replacements of evicted pods: steered to their planned node, bound there (on_plan), or not (fell_back, with the reason), by policy",
+            self.replacements.clone(),
+        );
+    }
+
+    /// Count one replacement of `policy` with `outcome` (`reason` for a fallback, else empty).
+    pub fn replacement(&self, policy: &str, outcome: ReplacementOutcome, reason: &str) {
+        self.replacements
+            .get_or_create(&ReplacementLabels {
+                policy: policy.to_string(),
+                outcome,
+                reason: reason.to_string(),
+            })
+            .inc();
     }
 
     /// Count one call of the steering admission webhook.

@@ -143,6 +143,25 @@ fn build_provider(
         .build())
 }
 
+/// Where the current span sits in its trace, kept to give a later span (one made after the
+/// current span ended, too) the current span as its parent. Empty when not exporting.
+#[derive(Clone, Debug, Default)]
+pub struct TraceParent(opentelemetry::Context);
+
+impl TraceParent {
+    /// The current span's place in its trace.
+    pub fn current() -> Self {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        TraceParent(tracing::Span::current().context())
+    }
+
+    /// Makes `span` a child of the span this was taken in.
+    pub fn adopt(&self, span: &tracing::Span) {
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let _ = span.set_parent(self.0.clone());
+    }
+}
+
 /// Trace id of the current span, for metric exemplars; `None` when not exporting.
 pub fn current_trace_id() -> Option<String> {
     use opentelemetry::trace::TraceContextExt;

@@ -102,6 +102,8 @@ pub struct Actuator {
     tracker: Tracker,
     metrics: Metrics,
     recheck_delay: Duration,
+    /// Where evicted pods' replacements are steered (their planned destinations).
+    steering: crate::steering::Steering,
     finished: Option<mpsc::UnboundedSender<String>>,
     tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     shutdown: Shutdown,
@@ -168,6 +170,7 @@ impl Actuator {
             tracker,
             metrics,
             recheck_delay: DEFAULT_RECHECK_DELAY,
+            steering: Default::default(),
             finished: None,
             tasks: Arc::default(),
             shutdown: Shutdown::default(),
@@ -211,6 +214,13 @@ impl Actuator {
     /// Extra wait between the taint showing in the node cache and the re-check.
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
         self.recheck_delay = delay;
+        self
+    }
+
+    /// Open a steering slot for each evicted pod with a planned destination, in `steering`
+    /// (the one the admission webhook asks).
+    pub fn with_steering(mut self, steering: crate::steering::Steering) -> Self {
+        self.steering = steering;
         self
     }
 
@@ -517,6 +527,8 @@ impl Actuator {
             tracker: self.tracker.clone(),
             policy: order.policy.clone(),
             node: order.node.clone(),
+            steering: self.steering.clone(),
+            destinations: order.destinations.clone(),
         };
         let evictor = Evictor {
             client: self.client.clone(),
@@ -826,6 +838,35 @@ struct Observer {
     tracker: Tracker,
     policy: String,
     node: String,
+    steering: crate::steering::Steering,
+    /// Planned destination per pod uid.
+    destinations: std::collections::BTreeMap<String, String>,
+}
+
+impl Observer {
+    /// The plan put `pod` on a node: its replacement will prefer that node.
+    fn open_slot(&self, pod: &PodRef, at: jiff::Timestamp) {
+        let (Some(dest), Some(object)) =
+            (self.destinations.get(&pod.uid), self.objects.get(&pod.uid))
+        else {
+            return;
+        };
+        let Some(owner) = crate::steering::owner_of(object) else {
+            return;
+        };
+        tracing::info!(pod = %pod.key(), planned = %dest, "replacement will prefer its planned node");
+        self.steering.open(
+            owner,
+            crate::steering::Slot {
+                node: dest.clone(),
+                policy: self.policy.clone(),
+                from: self.node.clone(),
+                evicted: pod.key(),
+                opened: at,
+                trace: ebb_telemetry::TraceParent::current(),
+            },
+        );
+    }
 }
 
 impl EvictionObserver for Observer {
@@ -837,13 +878,16 @@ impl EvictionObserver for Observer {
                     .apply(&self.node, DrainEvent::EvictionBlocked, now);
                 self.tracker.record_refusal(&self.policy);
             }
-            EvictionCall::Accepted => self.tracker.record_eviction(Evicted {
-                policy: self.policy.clone(),
-                node: self.node.clone(),
-                pod: pod.clone(),
-                object: self.objects.get(&pod.uid).cloned(),
-                at: now,
-            }),
+            EvictionCall::Accepted => {
+                self.open_slot(pod, now);
+                self.tracker.record_eviction(Evicted {
+                    policy: self.policy.clone(),
+                    node: self.node.clone(),
+                    pod: pod.clone(),
+                    object: self.objects.get(&pod.uid).cloned(),
+                    at: now,
+                })
+            }
             EvictionCall::Gone | EvictionCall::Failed(_) => {}
         }
     }

@@ -272,7 +272,10 @@ pub async fn serve(
     // HTTP endpoints first, so liveness holds while we campaign and sync.
     serve_http(&settings, metrics.clone(), readiness.clone(), stop.clone()).await?;
     let sources = settings.removal.sources(&clients.api).await?;
-    let Some(watches) = sync_caches(&clients.api, &sources, &readiness, &stop).await? else {
+    // The webhook asks this `Steering`, drains open its slots, the pod watch reports landings.
+    let steering = Steering::default().with_metrics(metrics.clone());
+    let Some(watches) = sync_caches(&clients.api, &sources, &steering, &readiness, &stop).await?
+    else {
         return Ok(Exit::Stopped);
     };
     let stores::Watches {
@@ -287,8 +290,7 @@ pub async fn serve(
     // The reconcilers and the webhook do not act until start-up recovery is done (the
     // leadership flag).
     let leadership = Leadership::default();
-    // The webhook asks this `Steering` (drains must open their slots in this same one).
-    let steering = Steering::new(stores.nodes.clone());
+    steering.set_nodes(stores.nodes.clone());
     let webhook = match &settings.steering {
         Some(s) => {
             Webhook::start(
@@ -312,6 +314,8 @@ pub async fn serve(
         metrics,
         leadership,
         stop,
+        steering: steering.clone(),
+        steering_availability: webhook.availability(),
     };
     let wakes = Wakes {
         node_changes,
@@ -362,6 +366,9 @@ struct Shared {
     metrics: Metrics,
     leadership: Leadership,
     stop: CancellationToken,
+    /// Where replacements are steered, and whether the webhook is in place.
+    steering: Steering,
+    steering_availability: tokio::sync::watch::Receiver<crate::admission::SteeringAvailability>,
 }
 
 /// This replica in Events.
@@ -402,10 +409,15 @@ async fn serve_http(
 async fn sync_caches(
     client: &kube::Client,
     sources: &ProviderSources,
+    steering: &Steering,
     readiness: &Readiness,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<stores::Watches>> {
-    let watches = stores::start(client.clone(), sources).await;
+    let seen = steering.clone();
+    let watches = stores::start_seeing_pods(client.clone(), sources, move |p| {
+        seen.observe(p);
+    })
+    .await;
     tracing::info!("waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
@@ -526,22 +538,29 @@ impl ScaleDown {
         .with_recheck_delay(settings.recheck_delay)
         .with_remover(remover)
         .with_stop(shared.stop.clone())
+        .with_steering(shared.steering.clone())
         .notify_finished(finished_tx);
         let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
         // Debounced: the node events our own taint writes cause do not re-run every policy at once.
         let controller = Controller::new(policies, watcher::Config::default().any_semantic())
             .with_config(kube::runtime::controller::Config::default().debounce(settings.debounce));
-        let ctx = Arc::new(Context::new(
-            client.clone(),
-            shared.stores.clone(),
-            controller.store(),
-            actuator,
-            shared.metrics.clone(),
-            Recorder::new(client.clone(), reporter(settings)),
-            shared.leadership.clone(),
-            // Every policy's drains are cancelled with the controller's stop.
-            shared.stop.clone(),
-        ));
+        let ctx = Arc::new(
+            Context::new(
+                client.clone(),
+                shared.stores.clone(),
+                controller.store(),
+                actuator,
+                shared.metrics.clone(),
+                Recorder::new(client.clone(), reporter(settings)),
+                shared.leadership.clone(),
+                // Every policy's drains are cancelled with the controller's stop.
+                shared.stop.clone(),
+            )
+            .with_steering(
+                shared.steering.clone(),
+                shared.steering_availability.clone(),
+            ),
+        );
         let node_changes = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx));
         // A finished drain wakes the policies at once rather than at their next scan.
         let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());

@@ -226,6 +226,15 @@ fn mark<K: Resource>(
 
 /// Start the watches (cluster-wide), with those of the enabled removal providers.
 pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches {
+    start_seeing_pods(client, providers, |_| {}).await
+}
+
+/// [`start`], with `on_pod` seeing every pod the pod watch applies (after its cache holds it).
+pub async fn start_seeing_pods(
+    client: kube::Client,
+    providers: &ProviderSources,
+    on_pod: impl Fn(&Pod) + Send + 'static,
+) -> Watches {
     let model = Arc::new(SharedModel::default());
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
@@ -255,6 +264,9 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
     let m = model.clone();
     let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |c| {
         mark(&m, &c, SharedModel::pod_changed);
+        if let Changed::Applied(p) = &c {
+            on_pod(p);
+        }
         pod_tx.send_modify(|v| *v = v.wrapping_add(1));
     });
     tasks.push(t);

@@ -15,7 +15,7 @@ pub struct OwnerKey {
 }
 
 /// One planned destination of an evicted pod, waiting for its replacement.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Slot {
     /// Where the plan put the evicted pod.
     pub node: String,
@@ -27,6 +27,8 @@ pub struct Slot {
     pub evicted: String,
     /// When the eviction was accepted.
     pub opened: Timestamp,
+    /// The drain's place in its trace: the replacement's landing is traced under it.
+    pub trace: ebb_telemetry::TraceParent,
 }
 
 /// Why a replacement was not steered, or did not land where it was steered.
@@ -102,7 +104,7 @@ impl Tally {
 }
 
 /// A slot handed to a replacement, waiting to see where it is bound.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 struct Given {
     slot: Slot,
     at: Timestamp,
@@ -200,7 +202,7 @@ impl SteeringBook {
         planned: &str,
         actual: &str,
         unusable: &dyn Fn(&str) -> Option<Fallback>,
-    ) -> Option<(String, Landing)> {
+    ) -> Option<(Slot, Landing)> {
         let given = self.given.get_mut(owner)?;
         let i = given.iter().position(|g| g.slot.node == planned)?;
         let g = given.remove(i);
@@ -218,7 +220,7 @@ impl SteeringBook {
             self.count_fallback(&g.slot.policy, reason);
             Landing::Elsewhere(reason)
         };
-        Some((g.slot.policy, landing))
+        Some((g.slot, landing))
     }
 
     /// Open slots older than `ttl` are dropped (their replacements never came, or came before
@@ -314,6 +316,7 @@ mod tests {
             from: "drain-0".into(),
             evicted: format!("default/web-{node}"),
             opened: ts(at),
+            trace: Default::default(),
         }
     }
 
@@ -383,17 +386,17 @@ mod tests {
             b.open(web(), slot(n, 0));
             b.assign(&web(), ts(1), &|n| all_up().unusable(n));
         }
+        let landed = |b: &mut SteeringBook, planned: &str, actual: &str, nodes: &Nodes| {
+            b.landed(&web(), planned, actual, &|n| nodes.unusable(n))
+                .map(|(slot, landing)| (slot.policy, landing))
+        };
         assert_eq!(
-            b.landed(&web(), "keep-0", "keep-0", &|n| all_up().unusable(n)),
+            landed(&mut b, "keep-0", "keep-0", &all_up()),
             Some(("pool".into(), Landing::OnPlan))
         );
+        assert_eq!(landed(&mut b, "keep-0", "keep-0", &all_up()), None, "once");
         assert_eq!(
-            b.landed(&web(), "keep-0", "keep-0", &|n| all_up().unusable(n)),
-            None,
-            "once"
-        );
-        assert_eq!(
-            b.landed(&web(), "keep-1", "keep-9", &|n| all_up().unusable(n)),
+            landed(&mut b, "keep-1", "keep-9", &all_up()),
             Some((
                 "pool".into(),
                 Landing::Elsewhere(Fallback::SchedulerChoseAnother)
@@ -404,7 +407,7 @@ mod tests {
             cordoned: BTreeSet::new(),
         };
         assert_eq!(
-            b.landed(&web(), "keep-2", "keep-9", &|n| gone.unusable(n)),
+            landed(&mut b, "keep-2", "keep-9", &gone),
             Some(("pool".into(), Landing::Elsewhere(Fallback::NodeGone)))
         );
         let t = b.tally("pool");
@@ -423,9 +426,9 @@ mod tests {
         let a = b.assign(&web(), ts(71), &|n| all_up().unusable(n));
         assert!(matches!(a, Some(Assignment::Steer { node, .. }) if node == "keep-1"));
         b.expire(ts(200), SignedDuration::from_secs(60));
-        assert_eq!(
-            b.landed(&web(), "keep-1", "keep-1", &|n| all_up().unusable(n)),
-            None,
+        assert!(
+            b.landed(&web(), "keep-1", "keep-1", &|n| all_up().unusable(n))
+                .is_none(),
             "forgotten"
         );
     }

@@ -4,7 +4,7 @@
 pub mod book;
 pub mod patch;
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use ebb_api::names;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -20,8 +20,9 @@ pub const SLOT_TTL: jiff::SignedDuration = jiff::SignedDuration::from_mins(10);
 #[derive(Clone, Default)]
 pub struct Steering {
     book: Arc<Mutex<SteeringBook>>,
-    /// The node cache: whether a planned node can still take pods.
-    nodes: Option<Store<Node>>,
+    /// The node cache: whether a planned node can still take pods (set once the caches run).
+    nodes: Arc<OnceLock<Store<Node>>>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// A landing the pod watch saw, for metrics and traces.
@@ -56,9 +57,25 @@ pub fn owner_of(pod: &Pod) -> Option<OwnerKey> {
 impl Steering {
     /// Steering that checks planned nodes against the shared node cache.
     pub fn new(nodes: Store<Node>) -> Self {
-        Self {
-            book: Arc::default(),
-            nodes: Some(nodes),
+        let s = Self::default();
+        s.set_nodes(nodes);
+        s
+    }
+
+    /// Counts steered replacements and their landings in `metrics`.
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The node cache to check planned nodes against (the first one given is kept).
+    pub fn set_nodes(&self, nodes: Store<Node>) {
+        let _ = self.nodes.set(nodes);
+    }
+
+    fn count(&self, policy: &str, outcome: crate::metrics::ReplacementOutcome, reason: &str) {
+        if let Some(m) = &self.metrics {
+            m.replacement(policy, outcome, reason);
         }
     }
 
@@ -69,7 +86,7 @@ impl Steering {
 
     /// Why `node` cannot take `pod` now, from the node cache (`None`: it can).
     fn unusable(&self, node: &str, pod: Option<&Pod>) -> Option<Fallback> {
-        let cache = self.nodes.as_ref()?;
+        let cache = self.nodes.get()?;
         let Some(n) = cache.get(&ObjectRef::new(node)) else {
             return Some(Fallback::NodeGone);
         };
@@ -101,16 +118,23 @@ impl Steering {
         match assignment {
             Assignment::Steer { node, policy } => {
                 tracing::debug!(%policy, owner = %owner.name, %node, "replacement steered");
+                self.count(&policy, crate::metrics::ReplacementOutcome::steered, "");
                 Some(patch::prefer_node(pod, &node))
             }
             Assignment::FellBack { policy, reason } => {
-                tracing::debug!(%policy, owner = %owner.name, reason = reason.as_str(), "replacement not steered");
+                tracing::info!(%policy, owner = %owner.name, reason = reason.as_str(), "replacement not steered");
+                self.count(
+                    &policy,
+                    crate::metrics::ReplacementOutcome::fell_back,
+                    reason.as_str(),
+                );
                 None
             }
         }
     }
 
-    /// The pod watch saw `pod`: a steered replacement now bound is counted on plan or not.
+    /// The pod watch saw `pod`: a steered replacement now bound is counted on plan or not,
+    /// and traced under the drain that evicted the pod it replaces.
     pub fn observe(&self, pod: &Pod) -> Option<Landed> {
         let planned = pod
             .metadata
@@ -119,11 +143,11 @@ impl Steering {
             .get(names::ANNOTATION_PLANNED_NODE)?;
         let actual = pod.spec.as_ref()?.node_name.as_deref()?;
         let owner = owner_of(pod)?;
-        let (policy, landing) = self
+        let (slot, landing) = self
             .book()
             .landed(&owner, planned, actual, &|n| self.unusable(n, None))?;
-        Some(Landed {
-            policy,
+        let landed = Landed {
+            policy: slot.policy.clone(),
             pod: format!(
                 "{}/{}",
                 pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -131,8 +155,40 @@ impl Steering {
             ),
             planned: planned.clone(),
             actual: actual.to_string(),
-            landing,
-        })
+            landing: landing.clone(),
+        };
+        let reason = match &landing {
+            Landing::OnPlan => {
+                self.count(
+                    &slot.policy,
+                    crate::metrics::ReplacementOutcome::on_plan,
+                    "",
+                );
+                ""
+            }
+            Landing::Elsewhere(r) => {
+                self.count(
+                    &slot.policy,
+                    crate::metrics::ReplacementOutcome::fell_back,
+                    r.as_str(),
+                );
+                r.as_str()
+            }
+        };
+        let span = tracing::info_span!(
+            "replacement",
+            policy = %slot.policy,
+            node = %slot.from,
+            evicted = %slot.evicted,
+            pod = %landed.pod,
+            planned = %landed.planned,
+            actual = %landed.actual,
+            on_plan = landing == Landing::OnPlan,
+            reason,
+        );
+        slot.trace.adopt(&span);
+        span.in_scope(|| tracing::info!("replacement bound"));
+        Some(landed)
     }
 
     /// Forgets slots older than [`SLOT_TTL`].

@@ -46,6 +46,10 @@ pub struct Context {
     pub shutdown: CancellationToken,
     /// Whether the service account may delete Nodes (for `DrainAndDelete`).
     pub node_deletion: NodeDeletion,
+    /// Where replacements are steered (the one the admission webhook asks).
+    pub steering: crate::steering::Steering,
+    /// Whether the steering webhook is in place (or why not).
+    pub steering_availability: tokio::sync::watch::Receiver<crate::admission::SteeringAvailability>,
     memory: Mutex<HashMap<String, PolicyMemory>>,
 }
 
@@ -71,8 +75,26 @@ impl Context {
             leadership,
             shutdown,
             node_deletion: NodeDeletion::default(),
+            steering: Default::default(),
+            steering_availability: tokio::sync::watch::channel(
+                crate::admission::SteeringAvailability::Disabled {
+                    reason: "not started".into(),
+                },
+            )
+            .1,
             memory: Mutex::default(),
         }
+    }
+
+    /// Replacements are steered by `steering`, whose webhook reports `availability`.
+    pub fn with_steering(
+        mut self,
+        steering: crate::steering::Steering,
+        availability: tokio::sync::watch::Receiver<crate::admission::SteeringAvailability>,
+    ) -> Self {
+        self.steering = steering;
+        self.steering_availability = availability;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, PolicyMemory>> {

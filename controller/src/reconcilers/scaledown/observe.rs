@@ -84,6 +84,7 @@ pub async fn observe(
         &overlaps,
     );
     let stopped = degraded.as_ref().is_some_and(|d| d.stops_policy);
+    ctx.steering.expire(now);
     let mut actuation = ctx.actuator.tracker().status(&name);
     let finished = std::mem::take(&mut actuation.finished);
     let mut removed = match memory.removed_total {

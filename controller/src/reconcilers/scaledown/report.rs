@@ -31,6 +31,15 @@ pub async fn write_status(
 ) -> Result<ScaleDownPolicyStatus, Error> {
     let drains = ctx.actuator.tracker().draining(Some(&observed.name));
     let last = memory.last_written.as_ref().or(policy.status.as_ref());
+    let replacements = (policy.spec.mode != ebb_api::ScaleDownMode::DryRun).then(|| {
+        let (tally, waiting) = ctx.steering.tally(&observed.name);
+        let availability = ctx.steering_availability.borrow().clone();
+        let steering = match &availability {
+            crate::admission::SteeringAvailability::Enabled => Ok(()),
+            crate::admission::SteeringAvailability::Disabled { reason } => Err(reason.as_str()),
+        };
+        status::replacements(&tally, waiting, steering)
+    });
     let next = status::build(&LoopFacts {
         generation: policy.metadata.generation,
         now: observed.now,
@@ -45,6 +54,7 @@ pub async fn write_status(
         evictions_refused_total: observed.refused,
         loop_duration: t0.elapsed(),
         previous: last,
+        replacements,
     });
     if status::needs_write(last, &next, observed.now) {
         apply_status(&ctx.client, &observed.name, &next)

@@ -8,8 +8,8 @@ use ebb_api::ScaleDownMode;
 use ebb_api::conditions::{self, Condition, Time};
 use ebb_api::reasons::{ThrottledReason, UnremovableReason};
 use ebb_api::scaledown::{
-    CandidateStatus, DrainingNodeStatus, LoopStatus, ReasonCount, STATUS_LIST_CAP,
-    ScaleDownPolicyStatus, UnremovableNodeStatus,
+    CandidateStatus, DrainingNodeStatus, FallbackCount, LoopStatus, ReasonCount,
+    ReplacementsStatus, STATUS_LIST_CAP, ScaleDownPolicyStatus, UnremovableNodeStatus,
 };
 
 use super::selection::Degraded;
@@ -38,6 +38,36 @@ pub struct LoopFacts<'a> {
     pub evictions_refused_total: i64,
     pub loop_duration: Duration,
     pub previous: Option<&'a ScaleDownPolicyStatus>,
+    /// Where this policy's replacements went (`None` in DryRun: nothing is evicted).
+    pub replacements: Option<ReplacementsStatus>,
+}
+
+/// The replacements' figures: the steering book's tally of the policy, the slots still waiting
+/// for their replacement, and whether steering is on (`Ok`) or why not.
+pub fn replacements(
+    tally: &crate::steering::Tally,
+    waiting: usize,
+    steering: Result<(), &str>,
+) -> ReplacementsStatus {
+    ReplacementsStatus {
+        steering: match steering {
+            Ok(()) => "Enabled".to_string(),
+            Err(why) => format!("Disabled: {why}"),
+        },
+        steered: tally.steered as i64,
+        on_plan: tally.on_plan as i64,
+        fell_back: tally.fell_back_total() as i64,
+        waiting: waiting as i64,
+        on_plan_percent: tally.on_plan_percent().map(|p| p.round() as i32),
+        fallbacks: tally
+            .fell_back
+            .iter()
+            .map(|(r, n)| FallbackCount {
+                reason: r.as_str().to_string(),
+                count: *n as i64,
+            })
+            .collect(),
+    }
 }
 
 /// The reason most nodes are throttled for (ties: declaration order).
@@ -108,6 +138,7 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
             nodes_evaluated: stats.nodes_evaluated as i32,
             timed_out: stats.timed_out,
         },
+        replacements: f.replacements.clone(),
     }
 }
 
@@ -350,6 +381,7 @@ mod tests {
             evictions_refused_total: 0,
             loop_duration: Duration::from_millis(42),
             previous: None,
+            replacements: None,
         }
     }
 
