@@ -350,6 +350,7 @@ async fn start_controller(
         debounce: Duration::from_millis(100),
         placement: Default::default(),
         removal: Default::default(),
+        initial_list: Default::default(),
     };
     let controller = tokio::spawn(serve(
         Clients::single(sim.client_as("ebb-controller").await.expect("client")),

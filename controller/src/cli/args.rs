@@ -89,6 +89,10 @@ pub struct RunArgs {
     /// Karpenter's NodeClaim is not served.
     #[arg(long, env = "EBB_KARPENTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub karpenter: bool,
+    /// How the caches take their first list: `stream` (one watch sending the current objects,
+    /// Kubernetes 1.34+), `list` (paged LIST calls), or `auto` (stream on 1.34 and newer).
+    #[arg(long, env = "EBB_INITIAL_LIST", value_enum, default_value_t = crate::state::lists::InitialList::Auto)]
+    pub initial_list: crate::state::lists::InitialList,
 }
 
 /// Output format of `plan`.

@@ -22,6 +22,7 @@ use crate::reconcilers::placement::{self, PlacementSettings};
 use crate::reconcilers::scaledown::startup::recover_at_start;
 use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
 use crate::state::lease::{Leader, LeaderConfig};
+use crate::state::lists::InitialList;
 use crate::state::providers::ProviderSources;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
@@ -85,6 +86,8 @@ pub struct Settings {
     pub placement: PlacementSettings,
     /// Which machine removals are enabled besides deleting Node objects.
     pub removal: RemovalSettings,
+    /// How the caches take their first list.
+    pub initial_list: InitialList,
 }
 
 /// Machine removal through Cluster API and Karpenter (both off by default).
@@ -172,6 +175,7 @@ impl Settings {
                 cluster_api_kubeconfig: args.cluster_api_kubeconfig.clone(),
                 karpenter: args.karpenter,
             },
+            initial_list: args.initial_list,
         }
     }
 }
@@ -245,7 +249,8 @@ pub async fn serve(
     // HTTP endpoints first, so liveness holds while we campaign and sync.
     serve_http(&settings, metrics.clone(), readiness.clone(), stop.clone()).await?;
     let sources = settings.removal.sources(&clients.api).await?;
-    let Some(watches) = sync_caches(&clients.api, &sources, &readiness, &stop).await? else {
+    let lists = settings.initial_list.resolve(&clients.api).await;
+    let Some(watches) = sync_caches(&clients.api, &sources, lists, &readiness, &stop).await? else {
         return Ok(Exit::Stopped);
     };
     let stores::Watches {
@@ -347,11 +352,12 @@ async fn serve_http(
 async fn sync_caches(
     client: &kube::Client,
     sources: &ProviderSources,
+    lists: InitialList,
     readiness: &Readiness,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<stores::Watches>> {
-    let watches = stores::start(client.clone(), sources).await;
-    tracing::info!("waiting for the caches to sync");
+    let watches = stores::start(client.clone(), sources, lists).await;
+    tracing::info!(initial_list = ?lists, "waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
         _ = stop.cancelled() => {

@@ -3,9 +3,11 @@
 
 pub mod leadership;
 pub mod lease;
+pub mod lists;
 pub mod model;
 pub mod providers;
 pub mod stores;
+pub mod trim;
 pub mod wakes;
 
 pub use leadership::Leadership;
@@ -13,3 +15,5 @@ pub use stores::Stores;
 
 #[cfg(test)]
 mod model_tests;
+#[cfg(test)]
+mod trim_tests;
