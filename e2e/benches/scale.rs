@@ -6,7 +6,8 @@
 //! --release -p ebb-controller`). `EBB_SCALE_NODES` (default 1000) and `EBB_SCALE_PODS_PER_NODE`
 //! (30) set the size, `EBB_SCALE_LOOPS` (5) how many loops are measured. With
 //! `EBB_SCALE_BASELINE=<path of another ebb-controller>` that binary is measured first on the same
-//! cluster (before figures); `EBB_SCALE_DRAIN=0` leaves the drain wave out.
+//! cluster (before figures); `EBB_SCALE_COMPARE_LISTS=1` measures this build with paged lists
+//! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out.
 //!
 //! The last tenth of the nodes (`pool: drain`) hold light pods of their own ReplicaSets (namespace
 //! `scale-drain`, a PodDisruptionBudget of `maxUnavailable: 10%` each); the others (`pool:
@@ -71,6 +72,10 @@ fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
             "EBB_K8S_CONTROLLER_MANAGER_ARGS",
             "--kube-api-qps=300 --kube-api-burst=600".into(),
         ),
+        (
+            "EBB_K8S_SCHEDULER_ARGS",
+            "--kube-api-qps=300 --kube-api-burst=600".into(),
+        ),
         ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
         ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
         ("EBB_K8S_TIMEOUT", "300".into()),
@@ -101,7 +106,7 @@ fn main() -> anyhow::Result<()> {
 /// What one controller run measured.
 struct Figures {
     first_loop: Duration,
-    loops: Vec<u64>,
+    loops: Vec<i64>,
     phases: BTreeMap<String, f64>,
     rss_kib: u64,
     requests_per_loop: f64,
@@ -138,16 +143,34 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
         "the drain pool's pods Running after {:.1} s more",
         t.elapsed().as_secs_f64()
     );
+    // The rest too, for at most EBB_SCALE_SETTLE_SECS (kwok's status writes are watch events
+    // the controller applies while it is measured).
+    let settle = Duration::from_secs(env_usize("EBB_SCALE_SETTLE_SECS", 900)? as u64);
+    let all = wait_for("every pod Running", settle, || async {
+        let n = running(&client, NS).await + running(&client, DRAIN_NS).await;
+        (n >= pods).then_some(())
+    })
+    .await;
+    println!(
+        "{} pods Running after {:.1} s more{}",
+        running(&client, NS).await + running(&client, DRAIN_NS).await,
+        t.elapsed().as_secs_f64(),
+        if all.is_ok() { "" } else { " (not all: measuring anyway)" }
+    );
     report_cluster_rss(env);
 
-    let mut controllers = Vec::new();
+    let mut controllers: Vec<(&str, PathBuf, &[&str])> = Vec::new();
     if let Some(base) = std::env::var_os("EBB_SCALE_BASELINE") {
-        controllers.push(("before", PathBuf::from(base)));
+        controllers.push(("before", PathBuf::from(base), &[]));
     }
-    controllers.push(("this build", workspace_binary("ebb-controller")?));
+    let this = workspace_binary("ebb-controller")?;
+    if env_usize("EBB_SCALE_COMPARE_LISTS", 0)? != 0 {
+        controllers.push(("this build, paged lists", this.clone(), &["--initial-list", "list"]));
+    }
+    controllers.push(("this build", this, &[]));
     let last = controllers.len() - 1;
-    for (i, (label, path)) in controllers.into_iter().enumerate() {
-        let (mut ctrl, log) = spawn_controller(env, &path)?;
+    for (i, (label, path, extra)) in controllers.into_iter().enumerate() {
+        let (mut ctrl, log) = spawn_controller(env, &path, extra)?;
         let figures = measure(env, &mut ctrl, &log, loops).await;
         let figures = match figures {
             Ok(f) => f,
@@ -168,13 +191,19 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
             .await
             .map(|l| l.items.len())
             .unwrap_or_default();
-        print_figures(label, &path, nodes, pods, running, &figures);
+        print_figures(label, &path, extra, nodes, pods, running, &figures);
         if i < last || !drain {
-            ctrl.kill().await?;
-            Api::<ebb_api::ScaleDownPolicy>::all(client.clone())
+            // Deleted while its controller runs (it holds the policy's finalizer).
+            let policies = Api::<ebb_api::ScaleDownPolicy>::all(client.clone());
+            policies
                 .delete("scale", &DeleteParams::default())
                 .await
                 .context("deleting the DryRun policy between controllers")?;
+            wait_for("the DryRun policy gone", Duration::from_secs(120), || async {
+                matches!(policies.get_opt("scale").await, Ok(None)).then_some(())
+            })
+            .await?;
+            ctrl.kill().await?;
             continue;
         }
         let wave = drain_wave(env, &drain_nodes).await;
@@ -199,6 +228,7 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
 fn print_figures(
     label: &str,
     path: &std::path::Path,
+    extra: &[&str],
     nodes: usize,
     pods: usize,
     running: usize,
@@ -214,7 +244,7 @@ fn print_figures(
         .map(|(p, ms)| format!("{p} {ms:.1} ms"))
         .collect::<Vec<_>>()
         .join(", ");
-    println!("{label}: {}", path.display());
+    println!("{label}: {} {}", path.display(), extra.join(" "));
     println!(
         "  loops {:?} ms; mean per phase: {phases}; {running} pods Running",
         f.loops
@@ -232,8 +262,9 @@ fn print_figures(
 fn spawn_controller(
     env: &TestEnv,
     path: &std::path::Path,
+    extra: &[&str],
 ) -> anyhow::Result<(ChildProcess, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
-    let args = [
+    let mut args = vec![
         "run",
         "--metrics-addr",
         "127.0.0.1:0",
@@ -244,6 +275,7 @@ fn spawn_controller(
         "--log-filter",
         "warn,ebb_controller=info",
     ];
+    args.extend_from_slice(extra);
     let kubeconfig = env.binary_kubeconfig("admin", "ebb-controller", &args)?;
     let child = tokio::process::Command::new(path)
         .args(args)
@@ -499,7 +531,12 @@ async fn populate(
         .try_collect::<Vec<_>>()
         .await?;
     let created = Instant::now();
-    for o in 0..owners {
+    // The drain pool's owners first: kwok marks their pods Running first.
+    let first_drain_owner = owners - drain_owners;
+    for (done, o) in (first_drain_owner..owners)
+        .chain(0..first_drain_owner)
+        .enumerate()
+    {
         let first = o * NODES_PER_OWNER;
         let last = (first + NODES_PER_OWNER).min(nodes);
         let drains = first >= first_drain;
@@ -558,11 +595,11 @@ async fn populate(
             .buffer_unordered(CREATE_CONCURRENCY)
             .try_collect::<Vec<_>>()
             .await?;
-        if o % 50 == 49 {
+        if done % 50 == 49 {
             println!(
                 "  {} of {owners} owners' pods created ({:.0} pods/s)",
-                o + 1,
-                ((o + 1) * NODES_PER_OWNER * per_node) as f64
+                done + 1,
+                ((done + 1) * NODES_PER_OWNER * per_node) as f64
                     / created.elapsed().as_secs_f64().max(0.001)
             );
         }

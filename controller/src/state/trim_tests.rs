@@ -130,11 +130,9 @@ fn pod_json(
         spec["initContainers"] = json!([container("setup", cpu, host_port, sidecar, true)]);
     }
     if tolerate {
-        spec["tolerations"].as_array_mut().map(|t| {
-            t.push(
-                json!({"key": "pool", "operator": "Equal", "value": "x", "effect": "NoSchedule"}),
-            )
-        });
+        if let Some(t) = spec["tolerations"].as_array_mut() {
+            t.push(json!({"key": "pool", "operator": "Equal", "value": "x", "effect": "NoSchedule"}));
+        }
         spec["nodeSelector"] = json!({"pool": "x"});
     }
     if affinity {
@@ -180,10 +178,10 @@ fn pod_json(
         }
         2 => status["reason"] = json!("NodeLost"),
         3 => {
-            status["conditions"].as_array_mut().map(|c| {
+            if let Some(c) = status["conditions"].as_array_mut() {
                 c.push(json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-                              "message": "Eviction API: evicting", "lastTransitionTime": "2026-11-20T10:04:00Z"}))
-            });
+                              "message": "Eviction API: evicting", "lastTransitionTime": "2026-11-20T10:04:00Z"}));
+            }
         }
         _ => {}
     }
