@@ -155,7 +155,11 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
         "{} pods Running after {:.1} s more{}",
         running(&client, NS).await + running(&client, DRAIN_NS).await,
         t.elapsed().as_secs_f64(),
-        if all.is_ok() { "" } else { " (not all: measuring anyway)" }
+        if all.is_ok() {
+            ""
+        } else {
+            " (not all: measuring anyway)"
+        }
     );
     report_cluster_rss(env);
 
@@ -165,7 +169,11 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
     }
     let this = workspace_binary("ebb-controller")?;
     if env_usize("EBB_SCALE_COMPARE_LISTS", 0)? != 0 {
-        controllers.push(("this build, paged lists", this.clone(), &["--initial-list", "list"]));
+        controllers.push((
+            "this build, paged lists",
+            this.clone(),
+            &["--initial-list", "list"],
+        ));
     }
     controllers.push(("this build", this, &[]));
     let last = controllers.len() - 1;
@@ -199,9 +207,11 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
                 .delete("scale", &DeleteParams::default())
                 .await
                 .context("deleting the DryRun policy between controllers")?;
-            wait_for("the DryRun policy gone", Duration::from_secs(120), || async {
-                matches!(policies.get_opt("scale").await, Ok(None)).then_some(())
-            })
+            wait_for(
+                "the DryRun policy gone",
+                Duration::from_secs(120),
+                || async { matches!(policies.get_opt("scale").await, Ok(None)).then_some(()) },
+            )
             .await?;
             ctrl.kill().await?;
             continue;

@@ -131,7 +131,9 @@ fn pod_json(
     }
     if tolerate {
         if let Some(t) = spec["tolerations"].as_array_mut() {
-            t.push(json!({"key": "pool", "operator": "Equal", "value": "x", "effect": "NoSchedule"}));
+            t.push(
+                json!({"key": "pool", "operator": "Equal", "value": "x", "effect": "NoSchedule"}),
+            );
         }
         spec["nodeSelector"] = json!({"pool": "x"});
     }
