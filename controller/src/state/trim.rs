@@ -10,19 +10,19 @@
 //! | | `spec`: nodeName, affinity (whole), nodeSelector, tolerations, topologySpreadConstraints, schedulingGates, overhead, resources, terminationGracePeriodSeconds | the model's scheduling requirements; placement's patches (they rewrite affinity and gates from the cached pod); evictions (grace) |
 //! | | `spec.containers`, `spec.initContainers`: name, resources.requests, restartPolicy (sidecars), ports with a hostPort | effective requests, host ports |
 //! | | `spec.volumes`: name with hostPath, emptyDir and persistentVolumeClaim; other volumes dropped | local storage, volumes pinned to a node |
-//! | | `status`: phase, reason, nominatedNodeName, conditions (type, status, reason) | terminal and ready pods, budgets' health, placement's end classification (DisruptionTarget, Evicted, NodeLost) |
+//! | | `status`: phase, reason, nominatedNodeName, startTime, conditions (type, status, reason) | terminal and ready pods, budgets' health, nominations, when a pod started, placement's end classification (DisruptionTarget, Evicted, NodeLost) |
 //! | | `status.containerStatuses`, `status.initContainerStatuses`: name, ready, state.terminated (exitCode, reason, startedAt, finishedAt) | placement's end classification (exit code, OOMKilled, how long it ran) |
 //! | Node | `metadata`: name, uid, resourceVersion, labels, annotations, deletionTimestamp; `spec`: taints (whole), unschedulable, providerID; `status`: allocatable, capacity, conditions (type, status, reason) | the model; taint and cordon patches (resourceVersion preconditions, the whole taint list); readiness |
 //! | ReplicaSet, StatefulSet, ReplicationController | `metadata` (name, namespace, uid, resourceVersion, ownerReferences); `spec.replicas` | the pods each owner wants |
 //! | Job | the same metadata; `spec.parallelism` | the same |
 //! | DaemonSet | the same metadata; `status.desiredNumberScheduled` | the same |
 //! | PodDisruptionBudget | whole | budgets (selector, rule, status with disrupted pods); few objects |
+//! | PersistentVolume, PersistentVolumeClaim | whole | local volumes and their claims |
 //! | NodeState | whole | placement reads its status broadly; one per node |
 //! | providers (MachineSet, MachineDeployment, NodeClaim) | whole | the provider index; few objects |
 //!
 //! Dropped from pods, for example: container images, commands, env, probes, volume mounts,
-//! security contexts, the service account's projected volume, pod and host IPs, start time, QoS
-//! class, container ids and images in the status, condition messages and times. A new reader of
+//! security contexts, the service account's projected volume, pod and host IPs, QoS class, container ids and images in the status, condition messages and times. A new reader of
 //! a dropped field must keep it here first; `trim_tests` checks that every reader of the caches
 //! sees the same on a trimmed object as on the whole one.
 
@@ -172,6 +172,7 @@ fn pod_status(s: &mut PodStatus) {
         phase: s.phase.take(),
         reason: s.reason.take(),
         nominated_node_name: s.nominated_node_name.take(),
+        start_time: s.start_time.take(),
         conditions: s.conditions.take().map(|cs| {
             cs.into_iter()
                 .map(|c| PodCondition {
@@ -303,6 +304,8 @@ macro_rules! whole {
 
 whole!(
     k8s_openapi::api::policy::v1::PodDisruptionBudget,
+    k8s_openapi::api::core::v1::PersistentVolume,
+    k8s_openapi::api::core::v1::PersistentVolumeClaim,
     ebb_api::nodestate::NodeState,
     kube::api::DynamicObject
 );
