@@ -86,15 +86,12 @@ pub struct Settings {
     pub placement: PlacementSettings,
     /// Which machine removals are enabled besides deleting Node objects.
     pub removal: RemovalSettings,
-<<<<<<< HEAD
     /// How the caches take their first list.
     pub initial_list: InitialList,
-=======
     /// How long a stop (SIGTERM) may take: drains in flight finish or roll back, the Lease is
     /// released ([`DEFAULT_SHUTDOWN_TIMEOUT`]). Keep it [`SHUTDOWN_MARGIN`] below the pod's
     /// `terminationGracePeriodSeconds`.
     pub shutdown_timeout: Duration,
->>>>>>> main
 }
 
 /// Default of `--shutdown-timeout`: the chart's default `terminationGracePeriodSeconds` (30)
@@ -191,11 +188,8 @@ impl Settings {
                 cluster_api_kubeconfig: args.cluster_api_kubeconfig.clone(),
                 karpenter: args.karpenter,
             },
-<<<<<<< HEAD
             initial_list: args.initial_list,
-=======
             shutdown_timeout: args.shutdown_timeout.as_duration(),
->>>>>>> main
         }
     }
 }
