@@ -17,7 +17,7 @@
 //! | Job | the same metadata; `spec.parallelism` | the same |
 //! | DaemonSet | the same metadata; `status.desiredNumberScheduled` | the same |
 //! | PodDisruptionBudget | whole | budgets (selector, rule, status with disrupted pods); few objects |
-//! | PersistentVolume, PersistentVolumeClaim | whole | local volumes and their claims |
+//! | PersistentVolume, PersistentVolumeClaim, StorageClass | whole | local volumes, their claims and binding modes |
 //! | NodeState | whole | placement reads its status broadly; one per node |
 //! | providers (MachineSet, MachineDeployment, NodeClaim) | whole | the provider index; few objects |
 //!
@@ -306,6 +306,7 @@ whole!(
     k8s_openapi::api::policy::v1::PodDisruptionBudget,
     k8s_openapi::api::core::v1::PersistentVolume,
     k8s_openapi::api::core::v1::PersistentVolumeClaim,
+    k8s_openapi::api::storage::v1::StorageClass,
     ebb_api::nodestate::NodeState,
     kube::api::DynamicObject
 );
