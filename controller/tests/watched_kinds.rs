@@ -104,7 +104,12 @@ async fn every_kind_plan_lists_is_watched_by_the_controller() {
     }
 
     let (client, log) = recording_client();
-    let watches = ebb_controller::state::stores::start(client, &Default::default()).await;
+    let watches = ebb_controller::state::stores::start(
+        client,
+        &Default::default(),
+        ebb_controller::state::lists::InitialList::List,
+    )
+    .await;
     tokio::time::timeout(Duration::from_secs(20), watches.stores.wait_synced())
         .await
         .expect("the controller's caches sync against empty lists")

@@ -349,6 +349,7 @@ async fn start_controller(
         debounce: ebb_controller::cli::run::DEFAULT_DEBOUNCE,
         placement: Default::default(),
         removal: Default::default(),
+        initial_list: Default::default(),
         shutdown_timeout: ebb_controller::cli::run::DEFAULT_SHUTDOWN_TIMEOUT,
         steering: None,
     };

@@ -1,26 +1,46 @@
-//! ebb's policy loop on a real control plane at scale: `cargo bench -p ebb-e2e --bench scale`
-//! creates 1,000 kwok nodes and 30,000 pods, runs the controller and prints its loop duration (the
-//! policy status and the loop phases of its `/metrics`) and its peak RSS.
+//! ebb's policy loop and a drain wave on a real control plane at scale: `cargo bench -p ebb-e2e
+//! --bench scale` creates kwok nodes and pre-bound pods, runs the controller and prints its start,
+//! loop and memory figures, the API requests per loop, and a DrainAndDelete wave's removal rate.
 //!
 //! Needs the control plane (`e2e/k8s/build.sh`) and the release controller (`cargo build
 //! --release -p ebb-controller`). `EBB_SCALE_NODES` (default 1000) and `EBB_SCALE_PODS_PER_NODE`
-//! (30) change the size; `EBB_SCALE_LOOPS` (5) how many loops are measured.
+//! (30) set the size, `EBB_SCALE_LOOPS` (5) how many loops are measured. With
+//! `EBB_SCALE_BASELINE=<path of another ebb-controller>` that binary is measured first on the same
+//! cluster (before figures); `EBB_SCALE_COMPARE_LISTS=1` measures this build with paged lists
+//! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out.
+//!
+//! The last tenth of the nodes (`pool: drain`) hold light pods of their own ReplicaSets (namespace
+//! `scale-drain`, a PodDisruptionBudget of `maxUnavailable: 10%` each); the others (`pool:
+//! scale`, a third of them light) are watched by a DryRun policy. After the loops are measured a
+//! DrainAndDelete policy (`maxDrainParallelism` and `maxScaleDownParallelism` 50) removes the
+//! drain pool; the budgets are replayed from the audit log for violations.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
-use ebb_e2e::harness::{Backend, wait_for};
+use anyhow::{Context, bail};
+use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, wait_for, workspace_binary};
 use ebb_e2e::setup::{Cluster, create_policy, fetch_metrics, metrics_address};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{Api, ListParams, PostParams};
-use serde_json::json;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use serde_json::{Value, json};
 
+/// Namespace of the pods on the DryRun pool (left out of the audit log: bulk).
 const NS: &str = "scale";
+/// Namespace of the pods on the drain pool (audited: their budgets are replayed).
+const DRAIN_NS: &str = "scale-drain";
 /// Nodes per ReplicaSet: each owns the pods of ten nodes.
 const NODES_PER_OWNER: usize = 10;
+/// Concurrent creates while populating.
+const CREATE_CONCURRENCY: usize = 64;
+/// The user the controller acts as (the chart's ServiceAccount).
+const CONTROLLER_USER: &str = "system:serviceaccount:ebb-system:ebb-controller";
 
 fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
     match std::env::var(name) {
@@ -31,22 +51,71 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
     }
 }
 
+/// The control plane's flags for a bench of `nodes` nodes (each unless already set): etcd's
+/// space quota above its 2 GiB default, more requests in flight, the controller's reads in the
+/// audit log, the bulk namespace out of it.
+fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
+    let inflight = if nodes > 2000 { 1600 } else { 800 };
+    vec![
+        (
+            "EBB_K8S_ETCD_ARGS",
+            "--quota-backend-bytes=8589934592".into(),
+        ),
+        (
+            "EBB_K8S_APISERVER_ARGS",
+            format!(
+                "--max-requests-inflight={inflight} --max-mutating-requests-inflight={}",
+                inflight / 2
+            ),
+        ),
+        (
+            "EBB_K8S_CONTROLLER_MANAGER_ARGS",
+            "--kube-api-qps=300 --kube-api-burst=600".into(),
+        ),
+        (
+            "EBB_K8S_SCHEDULER_ARGS",
+            "--kube-api-qps=300 --kube-api-burst=600".into(),
+        ),
+        ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
+        ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
+        ("EBB_K8S_TIMEOUT", "300".into()),
+    ]
+}
+
 fn main() -> anyhow::Result<()> {
     if !std::env::args().any(|a| a == "--bench") {
         println!("scale: run with `cargo bench -p ebb-e2e --bench scale`");
         return Ok(());
     }
+    let nodes = env_usize("EBB_SCALE_NODES", 1000)?;
+    for (k, v) in cluster_flags(nodes) {
+        if std::env::var_os(k).is_none() {
+            println!("{k}={v}");
+            // SAFETY: no other thread exists yet (the runtime is built below); cluster.sh,
+            // started later, inherits these.
+            unsafe { std::env::set_var(k, v) };
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(4)
         .enable_all()
         .build()?;
-    rt.block_on(run())
+    rt.block_on(run(nodes))
 }
 
-async fn run() -> anyhow::Result<()> {
-    let nodes = env_usize("EBB_SCALE_NODES", 1000)?;
+/// What one controller run measured.
+struct Figures {
+    first_loop: Duration,
+    loops: Vec<i64>,
+    phases: BTreeMap<String, f64>,
+    rss_kib: u64,
+    requests_per_loop: f64,
+}
+
+async fn run(nodes: usize) -> anyhow::Result<()> {
     let per_node = env_usize("EBB_SCALE_PODS_PER_NODE", 30)?;
-    let loops = env_usize("EBB_SCALE_LOOPS", 5)?.max(1);
+    let loops = env_usize("EBB_SCALE_LOOPS", 5)?.max(2);
+    let drain = env_usize("EBB_SCALE_DRAIN", 1)? != 0;
     let t0 = Instant::now();
     let cluster = Cluster::start(Backend::Real, 1.0)
         .await
@@ -54,28 +123,194 @@ async fn run() -> anyhow::Result<()> {
     let env = &cluster.env;
     let client = env.client.clone();
     println!("control plane up in {:.1} s", t0.elapsed().as_secs_f64());
-    populate(&client, nodes, per_node).await?;
+    let drain_nodes = populate(&client, nodes, per_node).await?;
     let pods = nodes * per_node;
     println!(
         "{nodes} nodes and {pods} pods created after {:.1} s",
         t0.elapsed().as_secs_f64()
     );
+    let t = Instant::now();
+    wait_for(
+        "the drain pool's pods Running",
+        Duration::from_secs(1800),
+        || async {
+            let n = running(&client, DRAIN_NS).await;
+            (n >= drain_nodes.len() * per_node).then_some(())
+        },
+    )
+    .await?;
+    println!(
+        "the drain pool's pods Running after {:.1} s more",
+        t.elapsed().as_secs_f64()
+    );
+    // The rest too, for at most EBB_SCALE_SETTLE_SECS (kwok's status writes are watch events
+    // the controller applies while it is measured).
+    let settle = Duration::from_secs(env_usize("EBB_SCALE_SETTLE_SECS", 900)? as u64);
+    let all = wait_for("every pod Running", settle, || async {
+        let n = running(&client, NS).await + running(&client, DRAIN_NS).await;
+        (n >= pods).then_some(())
+    })
+    .await;
+    println!(
+        "{} pods Running after {:.1} s more{}",
+        running(&client, NS).await + running(&client, DRAIN_NS).await,
+        t.elapsed().as_secs_f64(),
+        if all.is_ok() {
+            ""
+        } else {
+            " (not all: measuring anyway)"
+        }
+    );
+    report_cluster_rss(env);
 
-    let mut ctrl = env.spawn_binary(
-        "ebb-controller",
-        &[
-            "run",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--leader-election",
-            "false",
-            "--namespace",
-            "ebb-system",
-            "--log-filter",
-            "warn,ebb_controller=info",
-        ],
-    )?;
+    let mut controllers: Vec<(&str, PathBuf, &[&str])> = Vec::new();
+    if let Some(base) = std::env::var_os("EBB_SCALE_BASELINE") {
+        controllers.push(("before", PathBuf::from(base), &[]));
+    }
+    let this = workspace_binary("ebb-controller")?;
+    if env_usize("EBB_SCALE_COMPARE_LISTS", 0)? != 0 {
+        controllers.push((
+            "this build, paged lists",
+            this.clone(),
+            &["--initial-list", "list"],
+        ));
+    }
+    controllers.push(("this build", this, &[]));
+    let last = controllers.len() - 1;
+    for (i, (label, path, extra)) in controllers.into_iter().enumerate() {
+        let (mut ctrl, log) = spawn_controller(env, &path, extra)?;
+        let figures = measure(env, &mut ctrl, &log, loops).await;
+        let figures = match figures {
+            Ok(f) => f,
+            Err(e) => {
+                let lines = log.lock().map(|l| l.clone()).unwrap_or_default();
+                let tail = lines
+                    .iter()
+                    .rev()
+                    .take(30)
+                    .rev()
+                    .cloned()
+                    .collect::<Vec<_>>();
+                bail!("{label} ({}): {e:#}\n{}", path.display(), tail.join("\n"));
+            }
+        };
+        let running = Api::<Pod>::all(client.clone())
+            .list_metadata(&ListParams::default().fields("status.phase=Running"))
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or_default();
+        print_figures(label, &path, extra, nodes, pods, running, &figures);
+        if i < last || !drain {
+            // Deleted while its controller runs (it holds the policy's finalizer).
+            let policies = Api::<ebb_api::ScaleDownPolicy>::all(client.clone());
+            policies
+                .delete("scale", &DeleteParams::default())
+                .await
+                .context("deleting the DryRun policy between controllers")?;
+            wait_for(
+                "the DryRun policy gone",
+                Duration::from_secs(120),
+                || async { matches!(policies.get_opt("scale").await, Ok(None)).then_some(()) },
+            )
+            .await?;
+            ctrl.kill().await?;
+            continue;
+        }
+        let wave = drain_wave(env, &drain_nodes).await;
+        let rss = peak_rss_kib(ctrl.id().unwrap_or_default()).unwrap_or_default();
+        ctrl.kill().await?;
+        let wave = wave?;
+        println!(
+            "drain wave {nodes} nodes: {} of {} drain-pool nodes removed in {:.1} s ({:.1} nodes/min, first after {:.1} s), maxDrainParallelism 50, PDB violations {}, controller peak RSS {} MiB",
+            wave.removed,
+            drain_nodes.len(),
+            wave.took.as_secs_f64(),
+            wave.removed as f64 / wave.took.as_secs_f64().max(0.001) * 60.0,
+            wave.first.as_secs_f64(),
+            wave.violations,
+            rss / 1024
+        );
+    }
+    report_cluster_rss(env);
+    Ok(())
+}
+
+fn print_figures(
+    label: &str,
+    path: &std::path::Path,
+    extra: &[&str],
+    nodes: usize,
+    pods: usize,
+    running: usize,
+    f: &Figures,
+) {
+    let mut sorted = f.loops.clone();
+    sorted.sort_unstable();
+    let median = sorted[sorted.len() / 2];
+    let max = sorted.last().copied().unwrap_or_default();
+    let phases = f
+        .phases
+        .iter()
+        .map(|(p, ms)| format!("{p} {ms:.1} ms"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    println!("{label}: {} {}", path.display(), extra.join(" "));
+    println!(
+        "  loops {:?} ms; mean per phase: {phases}; {running} pods Running",
+        f.loops
+    );
+    println!(
+        "scale {nodes} nodes, {pods} pods: first loop {:.1} s, loop median {median} ms, max {max} ms, peak RSS {} MiB, {:.1} KiB/pod, requests/loop {:.1}",
+        f.first_loop.as_secs_f64(),
+        f.rss_kib / 1024,
+        f.rss_kib as f64 / pods.max(1) as f64,
+        f.requests_per_loop
+    );
+}
+
+/// Starts the controller at `path` with the chart's ServiceAccount, capturing its output.
+fn spawn_controller(
+    env: &TestEnv,
+    path: &std::path::Path,
+    extra: &[&str],
+) -> anyhow::Result<(ChildProcess, std::sync::Arc<std::sync::Mutex<Vec<String>>>)> {
+    let mut args = vec![
+        "run",
+        "--metrics-addr",
+        "127.0.0.1:0",
+        "--leader-election",
+        "false",
+        "--namespace",
+        "ebb-system",
+        "--log-filter",
+        "warn,ebb_controller=info",
+    ];
+    args.extend_from_slice(extra);
+    let kubeconfig = env.binary_kubeconfig("admin", "ebb-controller", &args)?;
+    let child = tokio::process::Command::new(path)
+        .args(args)
+        .env("KUBECONFIG", &kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {}", path.display()))?;
+    let mut ctrl = ChildProcess {
+        name: "ebb-controller".into(),
+        child,
+    };
     let log = ctrl.capture_output();
+    Ok((ctrl, log))
+}
+
+/// Creates the DryRun policy and measures `loops` of its loops.
+async fn measure(
+    env: &TestEnv,
+    ctrl: &mut ChildProcess,
+    log: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    loops: usize,
+) -> anyhow::Result<Figures> {
+    let client = env.client.clone();
     let pid = ctrl.id().context("the controller's pid")?;
     let started = Instant::now();
     create_policy(
@@ -87,69 +322,211 @@ async fn run() -> anyhow::Result<()> {
     .await?;
     let policies = Api::<ebb_api::ScaleDownPolicy>::all(client.clone());
     let mut durations = Vec::new();
-    let mut last: Option<String> = None;
+    let mut times: Vec<jiff::Timestamp> = Vec::new();
+    let mut first_loop = None;
     while durations.len() < loops {
-        let (time, ms) = wait_for("the next loop", Duration::from_secs(300), || async {
+        let (time, ms) = wait_for("the next loop", Duration::from_secs(600), || async {
             let s = policies.get("scale").await.ok()?.status?;
-            let time = s.last_loop.time.as_ref()?.0.to_string();
-            (Some(&time) != last.as_ref()).then_some((time, s.last_loop.duration_ms))
+            let time = s.last_loop.time.as_ref()?.0;
+            (times.last() != Some(&time)).then_some((time, s.last_loop.duration_ms))
         })
         .await?;
-        println!("loop at {time}: {ms} ms");
+        first_loop.get_or_insert_with(|| started.elapsed());
+        println!("  loop at {time}: {ms} ms");
         durations.push(ms);
-        last = Some(time);
+        times.push(time);
     }
     let lines = log.lock().map(|l| l.clone()).unwrap_or_default();
     let addr = metrics_address(&lines).context("the controller's /metrics address")?;
     let metrics = fetch_metrics(&addr, None).await?;
-    let running = Api::<Pod>::namespaced(client.clone(), NS)
+    // Requests between the end of the first loop and the end of the last, per loop.
+    let (from, to) = (times[0], times[times.len() - 1]);
+    let requests = controller_requests(env, from, to)?;
+    Ok(Figures {
+        first_loop: first_loop.unwrap_or_default(),
+        loops: durations,
+        phases: phase_means(&metrics),
+        rss_kib: peak_rss_kib(pid)?,
+        requests_per_loop: requests as f64 / (times.len() - 1) as f64,
+    })
+}
+
+/// The controller's API requests (reads and writes) received in `[from, to)`, from the audit
+/// log (one record per request id).
+fn controller_requests(
+    env: &TestEnv,
+    from: jiff::Timestamp,
+    to: jiff::Timestamp,
+) -> anyhow::Result<usize> {
+    let real = env
+        .real()
+        .context("the audit log of a real control plane")?;
+    let path = real.dir().join("audit.log");
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let mut ids = BTreeSet::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if !line.contains(CONTROLLER_USER) {
+            continue;
+        }
+        let Ok(e) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if e.pointer("/user/username").and_then(Value::as_str) != Some(CONTROLLER_USER) {
+            continue;
+        }
+        let Some(at) = e
+            .get("requestReceivedTimestamp")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+        else {
+            continue;
+        };
+        if at >= from && at < to {
+            ids.insert(
+                e.get("auditID")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+    }
+    Ok(ids.len())
+}
+
+struct Wave {
+    removed: usize,
+    took: Duration,
+    first: Duration,
+    violations: usize,
+}
+
+/// A DrainAndDelete policy on the drain pool: how fast its nodes go, and the budgets kept.
+async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wave> {
+    let client = env.client.clone();
+    let node_api = Api::<Node>::all(client.clone());
+    let started = Instant::now();
+    create_policy(
+        &client,
+        "drain",
+        json!({"mode": "DrainAndDelete", "scanInterval": "10s", "unneededTime": "0s",
+               "maxDrainParallelism": 50, "maxScaleDownParallelism": 50,
+               "nodeSelector": {"matchLabels": {"pool": "drain"}}}),
+    )
+    .await?;
+    let want: BTreeSet<&str> = drain_nodes.iter().map(String::as_str).collect();
+    let mut first = None;
+    let mut last_change = Instant::now();
+    let mut removed = 0;
+    let timeout = Duration::from_secs(300 + 2 * drain_nodes.len() as u64);
+    loop {
+        let left = node_api
+            .list_metadata(&ListParams::default().labels("pool=drain"))
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|n| n.metadata.name.as_deref().is_some_and(|x| want.contains(x)))
+                    .count()
+            })
+            .unwrap_or(drain_nodes.len());
+        let now_removed = drain_nodes.len() - left;
+        if now_removed > removed {
+            removed = now_removed;
+            last_change = Instant::now();
+            first.get_or_insert_with(|| started.elapsed());
+        }
+        if left == 0 {
+            break;
+        }
+        if started.elapsed() > timeout || last_change.elapsed() > Duration::from_secs(300) {
+            println!(
+                "drain wave stopped: {removed} of {} removed after {:.0} s",
+                drain_nodes.len(),
+                started.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let took = if removed == drain_nodes.len() {
+        started.elapsed()
+    } else {
+        last_change.duration_since(started)
+    };
+    Ok(Wave {
+        removed,
+        took,
+        first: first.unwrap_or_default(),
+        violations: drain_violations(env)?,
+    })
+}
+
+/// Budget violations by the controller, replayed from the audit log's records of the drain
+/// pool's namespace (every budget and pod of the wave is there).
+fn drain_violations(env: &TestEnv) -> anyhow::Result<usize> {
+    let real = env
+        .real()
+        .context("the audit log of a real control plane")?;
+    let path = real.dir().join("audit.log");
+    let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let needle = format!("\"namespace\":\"{DRAIN_NS}\"");
+    let mut text = String::new();
+    for line in std::io::BufReader::new(file).lines() {
+        let line = line?;
+        if line.contains(&needle) {
+            text.push_str(&line);
+            text.push('\n');
+        }
+    }
+    let v = ebb_e2e::pdb_safety::check_audit_text(&text, &[CONTROLLER_USER])?;
+    for x in v.iter().take(5) {
+        println!("  violation: {x:?}");
+    }
+    Ok(v.len())
+}
+
+/// Running pods in `ns`.
+async fn running(client: &kube::Client, ns: &str) -> usize {
+    Api::<Pod>::namespaced(client.clone(), ns)
         .list_metadata(&ListParams::default().fields("status.phase=Running"))
         .await
         .map(|l| l.items.len())
-        .unwrap_or_default();
-    let phases = phase_means(&metrics);
-    let rss = peak_rss_kib(pid)?;
-    ctrl.kill().await?;
-
-    durations.sort_unstable();
-    let median = durations[durations.len() / 2];
-    let max = durations.last().copied().unwrap_or_default();
-    let phases_text = phases
-        .iter()
-        .map(|(p, ms)| format!("{p} {ms:.1} ms"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    println!(
-        "first loop done {:.1} s after start",
-        started.elapsed().as_secs_f64()
-    );
-    println!(
-        "scale {nodes} nodes, {pods} pods ({running} Running): loop median {median} ms, max {max} ms over {loops} loops; mean per phase: {phases_text}; controller peak RSS {} MiB",
-        rss / 1024
-    );
-    Ok(())
+        .unwrap_or_default()
 }
 
-/// Nodes `scale-<i>` (4 cpu, 16 GiB, label `pool: scale`) and ReplicaSets owning `per_node`
-/// pods on each, bound in advance (the scheduler is not what is measured): a third of the nodes
-/// light (10m per pod), the rest busy (100m).
-async fn populate(client: &kube::Client, nodes: usize, per_node: usize) -> anyhow::Result<()> {
-    Api::<Namespace>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({"metadata": {"name": NS}}))?,
-        )
-        .await
-        .context("creating the namespace")?;
+/// Nodes `scale-<i>` (4 cpu, 16 GiB) and ReplicaSets owning `per_node` pods on each, bound in
+/// advance (the scheduler is not what is measured): the last tenth `pool: drain` with light
+/// pods (10m) of their own ReplicaSets in `scale-drain`, each with a budget; of the rest
+/// (`pool: scale`) a third light, the others busy (100m). Returns the drain pool's names.
+async fn populate(
+    client: &kube::Client,
+    nodes: usize,
+    per_node: usize,
+) -> anyhow::Result<Vec<String>> {
+    for ns in [NS, DRAIN_NS] {
+        Api::<Namespace>::all(client.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": ns}}))?,
+            )
+            .await
+            .with_context(|| format!("creating the namespace {ns}"))?;
+    }
+    let owners = nodes.div_ceil(NODES_PER_OWNER);
+    // Whole owners in the drain pool: about a tenth of the nodes.
+    let drain_owners = owners.div_ceil(10);
+    let first_drain = (owners - drain_owners) * NODES_PER_OWNER;
     let node_api = Api::<Node>::all(client.clone());
     futures::stream::iter(0..nodes)
         .map(|i| {
             let api = node_api.clone();
             async move {
                 let name = format!("scale-{i}");
+                let pool = if i >= first_drain { "drain" } else { "scale" };
                 let res = json!({"cpu": "4", "memory": "16Gi", "pods": "110"});
                 let node: Node = serde_json::from_value(json!({
-                    "metadata": {"name": name, "labels": {"pool": "scale", "type": "kwok",
+                    "metadata": {"name": name, "labels": {"pool": pool, "type": "kwok",
                         "kubernetes.io/hostname": name},
                         "annotations": {"kwok.x-k8s.io/node": "fake"}},
                     "status": {"capacity": res, "allocatable": res}
@@ -160,45 +537,64 @@ async fn populate(client: &kube::Client, nodes: usize, per_node: usize) -> anyho
                 anyhow::Ok(())
             }
         })
-        .buffer_unordered(32)
+        .buffer_unordered(CREATE_CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
-    let owners = nodes.div_ceil(NODES_PER_OWNER);
-    let rs_api = Api::<ReplicaSet>::namespaced(client.clone(), NS);
-    let pod_api = Api::<Pod>::namespaced(client.clone(), NS);
-    for o in 0..owners {
+    let created = Instant::now();
+    // The drain pool's owners first: kwok marks their pods Running first.
+    let first_drain_owner = owners - drain_owners;
+    for (done, o) in (first_drain_owner..owners)
+        .chain(0..first_drain_owner)
+        .enumerate()
+    {
         let first = o * NODES_PER_OWNER;
         let last = (first + NODES_PER_OWNER).min(nodes);
+        let drains = first >= first_drain;
+        let ns = if drains { DRAIN_NS } else { NS };
         let replicas = (last - first) * per_node;
         let app = format!("app-{o}");
-        let cpu = if o % 3 == 0 { "10m" } else { "100m" };
+        let cpu = if drains || o % 3 == 0 { "10m" } else { "100m" };
+        // Drained pods end 5 s after their eviction (kwok honours the grace period).
+        let grace = if drains { 5 } else { 30 };
+        let template_spec = json!({"terminationGracePeriodSeconds": grace,
+            "containers": [{"name": "c", "image": "fake",
+                "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]});
         let rs: ReplicaSet = serde_json::from_value(json!({
             "metadata": {"name": app},
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
-                     "template": {"metadata": {"labels": {"app": app}},
-                                  "spec": {"containers": [{"name": "c", "image": "fake",
-                                      "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}
+                     "template": {"metadata": {"labels": {"app": app}}, "spec": template_spec}}
         }))?;
         // Created with its pods already bound: the ReplicaSet controller adopts them and,
         // counting `replicas`, creates none.
-        let rs = rs_api
+        let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
             .create(&PostParams::default(), &rs)
             .await
             .with_context(|| format!("creating ReplicaSet {app}"))?;
+        if drains {
+            let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+                "metadata": {"name": app},
+                "spec": {"maxUnavailable": "10%", "selector": {"matchLabels": {"app": app}}}
+            }))?;
+            Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
+                .create(&PostParams::default(), &pdb)
+                .await
+                .with_context(|| format!("creating PodDisruptionBudget {app}"))?;
+        }
         let uid = rs.metadata.uid.clone().unwrap_or_default();
+        let pod_api = Api::<Pod>::namespaced(client.clone(), ns);
         futures::stream::iter(first..last)
             .flat_map(|n| futures::stream::iter((0..per_node).map(move |k| (n, k))))
             .map(|(n, k)| {
                 let api = pod_api.clone();
                 let (app, uid) = (app.clone(), uid.clone());
+                let mut spec = template_spec.clone();
+                spec["nodeName"] = json!(format!("scale-{n}"));
                 async move {
                     let pod: Pod = serde_json::from_value(json!({
                         "metadata": {"name": format!("{app}-{n}-{k}"), "labels": {"app": app},
                             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                 "name": app, "uid": uid, "controller": true}]},
-                        "spec": {"nodeName": format!("scale-{n}"),
-                            "containers": [{"name": "c", "image": "fake",
-                                "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}
+                        "spec": spec
                     }))?;
                     api.create(&PostParams::default(), &pod)
                         .await
@@ -206,22 +602,59 @@ async fn populate(client: &kube::Client, nodes: usize, per_node: usize) -> anyho
                     anyhow::Ok(())
                 }
             })
-            .buffer_unordered(32)
+            .buffer_unordered(CREATE_CONCURRENCY)
             .try_collect::<Vec<_>>()
             .await?;
-        if o % 10 == 9 {
-            println!("  {} of {owners} owners' pods created", o + 1);
+        if done % 50 == 49 {
+            println!(
+                "  {} of {owners} owners' pods created ({:.0} pods/s)",
+                done + 1,
+                ((done + 1) * NODES_PER_OWNER * per_node) as f64
+                    / created.elapsed().as_secs_f64().max(0.001)
+            );
         }
     }
-    // Bound pods count on their nodes whatever their phase; kwok marks them Running meanwhile
-    // (how many are is printed with the figures).
     let want = nodes * per_node;
     wait_for("every pod created", Duration::from_secs(600), || async {
-        let list = pod_api.list_metadata(&ListParams::default()).await.ok()?;
-        (list.items.len() >= want).then_some(())
+        let mut n = 0;
+        for ns in [NS, DRAIN_NS] {
+            n += Api::<Pod>::namespaced(client.clone(), ns)
+                .list_metadata(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .len();
+        }
+        (n >= want).then_some(())
     })
     .await?;
-    Ok(())
+    Ok((first_drain..nodes).map(|i| format!("scale-{i}")).collect())
+}
+
+/// Prints the control plane's resident memory (etcd, kube-apiserver and the rest), now and at
+/// peak, from their recorded pids.
+fn report_cluster_rss(env: &TestEnv) {
+    let Some(real) = env.real() else { return };
+    let mut parts = Vec::new();
+    for c in [
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok",
+    ] {
+        let pid = std::fs::read_to_string(real.dir().join("pids").join(format!("{c}.pid")))
+            .ok()
+            .and_then(|p| p.trim().parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        let field = |f: &str| status_kib(pid, f).map(|k| k / 1024).unwrap_or_default();
+        parts.push(format!(
+            "{c} {} MiB (peak {})",
+            field("VmRSS:"),
+            field("VmHWM:")
+        ));
+    }
+    println!("control plane RSS: {}", parts.join(", "));
 }
 
 /// Mean milliseconds of each loop phase, from `ebb_loop_phase_duration_seconds` sums and counts.
@@ -259,13 +692,17 @@ fn phase_means(metrics: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-/// The process's peak resident set (`VmHWM`), in KiB.
-fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+fn status_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .context("no VmHWM in /proc/<pid>/status")
+        .with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+/// The process's peak resident set (`VmHWM`), in KiB.
+fn peak_rss_kib(pid: u32) -> anyhow::Result<u64> {
+    status_kib(pid, "VmHWM:")
 }

@@ -34,6 +34,7 @@
 #
 # Environment:
 #   EBB_K8S_BIN_DIR          binaries (default: `build.sh --print-bin-dir`)
+#   EBB_K8S_ETCD_ARGS        extra etcd flags (word-split)
 #   EBB_K8S_APISERVER_ARGS   extra kube-apiserver flags (word-split)
 #   EBB_K8S_CONTROLLER_MANAGER_ARGS, EBB_K8S_SCHEDULER_ARGS, EBB_K8S_KWOK_ARGS
 #   EBB_K8S_POD_DELAY_MS, EBB_K8S_POD_JITTER_MS
@@ -47,6 +48,12 @@
 #                            of kwok's pod-ready stage come from its annotations
 #                            pod-ready.stage.kwok.x-k8s.io/delay and jitter-delay
 #   EBB_K8S_TIMEOUT          seconds to wait for readiness (default 60)
+#   EBB_K8S_AUDIT_READS_OF   comma-separated users whose reads (get, list, watch) the
+#                            audit log also records, at Metadata level (default none), so a
+#                            bench can count a client's requests
+#   EBB_K8S_AUDIT_SKIP_NAMESPACES
+#                            comma-separated namespaces whose objects' writes the audit
+#                            log leaves out (default none): a bench's bulk objects
 set -euo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -242,17 +249,32 @@ EOF
 }
 
 write_audit_policy() {
+  local readers="" skipped="" list="" x
+  if [[ -n ${EBB_K8S_AUDIT_READS_OF:-} ]]; then
+    for x in ${EBB_K8S_AUDIT_READS_OF//,/ }; do list+="${list:+, }'$x'"; done
+    readers="- level: Metadata
+  users: [$list]
+  verbs: ['get', 'list', 'watch']"
+  fi
+  list=""
+  if [[ -n ${EBB_K8S_AUDIT_SKIP_NAMESPACES:-} ]]; then
+    for x in ${EBB_K8S_AUDIT_SKIP_NAMESPACES//,/ }; do list+="${list:+, }'$x'"; done
+    skipped="- level: None
+  namespaces: [$list]"
+  fi
   # Every write, at Metadata level (evictions and node writes with their bodies; pod and
   # PodDisruptionBudget writes with their responses too, so a test can replay each budget's
   # disruptionsAllowed and each pod's labels and readiness), except the node heartbeats' Lease
-  # renewals; reads are not logged.
-  cat >"$DIR/audit-policy.yaml" <<'EOF'
+  # renewals; reads are not logged (but those of EBB_K8S_AUDIT_READS_OF).
+  cat >"$DIR/audit-policy.yaml" <<EOF
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: None
   namespaces: ["kube-node-lease"]
+${readers}
+${skipped}
 - level: Request
   verbs: ["create"]
   resources: [{group: "", resources: ["pods/eviction"]}]
@@ -480,12 +502,14 @@ cmd_up() {
   write_kwok_config
   : >"$DIR/audit.log"
 
+  # shellcheck disable=SC2086
   local etcd_url=http://127.0.0.1:$ETCD_PORT peer_url=http://127.0.0.1:$ETCD_PEER_PORT
   start etcd --name=ebb-e2e --data-dir="$DIR/etcd-data" \
     --listen-client-urls="$etcd_url" --advertise-client-urls="$etcd_url" \
     --listen-peer-urls="$peer_url" --initial-advertise-peer-urls="$peer_url" \
     --initial-cluster="ebb-e2e=$peer_url" --initial-cluster-state=new \
-    --unsafe-no-fsync=true --snapshot-count=100000 --log-level=warn
+    --unsafe-no-fsync=true --snapshot-count=100000 --log-level=warn \
+    ${EBB_K8S_ETCD_ARGS:-}
 
   local pki=$DIR/pki
   # shellcheck disable=SC2086

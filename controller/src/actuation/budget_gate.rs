@@ -203,13 +203,13 @@ impl DisruptionGate {
 
 /// Pods the API server evicts without asking their budgets: terminating, not yet running, or
 /// finished.
-fn ignores_budgets(pod: &Pod) -> bool {
+pub(crate) fn ignores_budgets(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     pod.metadata.deletion_timestamp.is_some()
         || matches!(phase, Some("Pending" | "Succeeded" | "Failed"))
 }
 
-fn ready(pod: &Pod) -> bool {
+pub(crate) fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())

@@ -121,6 +121,10 @@ pub struct RunArgs {
     /// the serving certificate's.
     #[arg(long, env = "EBB_STEERING_SERVICE", default_value = "ebb-steering")]
     pub steering_service: crate::admission::ServiceName,
+    /// How the caches take their first list: `stream` (one watch sending the current objects,
+    /// Kubernetes 1.34+), `list` (paged LIST calls), or `auto` (stream on 1.34 and newer).
+    #[arg(long, env = "EBB_INITIAL_LIST", value_enum, default_value_t = crate::state::lists::InitialList::Auto)]
+    pub initial_list: crate::state::lists::InitialList,
 }
 
 /// An `https://` URL, as the API server calls webhooks.

@@ -23,6 +23,7 @@ use crate::reconcilers::placement::{self, PlacementSettings};
 use crate::reconcilers::scaledown::startup::recover_at_start;
 use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
 use crate::state::lease::{Leader, LeaderConfig};
+use crate::state::lists::InitialList;
 use crate::state::machine_caches::ProviderSources;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
@@ -87,6 +88,8 @@ pub struct Settings {
     pub placement: PlacementSettings,
     /// Which machine removals are enabled besides deleting Node objects.
     pub removal: RemovalSettings,
+    /// How the caches take their first list.
+    pub initial_list: InitialList,
     /// How long a stop (SIGTERM) may take: drains in flight finish or roll back, the Lease is
     /// released ([`DEFAULT_SHUTDOWN_TIMEOUT`]). Keep it [`SHUTDOWN_MARGIN`] below the pod's
     /// `terminationGracePeriodSeconds`.
@@ -187,6 +190,7 @@ impl Settings {
                 cluster_api_kubeconfig: args.cluster_api_kubeconfig.clone(),
                 karpenter: args.karpenter,
             },
+            initial_list: args.initial_list,
             shutdown_timeout: args.shutdown_timeout.as_duration(),
             steering: args.steering.then(|| SteeringSettings {
                 port: args.steering_port,
@@ -274,7 +278,9 @@ pub async fn serve(
     let sources = settings.removal.sources(&clients.api).await?;
     // The webhook asks this `Steering`, drains open its slots, the pod watch reports landings.
     let steering = Steering::default().with_metrics(metrics.clone());
-    let Some(watches) = sync_caches(&clients.api, &sources, &steering, &readiness, &stop).await?
+    let lists = settings.initial_list.resolve(&clients.api).await;
+    let Some(watches) =
+        sync_caches(&clients.api, &sources, lists, &steering, &readiness, &stop).await?
     else {
         return Ok(Exit::Stopped);
     };
@@ -409,16 +415,17 @@ async fn serve_http(
 async fn sync_caches(
     client: &kube::Client,
     sources: &ProviderSources,
+    lists: InitialList,
     steering: &Steering,
     readiness: &Readiness,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<stores::Watches>> {
     let seen = steering.clone();
-    let watches = stores::start_seeing_pods(client.clone(), sources, move |p| {
+    let watches = stores::start_seeing_pods(client.clone(), sources, lists, move |p| {
         seen.observe(p);
     })
     .await;
-    tracing::info!("waiting for the caches to sync");
+    tracing::info!(initial_list = ?lists, "waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
         _ = stop.cancelled() => {

@@ -7,6 +7,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::task::JoinHandle;
 
+use super::lists::InitialList;
+use super::trim::Trim;
 use crate::actuation::removal::{ClusterApiKinds, KarpenterKinds};
 use crate::cluster::machines::ProviderIndex;
 
@@ -28,15 +30,16 @@ pub struct ProviderStores {
 
 fn reflect(
     api: Api<DynamicObject>,
+    lists: InitialList,
     ar: &ApiResource,
     on_change: impl Fn() + Send + 'static,
 ) -> (Store<DynamicObject>, JoinHandle<()>) {
     let writer = reflector::store::Writer::new(ar.clone());
     let store = writer.as_reader();
     let kind = ar.kind.clone();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
+    let stream = watcher(api, lists.config())
         .default_backoff()
-        .modify(|o: &mut DynamicObject| o.metadata.managed_fields = None)
+        .modify(Trim::trim)
         .reflect(writer);
     let task = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
@@ -56,6 +59,7 @@ impl ProviderStores {
     /// runs on each of their events.
     pub fn start(
         sources: &ProviderSources,
+        lists: InitialList,
         tasks: &mut Vec<JoinHandle<()>>,
         on_change: impl Fn() + Clone + Send + 'static,
     ) -> Self {
@@ -63,12 +67,14 @@ impl ProviderStores {
         if let Some((client, kinds)) = &sources.cluster_api {
             let (ms, t) = reflect(
                 Api::all_with(client.clone(), &kinds.machine_set),
+                lists,
                 &kinds.machine_set,
                 on_change.clone(),
             );
             tasks.push(t);
             let (md, t) = reflect(
                 Api::all_with(client.clone(), &kinds.machine_deployment),
+                lists,
                 &kinds.machine_deployment,
                 on_change.clone(),
             );
@@ -79,6 +85,7 @@ impl ProviderStores {
         if let Some((client, kinds)) = &sources.karpenter {
             let (nc, t) = reflect(
                 Api::all_with(client.clone(), &kinds.node_claim),
+                lists,
                 &kinds.node_claim,
                 on_change.clone(),
             );

@@ -3,9 +3,11 @@
 
 pub mod leadership;
 pub mod lease;
+pub mod lists;
 pub mod machine_caches;
 pub mod shared_model;
 pub mod stores;
+pub mod trim;
 pub mod wakes;
 
 pub use leadership::Leadership;
@@ -13,3 +15,5 @@ pub use stores::Stores;
 
 #[cfg(test)]
 mod shared_model_tests;
+#[cfg(test)]
+mod trim_tests;

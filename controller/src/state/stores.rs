@@ -21,8 +21,10 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::lists::InitialList;
 use super::machine_caches::{ProviderSources, ProviderStores};
 use super::shared_model::{Caches, Catchup, OwnerKind, SharedModel};
+use super::trim::Trim;
 use crate::cluster::ClusterObjects;
 
 /// The caches of every kind the controller reads.
@@ -70,11 +72,13 @@ pub struct Watches {
 /// own, and a waiter on a change must look again).
 fn reflect<K>(
     api: Api<K>,
+    lists: InitialList,
     kind: &'static str,
     on_event: impl Fn(Changed<'_, K>) + Send + 'static,
 ) -> (Store<K>, JoinHandle<()>)
 where
     K: Resource<DynamicType = ()>
+        + Trim
         + Clone
         + DeserializeOwned
         + std::fmt::Debug
@@ -83,9 +87,9 @@ where
         + 'static,
 {
     let (store, writer) = reflector::store::<K>();
-    let stream = watcher(api, watcher::Config::default().any_semantic())
+    let stream = watcher(api, lists.config())
         .default_backoff()
-        .modify(|o: &mut K| o.managed_fields_mut().clear())
+        .modify(Trim::trim)
         .reflect(writer);
     let task = tokio::spawn(drive(stream, kind, on_event));
     (store, task)
@@ -134,7 +138,7 @@ async fn drive<K>(
 }
 
 /// Hash of what of a node matters to the policies: labels, taints, schedulability, deletion.
-fn node_fingerprint(node: &Node) -> u64 {
+pub(crate) fn node_fingerprint(node: &Node) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     node.metadata.labels.hash(&mut h);
@@ -177,13 +181,14 @@ where
 /// budget allows more disruptions than before, appears, or the cache was re-listed.
 fn watch_budgets(
     client: kube::Client,
+    lists: InitialList,
     model: Arc<SharedModel>,
     changes: watch::Sender<u64>,
     rises: mpsc::Sender<()>,
 ) -> (Store<PodDisruptionBudget>, JoinHandle<()>) {
     let allowed_before = std::sync::Mutex::new(std::collections::HashMap::<String, i32>::new());
     let api = Api::<PodDisruptionBudget>::all(client);
-    reflect(api, "PodDisruptionBudget", move |c| {
+    reflect(api, lists, "PodDisruptionBudget", move |c| {
         mark(&model, &c, SharedModel::pdb_changed);
         changes.send_modify(|v| *v = v.wrapping_add(1));
         let rose = match c {
@@ -225,14 +230,19 @@ fn mark<K: Resource>(
 }
 
 /// Start the watches (cluster-wide), with those of the enabled removal providers.
-pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches {
-    start_seeing_pods(client, providers, |_| {}).await
+pub async fn start(
+    client: kube::Client,
+    providers: &ProviderSources,
+    lists: InitialList,
+) -> Watches {
+    start_seeing_pods(client, providers, lists, |_| {}).await
 }
 
 /// [`start`], with `on_pod` seeing every pod the pod watch applies (after its cache holds it).
 pub async fn start_seeing_pods(
     client: kube::Client,
     providers: &ProviderSources,
+    lists: InitialList,
     on_pod: impl Fn(&Pod) + Send + 'static,
 ) -> Watches {
     let model = Arc::new(SharedModel::default());
@@ -243,7 +253,7 @@ pub async fn start_seeing_pods(
     let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
     let mut tasks = Vec::new();
     let m = model.clone();
-    let (nodes, t) = reflect(Api::<Node>::all(client.clone()), "Node", move |c| {
+    let (nodes, t) = reflect(Api::<Node>::all(client.clone()), lists, "Node", move |c| {
         mark(&m, &c, |m, _, name| m.node_changed(name));
         let fresh = match c {
             Changed::Applied(n) | Changed::Deleted(n) => {
@@ -262,7 +272,7 @@ pub async fn start_seeing_pods(
     });
     tasks.push(t);
     let m = model.clone();
-    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), "Pod", move |c| {
+    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), lists, "Pod", move |c| {
         mark(&m, &c, SharedModel::pod_changed);
         if let Changed::Applied(p) = &c {
             on_pod(p);
@@ -275,6 +285,7 @@ pub async fn start_seeing_pods(
             let m = model.clone();
             let (s, t) = reflect(
                 Api::<$kind>::all(client.clone()),
+                lists,
                 stringify!($kind),
                 move |c| {
                     mark(&m, &c, |m, ns, name| {
@@ -291,6 +302,7 @@ pub async fn start_seeing_pods(
             let m = model.clone();
             let (s, t) = reflect(
                 Api::<$kind>::all(client.clone()),
+                lists,
                 stringify!($kind),
                 move |c| mark(&m, &c, |m, _, _| m.volumes_changed()),
             );
@@ -302,7 +314,7 @@ pub async fn start_seeing_pods(
         nodes,
         pods,
         pdbs: {
-            let (s, t) = watch_budgets(client.clone(), model.clone(), pdb_tx, rise_tx);
+            let (s, t) = watch_budgets(client.clone(), lists, model.clone(), pdb_tx, rise_tx);
             tasks.push(t);
             s
         },
@@ -326,6 +338,7 @@ pub async fn start_seeing_pods(
             let m = model.clone();
             let (s, t) = reflect(
                 Api::<NodeState>::all(client.clone()),
+                lists,
                 "NodeState",
                 move |c| mark(&m, &c, |m, _, _| m.node_states_changed()),
             );
@@ -334,7 +347,7 @@ pub async fn start_seeing_pods(
         },
         providers: {
             let m = model.clone();
-            ProviderStores::start(providers, &mut tasks, move || m.providers_changed())
+            ProviderStores::start(providers, lists, &mut tasks, move || m.providers_changed())
         },
         model,
     };

@@ -37,6 +37,18 @@ pub use volumes::{ClaimPlacement, NO_PROVISIONER, VolumeIndex, volume_index};
 /// Label every kubelet sets; added from the node name when missing so `hostname` topology works.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
+/// `kubectl apply`'s copy of the whole object: never read, often the largest annotation.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// The annotations the model keeps of an object: all but [`LAST_APPLIED`].
+pub fn kept_annotations(all: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    all.into_iter()
+        .flatten()
+        .filter(|(k, _)| k.as_str() != LAST_APPLIED)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
 /// Objects a snapshot is built from (for example the contents of reflector stores).
 #[derive(Clone, Debug, Default)]
 pub struct ClusterObjects {

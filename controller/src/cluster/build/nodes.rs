@@ -52,7 +52,7 @@ pub fn parse_node(node: &Node) -> Result<NodeInfo, SnapshotError> {
         .or_insert_with(|| name.clone());
     Ok(NodeInfo {
         labels,
-        annotations: node.metadata.annotations.clone().unwrap_or_default(),
+        annotations: super::kept_annotations(node.metadata.annotations.as_ref()),
         allocatable,
         max_pods: pods.unwrap_or(110),
         taints,

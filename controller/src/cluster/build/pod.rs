@@ -280,7 +280,7 @@ fn pod_info(
             .flatten()
             .map(|o| o.kind.as_str()),
     );
-    let annotations = meta.annotations.clone().unwrap_or_default();
+    let annotations = super::kept_annotations(meta.annotations.as_ref());
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let terminating = meta.deletion_timestamp.is_some();
     let bound = pod

@@ -46,7 +46,7 @@ pub async fn watch(client: kube::Client, into: std::sync::Arc<TerminalPods>) {
     while let Some(item) = stream.next().await {
         match item {
             Ok(mut pod) => {
-                pod.managed_fields_mut().clear();
+                crate::state::trim::Trim::trim(&mut pod);
                 into.record(pod);
             }
             Err(e) => tracing::warn!(error = %e, "terminal pod watch failed; retrying"),
