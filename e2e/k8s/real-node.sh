@@ -4,8 +4,9 @@
 # Network: a bridge REAL_BRIDGE holding REAL_NODE_IP, the node's address. kube-apiserver listens
 # on that address (so pods reach it) and advertises it as the `kubernetes` Service's endpoint;
 # kube-proxy (iptables mode) sends the Service's ClusterIP there, as in any cluster. Pods get
-# addresses of POD_CIDR on the bridge. Nothing is forwarded off the machine: no masquerading, and
-# the Service range is unreachable but through kube-proxy's rules. One real node per machine (the
+# addresses of POD_CIDR on the bridge and a route to the Service range through the node, and no
+# default route. Nothing is forwarded off the machine: no masquerading, and the Service range is
+# unreachable but through kube-proxy's rules. One real node per machine (the
 # bridge and its range are fixed); `down` removes the bridge, kube-proxy's rules, the pods'
 # network namespaces and every mount under DIR.
 #
@@ -115,6 +116,7 @@ EOF
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$POD_CIDR", "gateway": "$REAL_NODE_IP"}]],
+        "routes": [{"dst": "$SERVICE_CIDR", "gw": "$REAL_NODE_IP"}],
         "dataDir": "$DIR/cni/ipam"
       }
     }
@@ -250,6 +252,25 @@ real_node_up() {
   wait_for "kube-proxy's rules for the kubernetes Service" kube_proxy_synced
 }
 
+# The chains the kubelet made (KUBE-FIREWALL, KUBE-KUBELET-CANARY, KUBE-IPTABLES-HINT) and any
+# kube-proxy left: the jumps to them, then the chains. Only one real node runs on a machine.
+real_iptables_cleanup() {
+  local ipt t rule ch
+  for ipt in iptables ip6tables; do
+    command -v "$ipt" >/dev/null 2>&1 || continue
+    for t in filter nat mangle; do
+      "$ipt" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z-]+ .*-j KUBE-' | sed 's/^-A /-D /' |
+        while read -r rule; do eval "\"\$ipt\" -t \"\$t\" $rule" 2>/dev/null || true; done
+      for ch in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$ipt" -t "$t" -F "$ch" 2>/dev/null || true
+      done
+      for ch in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
+        "$ipt" -t "$t" -X "$ch" 2>/dev/null || true
+      done
+    done
+  done
+}
+
 # Every mount under DIR (the kubelet's volumes, containers' root filesystems, network
 # namespaces), deepest first.
 real_unmount() {
@@ -272,7 +293,13 @@ real_down() {
   fi
   stop containerd
   [[ -x $BIN_DIR/kube-proxy ]] && "$BIN_DIR/kube-proxy" --cleanup >>"$DIR/kube-proxy.log" 2>&1 || true
+  real_iptables_cleanup
   real_unmount
   real_network_down
+  # the kubelet's links to container logs (a fixed path): those into DIR
+  local l
+  for l in /var/log/containers/*.log; do
+    if [[ -L $l && "$(readlink "$l")" == "$DIR/"* ]]; then rm -f "$l"; fi
+  done
   if [[ -f $REAL_OWNER_FILE && "$(<"$REAL_OWNER_FILE")" == "$DIR" ]]; then rm -f "$REAL_OWNER_FILE"; fi
 }
