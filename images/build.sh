@@ -78,8 +78,14 @@ check_builder() {
 build_binaries() {
   local start=$SECONDS
   log "cargo build --release --target $TARGET (${BINARIES[*]}) ..."
-  # Debug info stays out of the images (symbol names stay, for backtraces).
-  (cd "$REPO" && CC_x86_64_unknown_linux_musl=musl-gcc CARGO_PROFILE_RELEASE_STRIP=debuginfo \
+  # Debug info stays out of the images (symbol names stay, for backtraces). Run from a test,
+  # the variables cargo gives a test process are dropped: the build sees what a shell's sees, and
+  # stays fresh between the two.
+  local drop=() v
+  for v in $(compgen -e); do
+    [[ $v =~ ^(CARGO_PKG_|CARGO_BIN_|CARGO_MANIFEST_|CARGO_CRATE_NAME$|CARGO_PRIMARY_PACKAGE$|CARGO_TARGET_TMPDIR$|CARGO_MAKEFLAGS$|OUT_DIR$|RUSTUP_TOOLCHAIN$) ]] && drop+=(-u "$v")
+  done
+  (cd "$REPO" && env "${drop[@]}" CC_x86_64_unknown_linux_musl=musl-gcc CARGO_PROFILE_RELEASE_STRIP=debuginfo \
     cargo build --release --locked --target "$TARGET" -p ebb-controller -p ebb-node-agent) ||
     die "cargo build for $TARGET failed"
   local b

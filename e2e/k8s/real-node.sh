@@ -260,7 +260,7 @@ real_iptables_cleanup() {
     command -v "$ipt" >/dev/null 2>&1 || continue
     for t in filter nat mangle; do
       "$ipt" -t "$t" -S 2>/dev/null | grep -E '^-A [A-Z-]+ .*-j KUBE-' | sed 's/^-A /-D /' |
-        while read -r rule; do eval "\"\$ipt\" -t \"\$t\" $rule" 2>/dev/null || true; done
+        while read -r rule; do eval "\"\$ipt\" -t \"\$t\" $rule" 2>/dev/null || true; done || true
       for ch in $("$ipt" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ { print $2 }'); do
         "$ipt" -t "$t" -F "$ch" 2>/dev/null || true
       done

@@ -508,7 +508,10 @@ impl RealCluster {
             .context("cannot read the control plane's env file")?;
         let prefix = format!("{name}=");
         env.lines()
-            .find_map(|l| l.trim_start_matches("export ").strip_prefix(prefix.as_str()))
+            .find_map(|l| {
+                l.trim_start_matches("export ")
+                    .strip_prefix(prefix.as_str())
+            })
             .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
             .with_context(|| format!("the control plane's env file has no {name}"))
     }

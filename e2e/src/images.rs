@@ -49,7 +49,11 @@ pub async fn build() -> anyhow::Result<Images> {
         sizes
             .lines()
             .filter_map(|l| l.split_whitespace().next())
-            .find(|r| r.rsplit('/').next().is_some_and(|n| n.starts_with(&format!("{name}:"))))
+            .find(|r| {
+                r.rsplit('/')
+                    .next()
+                    .is_some_and(|n| n.starts_with(&format!("{name}:")))
+            })
             .map(str::to_string)
             .with_context(|| format!("{}/sizes.txt names no {name} image", dir.display()))
     };

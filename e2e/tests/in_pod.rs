@@ -15,10 +15,9 @@ use std::time::Duration;
 use ebb_api::names::{SCHEDULING_GATE_PLACEMENT, TAINT_DELETION_CANDIDATE, TAINT_TO_BE_DELETED};
 use ebb_api::nodestate::RecoveryResult;
 use ebb_api::{NodeState, ScaleDownPolicy};
-use ebb_e2e::harness::{RealCluster, TestEnv, wait_for, workspace_binary};
+use ebb_e2e::harness::{RealCluster, TestEnv, wait_for};
 use ebb_e2e::setup::{
-    Apps, Cluster, NodeGroup, create_policy, fast_policy_spec, has_taint, is_running, merged,
-    nodes,
+    Apps, Cluster, NodeGroup, create_policy, fast_policy_spec, has_taint, is_running, merged, nodes,
 };
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -112,7 +111,11 @@ fn really_ready(p: &Pod, node: &str, image: &str) -> Option<()> {
         .flatten()
         .any(|c| c.type_ == "Ready" && c.status == "True")
         .then_some(())?;
-    (spec.containers.iter().all(|c| c.image.as_deref() == Some(image))).then_some(())?;
+    (spec
+        .containers
+        .iter()
+        .all(|c| c.image.as_deref() == Some(image)))
+    .then_some(())?;
     let cs = status.container_statuses.as_ref()?;
     // (the status names the image by one of its tags, any of them once it has two)
     (cs.len() == spec.containers.len()
@@ -136,23 +139,29 @@ async fn wait_release_ready(
     agent: &str,
     replicas: usize,
 ) -> (Vec<Pod>, Pod) {
-    let r = wait_for("the release's pods Running and Ready on the real node", WAIT, || async {
-        let ctrl: Vec<Pod> = release_pods(c, "controller")
-            .await
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        let agents: Vec<Pod> = release_pods(c, "node-agent")
-            .await
-            .into_iter()
-            .filter(|p| p.metadata.deletion_timestamp.is_none())
-            .collect();
-        (ctrl.len() == replicas
-            && agents.len() == 1
-            && ctrl.iter().all(|p| really_ready(p, node, controller).is_some())
-            && really_ready(&agents[0], node, agent).is_some())
-        .then(|| (ctrl, agents[0].clone()))
-    })
+    let r = wait_for(
+        "the release's pods Running and Ready on the real node",
+        WAIT,
+        || async {
+            let ctrl: Vec<Pod> = release_pods(c, "controller")
+                .await
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            let agents: Vec<Pod> = release_pods(c, "node-agent")
+                .await
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            (ctrl.len() == replicas
+                && agents.len() == 1
+                && ctrl
+                    .iter()
+                    .all(|p| really_ready(p, node, controller).is_some())
+                && really_ready(&agents[0], node, agent).is_some())
+            .then(|| (ctrl, agents[0].clone()))
+        },
+    )
     .await;
     match r {
         Ok(v) => v,
@@ -198,18 +207,27 @@ fn written_from_pod(events: &[Value], resource: &str, account: &str, pod: &Pod) 
             && e["user"]["username"] == user.as_str()
             && e["user"]["extra"]["authentication.kubernetes.io/pod-name"] == json!([name])
             && e["sourceIPs"] == json!([ip])
-            && e["responseStatus"]["code"].as_i64().is_some_and(|c| c < 300)
+            && e["responseStatus"]["code"]
+                .as_i64()
+                .is_some_and(|c| c < 300)
     })
 }
 
-/// `ebb-node-agent dump` of the agent's store on the host (read-only).
-async fn dump(state_dir: &Path) -> Value {
-    let out = tokio::process::Command::new(workspace_binary("ebb-node-agent").unwrap())
-        .args(["dump", "--state-dir"])
-        .arg(state_dir)
-        .output()
-        .await
-        .unwrap();
+/// `ebb-node-agent dump` of the agent's store on the host (read-only), by the image's own
+/// binary (`agent`): LMDB's lock file holds the writer's pthread mutexes, whose layout musl and
+/// glibc do not share, so a glibc build of the dump would wait on the musl agent's lock forever.
+async fn dump(agent: &Path, state_dir: &Path) -> Value {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::process::Command::new(agent)
+            .args(["dump", "--state-dir"])
+            .arg(state_dir)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("dump answers within 30 s")
+    .unwrap();
     assert!(
         out.status.success(),
         "dump failed: {}",
@@ -275,11 +293,15 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     // artifacts the agent may copy from (fileRoots).
     let host = real.dir().join("host");
     let state_dir = host.join("var/lib/ebb");
+    let agent_bin = images.dir.join("context/ebb-node-agent");
     let artifacts = host.join("artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let artifact = b"weights of a model, kept warm on the node\n".repeat(64);
     std::fs::write(artifacts.join("model.bin"), &artifact).unwrap();
-    let sha = format!("{:x}", Sha256::digest(&artifact));
+    let sha: String = Sha256::digest(&artifact)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     let pin = json!({
         "nodeSelector": {node_label.as_str(): "true"},
     });
@@ -300,10 +322,21 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     });
 
     // ---- install: both workloads Running and Ready on the real node, from the local images
-    let installed = helm(&["install", &kubeconfig, NS, RELEASE, &chart_dir(), &values.to_string()])
-        .await
-        .unwrap_or_else(|e| panic!("helm install: {e}"));
-    assert_eq!(installed["info"]["status"], json!("deployed"), "{installed}");
+    let installed = helm(&[
+        "install",
+        &kubeconfig,
+        NS,
+        RELEASE,
+        &chart_dir(),
+        &values.to_string(),
+    ])
+    .await
+    .unwrap_or_else(|e| panic!("helm install: {e}"));
+    assert_eq!(
+        installed["info"]["status"],
+        json!("deployed"),
+        "{installed}"
+    );
     let (controllers, agent) =
         wait_release_ready(&c, &node, &images.controller, &images.node_agent, 2).await;
     let listed = real.ctr(&["containers", "ls"]).await.unwrap();
@@ -317,7 +350,12 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     // ---- the controller: in-cluster credentials of the chart's ServiceAccount, the Lease won
     let leases: Api<Lease> = Api::namespaced(c.clone(), NS);
     let holder = wait_for("a controller pod holds the Lease", WAIT, || async {
-        let h = leases.get_opt("ebb-controller").await.ok()??.spec?.holder_identity?;
+        let h = leases
+            .get_opt("ebb-controller")
+            .await
+            .ok()??
+            .spec?
+            .holder_identity?;
         controllers.iter().any(|p| pod_name(p) == h).then_some(h)
     })
     .await
@@ -342,8 +380,10 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         pod_ip(&agent)
     );
     assert!(
-        events.iter().any(|e| e["objectRef"]["resource"] == "nodestates"
-            && e["user"]["extra"]["authentication.kubernetes.io/node-name"] == json!([node])),
+        events
+            .iter()
+            .any(|e| e["objectRef"]["resource"] == "nodestates"
+                && e["user"]["extra"]["authentication.kubernetes.io/node-name"] == json!([node])),
         "the agent's token is bound to its node"
     );
 
@@ -375,7 +415,10 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
             && e["user"]["username"] == format!("system:serviceaccount:{NS}:ebb-controller")
             && e["sourceIPs"] == json!([pod_ip(leader).unwrap_or_default()])
     });
-    assert!(evicted_by_leader, "the leader's pod evicted the drained nodes' pods");
+    assert!(
+        evicted_by_leader,
+        "the leader's pod evicted the drained nodes' pods"
+    );
     wait_apps_running(&c, 2).await;
 
     // ---- placement: a gated pod of a PlacementHistory is released by the controller, runs on
@@ -396,14 +439,17 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         serde_json::to_string_pretty(&node_state(&c, &node).await).unwrap_or_default()
     );
     let before = wait_for("the store records the warm pod launched", WAIT, || async {
-        let d = dump(&state_dir).await;
+        let d = dump(&agent_bin, &state_dir).await;
         container_record(&d, &ph_uid, "main")
             .is_some_and(|r| r["launchedAt"].is_number())
             .then_some(d)
     })
     .await
     .unwrap();
-    assert!(completed_resource(&before["localization"], &sha), "{before}");
+    assert!(
+        completed_resource(&before["localization"], &sha),
+        "{before}"
+    );
 
     // ---- the agent's pod is deleted; its DaemonSet starts another, which recovers the store
     let old_uid = agent.metadata.uid.clone().unwrap();
@@ -419,18 +465,22 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     })
     .await
     .unwrap();
-    let recovered = wait_for("the new agent reports its store Recovered", WAIT, || async {
-        let st = node_state(&c, &node).await?.status?;
-        let r = st.recovery?;
-        let after_start = r.finished_at.as_ref()?.0
-            >= new_agent.status.as_ref()?.start_time.as_ref()?.0;
-        (r.result == RecoveryResult::Recovered && after_start).then_some(r)
-    })
+    let recovered = wait_for(
+        "the new agent reports its store Recovered",
+        WAIT,
+        || async {
+            let st = node_state(&c, &node).await?.status?;
+            let r = st.recovery?;
+            let after_start =
+                r.finished_at.as_ref()?.0 >= new_agent.status.as_ref()?.start_time.as_ref()?.0;
+            (r.result == RecoveryResult::Recovered && after_start).then_some(r)
+        },
+    )
     .await
     .unwrap();
     assert!(recovered.containers >= 1, "{recovered:?}");
     assert!(recovered.localized >= 1, "{recovered:?}");
-    let after = dump(&state_dir).await;
+    let after = dump(&agent_bin, &state_dir).await;
     assert_eq!(
         container_record(&after, &ph_uid, "main").map(|r| r["launchedAt"].clone()),
         container_record(&before, &ph_uid, "main").map(|r| r["launchedAt"].clone()),
@@ -447,9 +497,16 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     start_slow_drain(&cluster).await;
     let mut upgrade_values = values.clone();
     upgrade_values["image"] = json!({"tag": UPGRADE_TAG});
-    let upgraded = helm(&["upgrade", &kubeconfig, NS, RELEASE, &chart_dir(), &upgrade_values.to_string()])
-        .await
-        .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    let upgraded = helm(&[
+        "upgrade",
+        &kubeconfig,
+        NS,
+        RELEASE,
+        &chart_dir(),
+        &upgrade_values.to_string(),
+    ])
+    .await
+    .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
     assert_eq!(upgraded["info"]["status"], json!("deployed"), "{upgraded}");
     let (new_controllers, _) = wait_release_ready(
         &c,
@@ -468,11 +525,26 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         .filter(|(_, n)| has_taint(n, TAINT_TO_BE_DELETED))
         .map(|(name, _)| name)
         .collect();
-    assert!(tainted.is_empty(), "nodes left tainted {TAINT_TO_BE_DELETED}: {tainted:?}");
-    let new_holder = wait_for("a controller of the new tag holds the Lease", WAIT, || async {
-        let h = leases.get_opt("ebb-controller").await.ok()??.spec?.holder_identity?;
-        new_controllers.iter().any(|p| pod_name(p) == h).then_some(h)
-    })
+    assert!(
+        tainted.is_empty(),
+        "nodes left tainted {TAINT_TO_BE_DELETED}: {tainted:?}"
+    );
+    let new_holder = wait_for(
+        "a controller of the new tag holds the Lease",
+        WAIT,
+        || async {
+            let h = leases
+                .get_opt("ebb-controller")
+                .await
+                .ok()??
+                .spec?
+                .holder_identity?;
+            new_controllers
+                .iter()
+                .any(|p| pod_name(p) == h)
+                .then_some(h)
+        },
+    )
     .await
     .unwrap();
     assert_ne!(new_holder, holder);
@@ -481,12 +553,21 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     let policies: Api<ScaleDownPolicy> = Api::all(c.clone());
     for p in policies.list(&ListParams::default()).await.unwrap() {
         policies
-            .delete(&p.metadata.name.unwrap_or_default(), &DeleteParams::default())
+            .delete(
+                &p.metadata.name.unwrap_or_default(),
+                &DeleteParams::default(),
+            )
             .await
             .unwrap();
     }
     wait_for("the policies deleted", WAIT, || async {
-        policies.list(&ListParams::default()).await.ok()?.items.is_empty().then_some(())
+        policies
+            .list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .is_empty()
+            .then_some(())
     })
     .await
     .unwrap();
@@ -498,18 +579,30 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
 
 /// Waits until none of `names` is a Node any more.
 async fn wait_gone(c: &kube::Client, names: &[&str]) {
-    let r = wait_for(&format!("nodes {names:?} drained and deleted"), WAIT, || async {
-        let all = nodes(c).await;
-        names.iter().all(|n| !all.contains_key(*n)).then_some(())
-    })
+    let r = wait_for(
+        &format!("nodes {names:?} drained and deleted"),
+        WAIT,
+        || async {
+            let all = nodes(c).await;
+            names.iter().all(|n| !all.contains_key(*n)).then_some(())
+        },
+    )
     .await;
     if let Err(e) = r {
         let policies = Api::<ScaleDownPolicy>::all(c.clone())
             .list(&ListParams::default())
             .await
-            .map(|l| l.items.into_iter().map(|p| json!({"name": p.metadata.name, "status": p.status})).collect::<Vec<_>>())
+            .map(|l| {
+                l.items
+                    .into_iter()
+                    .map(|p| json!({"name": p.metadata.name, "status": p.status}))
+                    .collect::<Vec<_>>()
+            })
             .unwrap_or_default();
-        panic!("{e}; policies: {}", serde_json::to_string_pretty(&policies).unwrap_or_default());
+        panic!(
+            "{e}; policies: {}",
+            serde_json::to_string_pretty(&policies).unwrap_or_default()
+        );
     }
 }
 
@@ -556,17 +649,21 @@ async fn place_warm_pod(
     .unwrap();
     let pods: Api<Pod> = Api::namespaced(c.clone(), APPS_NS);
     pods.create(&PostParams::default(), &pod).await.unwrap();
-    wait_for("the gated pod released and running on the real node", WAIT, || async {
-        let p = pods.get("warm-0").await.ok()?;
-        let gated = p
-            .spec
-            .as_ref()?
-            .scheduling_gates
-            .as_ref()
-            .is_some_and(|g| !g.is_empty());
-        let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
-        (!gated && running).then_some(p)
-    })
+    wait_for(
+        "the gated pod released and running on the real node",
+        WAIT,
+        || async {
+            let p = pods.get("warm-0").await.ok()?;
+            let gated = p
+                .spec
+                .as_ref()?
+                .scheduling_gates
+                .as_ref()
+                .is_some_and(|g| !g.is_empty());
+            let running = p.status.as_ref()?.phase.as_deref() == Some("Running");
+            (!gated && running).then_some(p)
+        },
+    )
     .await
     .unwrap()
 }
@@ -596,9 +693,13 @@ async fn start_slow_drain(cluster: &Cluster) {
         .unwrap();
     wait_apps_running(c, 8).await;
     set_unschedulable(c, "keep-0", false).await;
-    create_policy(c, "slow", merged(fast_policy_spec("slow"), &json!({"maxDrainParallelism": 3})))
-        .await
-        .unwrap();
+    create_policy(
+        c,
+        "slow",
+        merged(fast_policy_spec("slow"), &json!({"maxDrainParallelism": 3})),
+    )
+    .await
+    .unwrap();
     wait_for("the slow pool's drain started", WAIT, || async {
         nodes(c)
             .await
@@ -634,14 +735,37 @@ async fn set_unschedulable(c: &kube::Client, node: &str, on: bool) {
 
 /// After `helm uninstall`: none of the release's objects, no ebb pod or container on the real
 /// node, no ebb taint on any node, no pod held by ebb's scheduling gate.
-async fn assert_nothing_left(cluster: &Cluster, real: &RealCluster, images: &ebb_e2e::images::Images) {
+async fn assert_nothing_left(
+    cluster: &Cluster,
+    real: &RealCluster,
+    images: &ebb_e2e::images::Images,
+) {
     let c = cluster.client();
     let selector = format!("app.kubernetes.io/instance={RELEASE}");
     let lp = ListParams::default().labels(&selector);
-    assert!(Api::<Deployment>::namespaced(c.clone(), NS).list(&lp).await.unwrap().items.is_empty());
-    assert!(Api::<DaemonSet>::namespaced(c.clone(), NS).list(&lp).await.unwrap().items.is_empty());
     assert!(
-        Api::<ServiceAccount>::namespaced(c.clone(), NS).list(&lp).await.unwrap().items.is_empty()
+        Api::<Deployment>::namespaced(c.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        Api::<DaemonSet>::namespaced(c.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    assert!(
+        Api::<ServiceAccount>::namespaced(c.clone(), NS)
+            .list(&lp)
+            .await
+            .unwrap()
+            .items
+            .is_empty()
     );
     wait_for("the release's pods gone", WAIT, || async {
         Api::<Pod>::namespaced(c.clone(), NS)
@@ -659,9 +783,9 @@ async fn assert_nothing_left(cluster: &Cluster, real: &RealCluster, images: &ebb
         let ebb: Vec<&str> = listed
             .lines()
             .filter(|l| {
-                [&images.controller, &images.node_agent].iter().any(|i| {
-                    l.contains(i.as_str()) || l.contains(&image_tag(i, UPGRADE_TAG))
-                })
+                [&images.controller, &images.node_agent]
+                    .iter()
+                    .any(|i| l.contains(i.as_str()) || l.contains(&image_tag(i, UPGRADE_TAG)))
             })
             .collect();
         ebb.is_empty().then_some(())
@@ -698,5 +822,29 @@ async fn assert_nothing_left(cluster: &Cluster, real: &RealCluster, images: &ebb
         })
         .map(|p| pod_name(&p))
         .collect();
-    assert!(gated.is_empty(), "pods still gated by {SCHEDULING_GATE_PLACEMENT}: {gated:?}");
+    assert!(
+        gated.is_empty(),
+        "pods still gated by {SCHEDULING_GATE_PLACEMENT}: {gated:?}"
+    );
+    // What stays in the namespace: what the controller made at run time, not Helm (no release
+    // Secret either): the token Secret (kept on purpose) and the leader-election Lease.
+    let secrets: BTreeSet<String> =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.clone(), NS)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|s| s.metadata.name)
+            .collect();
+    assert_eq!(secrets, BTreeSet::from(["ebb-token-keys".to_string()]));
+    let leases: BTreeSet<String> = Api::<Lease>::namespaced(c.clone(), NS)
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|l| l.metadata.name)
+        .collect();
+    assert_eq!(leases, BTreeSet::from(["ebb-controller".to_string()]));
 }
