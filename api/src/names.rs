@@ -47,6 +47,31 @@ pub const ANNOTATION_MACHINE_REMOVAL: &str = "ebb.dev/removal";
 pub const ANNOTATION_SAFE_TO_EVICT: &str = "ebb.dev/safe-to-evict";
 /// Cluster Autoscaler's pod annotation with the same meaning.
 pub const CA_ANNOTATION_SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+/// The value of either safe-to-evict annotation that lets a pod run to completion: its node is
+/// not drained until the pod has finished (Succeeded or Failed).
+pub const SAFE_TO_EVICT_ON_COMPLETION: &str = "on-completion";
+/// Cluster Autoscaler's pod annotation listing volumes (comma-separated names) whose local
+/// storage (emptyDir, hostPath) may be lost: they do not keep the node.
+pub const CA_ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES: &str =
+    "cluster-autoscaler.kubernetes.io/safe-to-evict-local-volumes";
+/// The kubelet's annotation naming where a pod came from (`api`, or `file`/`http` for a static
+/// pod).
+pub const ANNOTATION_CONFIG_SOURCE: &str = "kubernetes.io/config.source";
+/// The kubelet's annotation on the API object of a static pod.
+pub const ANNOTATION_CONFIG_MIRROR: &str = "kubernetes.io/config.mirror";
+
+/// Whether pod metadata says the kubelet made the pod from a static manifest: the mirror
+/// annotation, a config source other than `api`, or an owner reference to its Node. Nothing can
+/// evict such a pod; it stays with its node.
+pub fn is_static_pod(
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
+    owner_kinds: impl IntoIterator<Item = impl AsRef<str>>,
+) -> bool {
+    let ann = |k: &str| annotations.and_then(|a| a.get(k));
+    ann(ANNOTATION_CONFIG_MIRROR).is_some()
+        || ann(ANNOTATION_CONFIG_SOURCE).is_some_and(|s| !s.is_empty() && s != "api")
+        || owner_kinds.into_iter().any(|k| k.as_ref() == "Node")
+}
 
 /// Scheduling gate that opts a pod into placement by a PlacementHistory.
 pub const SCHEDULING_GATE_PLACEMENT: &str = "ebb.dev/placement";
@@ -56,6 +81,9 @@ pub const ANNOTATION_TOKEN: &str = "ebb.dev/token";
 pub const ANNOTATION_PLACED_ON: &str = "ebb.dev/placed-on";
 /// Pod annotation telling how a placement was made (`Pinned`, `Relaxed`, `Anywhere`, `Ungoverned`).
 pub const ANNOTATION_PLACEMENT: &str = "ebb.dev/placement";
+/// On a replacement pod steered at its creation: the node the plan put the pod it replaces on
+/// (the pod prefers it; the model counts the pod there until it is bound).
+pub const ANNOTATION_PLANNED_NODE: &str = "ebb.dev/planned-node";
 
 /// Field manager name used by the controller for server-side apply.
 pub const FIELD_MANAGER_CONTROLLER: &str = "ebb-controller";

@@ -76,6 +76,10 @@ reason_enum! {
         /// Karpenter is disrupting the node (it carries Karpenter's `karpenter.sh/disrupted`
         /// taint): ebb leaves it to Karpenter.
         DisruptedByKarpenter,
+        /// Pods are on their way to the node: nominated to it by the scheduler (preemption, or a
+        /// binding in progress), or bound to it in the last few seconds. The status message
+        /// names them. It is not removed until they have settled.
+        PodsArriving,
     }
 }
 
@@ -88,7 +92,8 @@ reason_enum! {
         CustomControllerPod,
         /// The pod's owner could not be found.
         ControllerNotFound,
-        /// `safe-to-evict: "false"` or `karpenter.sh/do-not-disrupt` on the pod.
+        /// `safe-to-evict: "false"` or `karpenter.sh/do-not-disrupt` on the pod (`"true"`, or a
+        /// duration the pod has not yet run for).
         NotSafeToEvictAnnotation,
         /// The pod uses node-local storage (hostPath, disk-backed emptyDir).
         LocalStorageRequested,
@@ -102,6 +107,9 @@ reason_enum! {
         PinnedToNode,
         /// Something unexpected happened while checking the pod.
         UnexpectedError,
+        /// `safe-to-evict: "on-completion"` on the pod: the node waits until the pod has
+        /// finished (Succeeded or Failed).
+        RunsToCompletion,
     }
 }
 

@@ -401,6 +401,11 @@ pub struct UnremovableNodeStatus {
     /// Why that pod blocks, for `BlockedByPod`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_reason: Option<BlockingPodReason>,
+    /// What else names the cause, when there is more to say (for `PinnedToNode`: the claim
+    /// and the PersistentVolume whose node affinity only this node satisfies; for
+    /// `PodsArriving`: the pods on their way).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// How many nodes are unremovable for one reason.

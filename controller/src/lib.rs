@@ -10,6 +10,7 @@ pub mod placement;
 pub mod reconcilers;
 pub mod scaledown;
 pub mod state;
+pub mod steering;
 pub mod telemetry;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;

@@ -62,5 +62,33 @@ async fn a_leader_that_cannot_confirm_its_lease_steps_down() {
     let why = tokio::time::timeout(Duration::from_secs(6), a.lost())
         .await
         .expect("a steps down when it cannot confirm its Lease");
-    assert!(why.contains("could not confirm"), "{why}");
+    assert!(why.contains("not renewed"), "{why}");
+}
+
+/// The Lease still reads as ours, but renewals fail (etcd refuses writes): the leader must stop
+/// acting before its Lease expires, since a standby may acquire it from then on.
+#[tokio::test]
+async fn a_leader_whose_renewals_fail_stops_before_its_lease_expires() {
+    let api = FakeApi::new();
+    let mut a = Leader::acquire(api.client(), &cfg("a"), || {})
+        .await
+        .unwrap();
+    api.lease_writes_down(true);
+    let last_renewal = api.lease_renew_time().expect("a renewTime");
+    let why = tokio::time::timeout(Duration::from_secs(10), a.lost())
+        .await
+        .expect("a steps down when it cannot renew its Lease");
+    let stopped = jiff::Timestamp::now();
+    // The renewTime the standby reads: the last renewal that landed.
+    let renewed: jiff::Timestamp = api
+        .lease_renew_time()
+        .unwrap_or(last_renewal)
+        .parse()
+        .unwrap();
+    let expiry = renewed + jiff::SignedDuration::from_secs(2);
+    assert!(
+        stopped < expiry,
+        "stopped at {stopped}, the Lease (renewed {renewed}) expires at {expiry}: {why}"
+    );
+    assert!(why.contains("not renewed"), "{why}");
 }

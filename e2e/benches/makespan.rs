@@ -333,8 +333,7 @@ async fn pool_cluster(
     (sim, client)
 }
 
-/// The controller, in-process, acting on `sim` with short re-check and debounce delays; running
-/// once this returns.
+/// The controller, in-process and at its defaults, acting on `sim`; running once this returns.
 async fn start_controller(
     sim: &Sim,
 ) -> (
@@ -345,11 +344,12 @@ async fn start_controller(
     let settings = Settings {
         metrics_addr: "127.0.0.1:0".parse().expect("address"),
         leader: None,
-        recheck_delay: Duration::from_millis(100),
+        recheck_delay: ebb_controller::actuation::runner::DEFAULT_RECHECK_DELAY,
         identity: "bench".into(),
-        debounce: Duration::from_millis(100),
+        debounce: ebb_controller::cli::run::DEFAULT_DEBOUNCE,
         placement: Default::default(),
         removal: Default::default(),
+        shutdown_timeout: ebb_controller::cli::run::DEFAULT_SHUTDOWN_TIMEOUT,
     };
     let controller = tokio::spawn(serve(
         Clients::single(sim.client_as("ebb-controller").await.expect("client")),

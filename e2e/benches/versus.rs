@@ -1,6 +1,6 @@
 //! ebb against Cluster Autoscaler and Karpenter on the same real control plane, one fresh cluster
-//! per scenario and column: `cargo bench -p ebb-e2e --bench versus` (see the README, "Versus
-//! Cluster Autoscaler and Karpenter").
+//! per scenario and column: `cargo bench -p ebb-e2e --bench versus` (see docs/performance.md,
+//! "Versus Cluster Autoscaler and Karpenter").
 //!
 //! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`) and the
 //! controller (`cargo build --release -p ebb-controller`). `EBB_VERSUS_SCENARIOS` picks scenarios

@@ -15,6 +15,11 @@
 #                                        with --graceful, which takes ~10 s),
 #                                        wait S seconds (default 0), start it
 #                                        again with the same flags
+#   cluster.sh stop-etcd DIR [--down-secs S]
+#                                        kill etcd (SIGKILL), wait S seconds
+#                                        (default 10), start it again with the
+#                                        same flags and data; returns once
+#                                        kube-apiserver is ready again
 #   cluster.sh down DIR                  stop what `up` started (logs stay in DIR)
 #
 # `up` returns when /readyz is ok, the N nodes (kwok-node-0..N-1) are Ready
@@ -636,6 +641,30 @@ cmd_restart_apiserver() {
   log "kube-apiserver restarted, ready again $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s after the stop"
 }
 
+cmd_stop_etcd() {
+  set_dir "${1:-}"
+  shift
+  local down=10
+  while (($#)); do
+    case $1 in
+    --down-secs) down=${2:?--down-secs needs a number}; shift 2 ;;
+    --down-secs=*) down=${1#*=}; shift ;;
+    *) die "unknown option '$1'" ;;
+    esac
+  done
+  [[ -f $DIR/pids/etcd.cmd ]] || die "no etcd recorded in $DIR (run: $0 up $DIR)"
+  local t0
+  t0=$(now_ms)
+  stop etcd KILL
+  log "etcd stopped (SIGKILL); starting it again in ${down}s"
+  sleep "$down"
+  restart_recorded etcd
+  wait_for "kube-apiserver /readyz" kubectl_ get --raw /readyz
+  local t1
+  t1=$(now_ms)
+  log "etcd restarted, kube-apiserver ready again $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s after the stop"
+}
+
 cmd_import_images() {
   set_dir "${1:-}"
   shift
@@ -659,9 +688,10 @@ main() {
   add-node) cmd_add_node "$@" ;;
   import-images) cmd_import_images "$@" ;;
   restart-apiserver) cmd_restart_apiserver "$@" ;;
+  stop-etcd) cmd_stop_etcd "$@" ;;
   down) cmd_down "$@" ;;
   -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: $0 up|add-node|restart-apiserver|down DIR ... (try --help)" ;;
+  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|down DIR ... (try --help)" ;;
   esac
 }
 

@@ -94,6 +94,87 @@ pub fn parse(text: &str) -> anyhow::Result<Vec<AuditRecord>> {
     Ok(out)
 }
 
+/// An eviction as the audit log records it, with the pod uid of its precondition (ebb sends
+/// one with every eviction; empty when the request carried none).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EvictionRecord {
+    pub user: String,
+    /// `namespace/name`.
+    pub pod: String,
+    pub uid: String,
+    pub code: u16,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct EvictionEvent {
+    #[serde(default)]
+    stage: String,
+    #[serde(default)]
+    user: User,
+    #[serde(default)]
+    impersonated_user: Option<User>,
+    #[serde(default)]
+    object_ref: Option<ObjectRef>,
+    #[serde(default)]
+    response_status: Option<Status>,
+    #[serde(default)]
+    request_object: Option<serde_json::Value>,
+}
+
+/// The completed evictions of audit-log text, in order, with their precondition uids (the
+/// cluster's audit policy logs eviction request bodies). Lines that are not JSON fail.
+pub fn evictions(text: &str) -> anyhow::Result<Vec<EvictionRecord>> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let e: EvictionEvent = serde_json::from_str(line)
+            .with_context(|| format!("audit log line {} is not an audit event", i + 1))?;
+        let o = e.object_ref.unwrap_or_default();
+        if (e.stage != "ResponseComplete" && e.stage != "Panic") || o.subresource != "eviction" {
+            continue;
+        }
+        let uid = e
+            .request_object
+            .as_ref()
+            .and_then(|r| r.pointer("/deleteOptions/preconditions/uid"))
+            .and_then(|u| u.as_str())
+            .unwrap_or_default()
+            .to_string();
+        out.push(EvictionRecord {
+            user: e
+                .impersonated_user
+                .map(|u| u.username)
+                .filter(|u| !u.is_empty())
+                .unwrap_or(e.user.username),
+            pod: format!("{}/{}", o.namespace, o.name),
+            uid,
+            code: e.response_status.map_or(0, |s| s.code),
+        });
+    }
+    Ok(out)
+}
+
+/// Pod uids (or `namespace/name` when an eviction named no uid) accepted for eviction more than
+/// once, with their counts.
+pub fn evicted_twice_by_uid(
+    records: &[EvictionRecord],
+) -> std::collections::BTreeMap<String, usize> {
+    let mut n = std::collections::BTreeMap::new();
+    for r in records.iter().filter(|r| (200..300).contains(&r.code)) {
+        let key = if r.uid.is_empty() {
+            r.pod.clone()
+        } else {
+            format!("{} ({})", r.uid, r.pod)
+        };
+        *n.entry(key).or_insert(0) += 1;
+    }
+    n.retain(|_, c| *c > 1);
+    n
+}
+
 /// Reads and parses the audit log at `path`.
 pub fn read(path: &Path) -> anyhow::Result<Vec<AuditRecord>> {
     let text = std::fs::read_to_string(path)
@@ -139,6 +220,30 @@ mod tests {
     fn an_impersonated_request_is_recorded_as_the_impersonated_user() {
         let text = r#"{"stage":"ResponseComplete","verb":"patch","user":{"username":"kubernetes-admin"},"impersonatedUser":{"username":"ctl-a","groups":["system:masters"]},"objectRef":{"resource":"nodes","name":"n1"},"responseStatus":{"code":200}}"#;
         assert_eq!(parse(text).unwrap()[0].user, "ctl-a");
+    }
+
+    #[test]
+    fn evictions_are_counted_per_pod_uid() {
+        let line = |name: &str, uid: &str, code: u16| {
+            format!(
+                r#"{{"stage":"ResponseComplete","verb":"create","user":{{"username":"u"}},"objectRef":{{"resource":"pods","subresource":"eviction","namespace":"default","name":"{name}"}},"responseStatus":{{"code":{code}}},"requestObject":{{"kind":"Eviction","deleteOptions":{{"preconditions":{{"uid":"{uid}"}}}}}}}}"#
+            )
+        };
+        let text = [
+            line("a", "u1", 201),
+            line("a", "u1", 429),
+            line("a", "u2", 201), // same name, new pod
+            line("b", "u3", 201),
+            line("b", "u3", 201),
+        ]
+        .join("\n");
+        let r = evictions(&text).unwrap();
+        assert_eq!(r.len(), 5);
+        assert_eq!(r[0].uid, "u1");
+        assert_eq!(
+            evicted_twice_by_uid(&r),
+            std::collections::BTreeMap::from([("u3 (default/b)".to_string(), 2)])
+        );
     }
 
     #[test]

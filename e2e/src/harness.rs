@@ -579,6 +579,29 @@ impl RealCluster {
     }
 }
 
+impl RealCluster {
+    /// Stops etcd (SIGKILL), waits `down`, starts it again with the same flags and data, and
+    /// returns once kube-apiserver is ready again (`cluster.sh stop-etcd`).
+    pub async fn stop_etcd(&self, down: Duration) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        let secs = down.as_secs().to_string();
+        run_script(
+            &k8s_script("cluster.sh"),
+            &["stop-etcd", &path, "--down-secs", &secs],
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// The audit log's evictions with their pods' uids.
+    pub fn evictions(&self) -> anyhow::Result<Vec<crate::audit::EvictionRecord>> {
+        let path = self.dir.path().join("audit.log");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read the audit log {}", path.display()))?;
+        crate::audit::evictions(&text)
+    }
+}
+
 impl Drop for RealCluster {
     fn drop(&mut self) {
         if std::thread::panicking() {

@@ -628,6 +628,10 @@ impl Drop for AbortOnDrop {
 
 // ---- the controller ----------------------------------------------------------------------
 
+/// The `recheck` of [`Controller::spawn`] that leaves `--recheck-delay` at the controller's
+/// default (as users run it).
+pub const DEFAULT_RECHECK: &str = "";
+
 /// A running `ebb-controller run`; its log is kept and printed when the test fails.
 pub struct Controller {
     pub child: ChildProcess,
@@ -635,8 +639,10 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// Its flags; `recheck` is `--recheck-delay` ([`DEFAULT_RECHECK`]: the controller's own
+    /// default, no flag).
     fn args<'a>(identity: &'a str, leader_election: bool, recheck: &'a str) -> Vec<&'a str> {
-        vec![
+        let mut args = vec![
             "run",
             "--metrics-addr",
             "127.0.0.1:0",
@@ -646,11 +652,13 @@ impl Controller {
             "ebb-system",
             "--identity",
             identity,
-            "--recheck-delay",
-            recheck,
             "--log-filter",
             "info",
-        ]
+        ];
+        if recheck != DEFAULT_RECHECK {
+            args.extend(["--recheck-delay", recheck]);
+        }
+        args
     }
 
     /// Starts the controller as `user` (its identity in the Lease too), through the harness.

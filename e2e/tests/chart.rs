@@ -255,6 +255,13 @@ fn controller_cluster_rules(
         ),
         ("batch", "jobs", "list,watch", ""),
         ("", "replicationcontrollers", "list,watch", ""),
+        (
+            "",
+            "persistentvolumeclaims,persistentvolumes",
+            "list,watch",
+            "",
+        ),
+        ("storage.k8s.io", "storageclasses", "list,watch", ""),
         ("events.k8s.io", "events", "create,patch", ""),
         ("ebb.dev", "scaledownpolicies", "list,patch,watch", ""),
         ("ebb.dev", "scaledownpolicies/status", "patch", ""),
@@ -638,6 +645,7 @@ async fn assert_default_objects(c: &kube::Client) -> (Deployment, DaemonSet) {
         deploy.status.as_ref().and_then(|s| s.ready_replicas),
         Some(2)
     );
+    assert_shutdown_fits_the_grace_period(&deploy);
     let ds = get::<DaemonSet>(c, "ebb-node-agent")
         .await
         .expect("DaemonSet");
@@ -647,6 +655,34 @@ async fn assert_default_objects(c: &kube::Client) -> (Deployment, DaemonSet) {
         "one agent per node"
     );
     (deploy, ds)
+}
+
+/// The controller's shutdown bound is the pod's grace period less the margin the binary needs,
+/// and by default the binary's own default.
+fn assert_shutdown_fits_the_grace_period(deploy: &Deployment) {
+    use ebb_controller::cli::run::{DEFAULT_SHUTDOWN_TIMEOUT, SHUTDOWN_MARGIN};
+    let pod = deploy
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec");
+    let grace = pod
+        .termination_grace_period_seconds
+        .expect("terminationGracePeriodSeconds set");
+    let env = env_of(&pod.containers[0]);
+    let timeout = env
+        .get("EBB_SHUTDOWN_TIMEOUT")
+        .expect("EBB_SHUTDOWN_TIMEOUT set");
+    assert_eq!(
+        timeout,
+        &format!("{}s", grace - SHUTDOWN_MARGIN.as_secs() as i64),
+        "--shutdown-timeout is the grace period less {SHUTDOWN_MARGIN:?}"
+    );
+    assert_eq!(
+        grace as u64,
+        (DEFAULT_SHUTDOWN_TIMEOUT + SHUTDOWN_MARGIN).as_secs(),
+        "the chart's default grace period fits the binary's default shutdown bound"
+    );
 }
 
 /// RBAC: exactly the verbs the controller uses, no wildcard.

@@ -17,9 +17,9 @@ use ebb_e2e::AuditRecord;
 use ebb_e2e::harness::{Backend, TestEnv, wait_for};
 use ebb_e2e::pdb_safety;
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, NodeGroup, PodChange, PodLog, bare_pod, controller_audit_user,
-    create_policy, fast_policy_spec, has_taint, impersonating_kubeconfig, key, merged, node_of,
-    nodes, running_pods, wait_running,
+    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, PodChange, PodLog, bare_pod,
+    controller_audit_user, create_policy, fast_policy_spec, has_taint, impersonating_kubeconfig,
+    key, merged, node_of, nodes, running_pods, wait_running,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
@@ -815,7 +815,8 @@ async fn pdb_max_unavailable_one_drains_its_nodes_one_at_a_time(backend) {
 
 /// 2c. The pace is the budget's, not the scan's: 24 nodes of 4 CPUs, one Deployment of 24 pods
 /// (150m, one per node), a PodDisruptionBudget with maxUnavailable 2, `unneededTime` 5 s and
-/// `maxDrainParallelism` 8. The pool shrinks to the node its pods need in well under a minute,
+/// `maxDrainParallelism` 8, the controller at its defaults. The pool shrinks to the node its
+/// pods need within 30 s,
 /// never with more than 2 of the pods unavailable, and evictions are not refused: each waits
 /// for the budget instead. The loop count and the controller's CPU time are printed (no busy
 /// loop while drains wait for the budget).
@@ -845,7 +846,8 @@ async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
     let spread: BTreeSet<String> = running_pods(&env.client).await.iter().map(node_of).collect();
     assert_eq!(spread.len(), 24, "one pod per node");
 
-    let mut ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    // The controller at its defaults, as users run it.
+    let mut ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     let t0 = std::time::Instant::now();
     apply_policy(
         &env.client,
@@ -854,8 +856,9 @@ async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
                "maxScaleDownParallelism": 8, "evictionRetryInterval": "5s"}),
     )
     .await;
-    // 24 × 150m = 3.6 CPUs: one node of 4 holds them all.
-    let shrunk = wait_for("the pool down to one node", Duration::from_secs(60), || async {
+    // 24 × 150m = 3.6 CPUs: one node of 4 holds them all. Within 30 s of the policy: 5 s of
+    // unneeded time, then 23 drains paced two at a time by the budget.
+    let shrunk = wait_for("the pool down to one node", Duration::from_secs(30), || async {
         let left = nodes(&env.client).await.into_keys().filter(|n| n.starts_with("pool-")).count();
         (left == 1).then_some(())
     })
@@ -1386,6 +1389,72 @@ async fn the_pdb_check_reports_a_pod_deleted_while_its_budget_allows_none(backen
     assert_eq!(v[0].pdb, "default/app-0");
     // Another user's writes are not judged.
     assert!(pdb_safety::violations(env, &["nobody"]).unwrap().is_empty());
+}
+
+
+/// 3b. A pod annotated `cluster-autoscaler.kubernetes.io/safe-to-evict: on-completion` keeps
+/// its node (`RunsToCompletion` in status, the node never tainted) while its neighbours go; once
+/// it is gone the node goes too. A static pod (`kubernetes.io/config.source: file`) on a
+/// neighbour keeps nothing and is never evicted.
+async fn a_pod_that_runs_to_completion_keeps_its_node_until_it_is_done(backend) {
+    let c = start(backend, 20.0).await;
+    let env = &c.env;
+    small_cluster(&c, 3, 1, 3, None).await;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), "default");
+    for (name, node, key, value) in [
+        ("batch", "drain-1", "cluster-autoscaler.kubernetes.io/safe-to-evict", "on-completion"),
+        ("static", "drain-2", "kubernetes.io/config.source", "file"),
+    ] {
+        bare_pod(&env.client, name, node).await.unwrap();
+        pods.patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+        )
+        .await
+        .unwrap();
+    }
+    wait_running(&env.client, 5).await.unwrap();
+    add_keep_nodes(&c).await;
+    let gone: BTreeSet<String> = ["drain-0", "drain-2"].map(String::from).into();
+    let _ctl = run_pool_policy(env, &gone, Duration::from_secs(40)).await;
+    let user = controller_audit_user(env, "pool").await.unwrap();
+    let blocked = wait_status(
+        &env.client,
+        "pool",
+        "drain-1 reported blocked by its pod",
+        Duration::from_secs(10),
+        |s| {
+            s.unremovable_nodes
+                .iter()
+                .find(|u| u.node == "drain-1" && u.reason == UnremovableReason::BlockedByPod)
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(blocked.pod.as_deref(), Some("default/batch"));
+    assert_eq!(
+        blocked.pod_reason,
+        Some(ebb_api::reasons::BlockingPodReason::RunsToCompletion)
+    );
+    let all = nodes(&env.client).await;
+    assert!(!has_taint(&all["drain-1"], TO_BE_DELETED));
+    let audit = audit(env);
+    let evicted: Vec<&AuditRecord> = audit
+        .iter()
+        .filter(|r| is_eviction(r) && (r.name == "batch" || r.name == "static"))
+        .collect();
+    assert!(evicted.is_empty(), "neither pod evicted: {evicted:?}");
+    // The job is done (here: deleted): the node goes as well.
+    pods.delete("batch", &DeleteParams::default()).await.unwrap();
+    wait_nodes_deleted(
+        &env.client,
+        "pool",
+        &["drain-1".to_string()].into(),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_scaledown_safe(env, &[&user]);
 }
 
 }

@@ -254,7 +254,7 @@ impl Collector {
 }
 
 /// The span tree of one trace as indented lines (`name attr=value ...`, events marked `·`), for
-/// failure messages and the README.
+/// failure messages and docs/operations.md.
 fn tree(spans: &[Span], trace: &str) -> String {
     fn line(s: &Span, depth: usize, out: &mut String) {
         let attrs: Vec<String> = s

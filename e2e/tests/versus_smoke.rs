@@ -58,8 +58,8 @@ async fn ebb_consolidates_a_pdb_paced_pool_without_breaking_the_budget() {
 
 /// On Karpenter's nodes with their hostname label set to their name: as the KWOK provider
 /// leaves them (hostname label = the NodeClaim's name), ebb 0.1.0 abandons every drain (its
-/// re-check of a tainted node selects it by that label and finds no node); see the README,
-/// "Versus Cluster Autoscaler and Karpenter".
+/// re-check of a tainted node selects it by that label and finds no node); see
+/// docs/performance.md, "Versus Cluster Autoscaler and Karpenter".
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ebb_hands_a_pdb_paced_karpenter_pool_back_through_its_node_claims() {
     let m = run_small(Nodes::KarpenterHostnameIsName).await;

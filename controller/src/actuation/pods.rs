@@ -45,11 +45,16 @@ fn pod_ref(pod: &Pod) -> PodRef {
     }
 }
 
+/// Mirror and other static pods: the kubelet owns them, the Eviction API cannot move them.
 fn is_mirror(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+    ebb_api::names::is_static_pod(
+        pod.metadata.annotations.as_ref(),
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.kind.as_str()),
+    )
 }
 
 fn is_terminal(pod: &Pod) -> bool {
@@ -93,8 +98,36 @@ pub fn classify<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Node
     out
 }
 
+/// How long past its deletion deadline (`deletionTimestamp`, which includes the grace period) a
+/// terminating pod is still waited for; later it counts as stuck (a finalizer, a lost kubelet)
+/// and no longer keeps its node's drain waiting, as Cluster Autoscaler's long-terminating rule
+/// and Karpenter's stuck-terminating rule do.
+pub const LONG_TERMINATING_AFTER: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether `pod` is terminating and its deletion deadline passed more than
+/// [`LONG_TERMINATING_AFTER`] before `now`.
+pub fn long_terminating(pod: &Pod, now: jiff::Timestamp) -> bool {
+    pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
+        let after = jiff::SignedDuration::try_from(LONG_TERMINATING_AFTER).unwrap_or_default();
+        t.0.checked_add(after).is_ok_and(|stuck| stuck < now)
+    })
+}
+
 /// Pods the drain still waits for on `node` (`namespace/name`, sorted).
 pub fn remaining<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<String> {
+    remaining_at(node, pods, jiff::Timestamp::now())
+}
+
+/// [`remaining`] at `now`: long-terminating pods ([`long_terminating`]) are not waited for.
+pub fn remaining_at<'a>(
+    node: &str,
+    pods: impl IntoIterator<Item = &'a Pod>,
+    now: jiff::Timestamp,
+) -> Vec<String> {
+    let pods: Vec<&Pod> = pods
+        .into_iter()
+        .filter(|p| !long_terminating(p, now))
+        .collect();
     let c = classify(node, pods);
     let mut keys: Vec<String> = c
         .evict
@@ -118,6 +151,22 @@ pub fn landed_since_plan<'a>(
         .iter()
         .filter(|p| !planned.contains(&p.uid))
         .map(PodRef::key)
+        .collect()
+}
+
+/// Pods not bound yet that the scheduler nominated to `node` (`status.nominatedNodeName`:
+/// preemption, or a binding in progress), finished and terminating pods excepted.
+pub fn nominated_to<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<String> {
+    pods.into_iter()
+        .filter(|p| node_of(p).is_none_or(str::is_empty))
+        .filter(|p| !is_terminal(p) && p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.nominated_node_name.as_deref())
+                == Some(node)
+        })
+        .map(|p| pod_ref(p).key())
         .collect()
 }
 
@@ -159,11 +208,52 @@ mod tests {
         assert_eq!(names(&c.evict), vec!["web-1", "web-2"]);
         assert_eq!(names(&c.daemon_set), vec!["logs"]);
         assert_eq!(names(&c.terminating), vec!["leaving"]);
+        // Ten seconds after the deletion deadline the terminating pod is still waited for.
+        let soon = jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(10);
         assert_eq!(
-            remaining("n1", &pods),
+            remaining_at("n1", &pods, soon),
             vec!["default/leaving", "default/web-1", "default/web-2"]
         );
         assert!(remaining("n3", &pods).is_empty());
+    }
+
+    #[test]
+    fn a_long_terminating_pod_is_not_waited_for() {
+        let pods = vec![
+            terminating(pod("stuck").on("n1").build()),
+            pod("web-1").on("n1").owned_by("ReplicaSet", "web").build(),
+        ];
+        let at = |s: i64| jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(s);
+        assert_eq!(
+            remaining_at("n1", &pods, at(30)),
+            vec!["default/stuck", "default/web-1"]
+        );
+        assert_eq!(remaining_at("n1", &pods, at(31)), vec!["default/web-1"]);
+        assert!(long_terminating(&pods[0], at(31)) && !long_terminating(&pods[1], at(31)));
+    }
+
+    #[test]
+    fn static_pods_are_never_evicted() {
+        let mut by_source = pod("etcd-n1").on("n1").build();
+        by_source
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("kubernetes.io/config.source".into(), "file".into());
+        let mut from_api = pod("web-1").on("n1").owned_by("ReplicaSet", "web").build();
+        from_api
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("kubernetes.io/config.source".into(), "api".into());
+        let pods = vec![
+            by_source,
+            pod("kube-proxy-n1").on("n1").owned_by("Node", "n1").build(),
+            from_api,
+        ];
+        let c = classify("n1", &pods);
+        let names: Vec<&str> = c.evict.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, vec!["web-1"]);
     }
 
     #[test]

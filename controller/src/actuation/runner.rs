@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_api::ScaleDownMode;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
@@ -25,14 +25,22 @@ use super::tracker::{Evicted, Tracker};
 use crate::metrics::{
     DrainResult, Function, Metrics, RemovalLabels, RemovalOutcome, ScaleDownKind, ScaleDownLabels,
 };
+use crate::scaledown::eligibility::ARRIVAL_WINDOW;
 use crate::scaledown::removal::Target;
 
 /// The planner's re-check of one node after it was tainted: `Err(reason)` when it is no longer
 /// removable.
 pub type Recheck = Arc<dyn Fn(&str) -> Result<(), String> + Send + Sync>;
 
-/// Default wait between the `to-be-deleted` taint and the re-check.
-pub const DEFAULT_RECHECK_DELAY: Duration = Duration::from_secs(5);
+/// Default extra wait, after the node watch shows the `to-be-deleted` taint, before the
+/// re-check. Nothing: what protects the plan is the taint seen by the watch (the scheduler's
+/// watch sees it as soon), the re-check refusing nodes with pods on their way, a drain giving
+/// up when a pod lands after all, and no node deleted within [`ARRIVAL_WINDOW`] of its taint.
+pub const DEFAULT_RECHECK_DELAY: Duration = Duration::ZERO;
+/// Longest wait for the node watch to show the taint ebb wrote (the re-check runs then anyway).
+const TAINT_SEEN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the node cache is looked at while waiting for the taint to show.
+const TAINT_SEEN_POLL: Duration = Duration::from_millis(10);
 /// How often a drain waiting for its pods looks at the cache without a change tick.
 const POD_GONE_RECHECK: Duration = Duration::from_secs(5);
 /// Extra time, beyond the capped grace period, that evicted pods get to disappear.
@@ -84,6 +92,8 @@ pub struct Actuator {
     client: kube::Client,
     nodes: NodeWriter,
     pods: Store<Pod>,
+    /// The node cache: a drain waits for its taint to show there before the re-check.
+    node_cache: Option<Store<Node>>,
     pod_changes: watch::Receiver<u64>,
     gate: DisruptionGate,
     remover: Remover,
@@ -92,7 +102,46 @@ pub struct Actuator {
     recheck_delay: Duration,
     finished: Option<mpsc::UnboundedSender<String>>,
     tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    shutdown: Shutdown,
 }
+
+/// How the controller's stop reaches its drains. `stopping` is the controller's stop: no drain
+/// starts after it, and a drain not yet past its point of no return (every eviction accepted)
+/// rolls back. `deadline` is the end of the shutdown bound: every drain still running stops where
+/// it is and rolls back unless its machine was handed off.
+#[derive(Clone, Default)]
+struct Shutdown {
+    stopping: CancellationToken,
+    deadline: CancellationToken,
+    counts: Arc<ShutdownCounts>,
+}
+
+/// Drains that ended after the stop, by how.
+#[derive(Default)]
+struct ShutdownCounts {
+    finished: std::sync::atomic::AtomicUsize,
+    rolled_back: std::sync::atomic::AtomicUsize,
+    handed_off: std::sync::atomic::AtomicUsize,
+}
+
+/// What became of the drains in flight at a stop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShutdownReport {
+    /// Finished within the bound (node deleted, handed off and gone, or marked drained).
+    pub finished: usize,
+    /// Rolled back: `to-be-deleted` removed (ebb cordons only a finished `Drain`-mode node).
+    pub rolled_back: usize,
+    /// Stopped while its machine was going (handed off): the node is left to go.
+    pub handed_off: usize,
+    /// Still running when the bound and the roll-back reserve were spent: aborted where they
+    /// were (the next leader picks them up from their taints).
+    pub aborted: usize,
+}
+
+/// Of the shutdown bound, what is kept for roll-backs after the drains' time is up.
+pub const SHUTDOWN_ROLLBACK_RESERVE: Duration = Duration::from_secs(4);
+/// How often a stop logs its progress.
+const SHUTDOWN_PROGRESS: Duration = Duration::from_secs(1);
 
 impl Actuator {
     /// `client` writes nodes and, unless [`Self::with_eviction_client`] says otherwise, sends
@@ -110,13 +159,21 @@ impl Actuator {
             client,
             gate: DisruptionGate::new(pods.clone(), pod_changes.clone()),
             pods,
+            node_cache: None,
             pod_changes,
             tracker,
             metrics,
             recheck_delay: DEFAULT_RECHECK_DELAY,
             finished: None,
             tasks: Arc::default(),
+            shutdown: Shutdown::default(),
         }
+    }
+
+    /// Drains stop with the controller's `stop` (see [`Actuator::stop_drains`]).
+    pub fn with_stop(mut self, stop: CancellationToken) -> Self {
+        self.shutdown.stopping = stop;
+        self
     }
 
     /// Send an eviction only when the PodDisruptionBudgets in `pdbs` allow it (`pdb_changes`
@@ -147,9 +204,16 @@ impl Actuator {
         &self.remover
     }
 
-    /// Wait between the taint and the re-check.
+    /// Extra wait between the taint showing in the node cache and the re-check.
     pub fn with_recheck_delay(mut self, delay: Duration) -> Self {
         self.recheck_delay = delay;
+        self
+    }
+
+    /// The shared node cache: a drain re-checks once its taint shows there (without it, once
+    /// the taint is written).
+    pub fn with_node_cache(mut self, nodes: Store<Node>) -> Self {
+        self.node_cache = Some(nodes);
         self
     }
 
@@ -159,8 +223,84 @@ impl Actuator {
         self
     }
 
+    /// After the stop token was cancelled: wait up to `bound` for the drains in flight to finish
+    /// or roll back, logging progress. Drains past their point of no return get the bound less
+    /// [`SHUTDOWN_ROLLBACK_RESERVE`] to finish; then every drain left is stopped and rolled back
+    /// within the reserve; what still runs after that is aborted.
+    pub async fn stop_drains(&self, bound: Duration) -> ShutdownReport {
+        let t0 = tokio::time::Instant::now();
+        let rollback_at = t0 + bound.saturating_sub(SHUTDOWN_ROLLBACK_RESERVE);
+        let end = t0 + bound;
+        let in_flight = self.running();
+        tracing::info!(
+            in_flight,
+            bound_ms = bound.as_millis() as u64,
+            "stopping: no new drains; drains in flight finish or roll back"
+        );
+        let mut last_log = t0;
+        loop {
+            let running = self.running();
+            let now = tokio::time::Instant::now();
+            if running == 0 || now >= end {
+                break;
+            }
+            if now >= rollback_at && !self.shutdown.deadline.is_cancelled() {
+                tracing::warn!(
+                    running,
+                    "shutdown bound nearly spent: rolling back the drains still running"
+                );
+                self.shutdown.deadline.cancel();
+            }
+            if now.duration_since(last_log) >= SHUTDOWN_PROGRESS {
+                last_log = now;
+                let r = self.report(running);
+                tracing::info!(
+                    running,
+                    finished = r.finished,
+                    rolled_back = r.rolled_back,
+                    handed_off = r.handed_off,
+                    "stopping: drains in flight"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.shutdown.deadline.cancel();
+        let aborted = self.running();
+        self.abort_all();
+        let report = self.report(aborted);
+        tracing::info!(
+            finished = report.finished,
+            rolled_back = report.rolled_back,
+            handed_off = report.handed_off,
+            aborted = report.aborted,
+            took_ms = t0.elapsed().as_millis() as u64,
+            "stopped: drains finished or rolled back"
+        );
+        report
+    }
+
+    fn report(&self, aborted: usize) -> ShutdownReport {
+        use std::sync::atomic::Ordering::SeqCst;
+        let c = &self.shutdown.counts;
+        ShutdownReport {
+            finished: c.finished.load(SeqCst),
+            rolled_back: c.rolled_back.load(SeqCst),
+            handed_off: c.handed_off.load(SeqCst),
+            aborted,
+        }
+    }
+
+    /// Drain tasks still running.
+    fn running(&self) -> usize {
+        self.tasks
+            .lock()
+            .map(|t| t.iter().filter(|t| !t.is_finished()).count())
+            .unwrap_or(0)
+    }
+
     /// Stop every drain task where it is, without rolling back (as a killed process would):
-    /// the next leader picks them up from their taints.
+    /// the next leader picks them up from their taints. A lost Lease takes this path: another
+    /// leader may already act on these nodes.
     pub fn abort_all(&self) {
         if let Ok(mut tasks) = self.tasks.lock() {
             for t in tasks.drain(..) {
@@ -189,7 +329,7 @@ impl Actuator {
                 node: order.node,
             });
         }
-        if self.tracker.get(&order.node).is_some() {
+        if self.tracker.get(&order.node).is_some() || self.shutdown.stopping.is_cancelled() {
             return Ok(None);
         }
         let now = jiff::Timestamp::now();
@@ -238,11 +378,12 @@ impl Actuator {
     async fn run(self, order: DrainOrder) -> Outcome {
         let t0 = std::time::Instant::now();
         tracing::info!(resumed = order.resume_from.is_some(), "drain started");
+        let mut handed_off = false;
         let outcome = match self.drive(&order).await {
             Ok(()) => Outcome::Removed,
             Err(reason) => {
                 // A machine handed off is going: its node is never made schedulable again.
-                let handed_off = self
+                handed_off = self
                     .tracker
                     .get(&order.node)
                     .is_some_and(|d| d.phase == ebb_api::reasons::DrainPhase::WaitingForRemoval);
@@ -252,6 +393,15 @@ impl Actuator {
                 Outcome::GaveUp(reason)
             }
         };
+        if self.shutdown.stopping.is_cancelled() {
+            let c = &self.shutdown.counts;
+            let n = match (&outcome, handed_off) {
+                (Outcome::Removed, _) => &c.finished,
+                (Outcome::GaveUp(_), true) => &c.handed_off,
+                (Outcome::GaveUp(_), false) => &c.rolled_back,
+            };
+            n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
         let now = jiff::Timestamp::now();
         match &outcome {
             Outcome::Removed => {
@@ -268,7 +418,11 @@ impl Actuator {
             Outcome::GaveUp(reason) => {
                 self.tracker
                     .apply(&order.node, DrainEvent::GiveUp(reason.clone()), now);
-                tracing::warn!(reason = reason.as_str(), %reason, "drain abandoned; node untainted");
+                if handed_off {
+                    tracing::warn!(reason = reason.as_str(), %reason, "drain stopped while its machine is going; node left to go");
+                } else {
+                    tracing::warn!(reason = reason.as_str(), %reason, "drain abandoned; node untainted");
+                }
             }
         }
         let took = t0.elapsed();
@@ -320,10 +474,17 @@ impl Actuator {
             self.step(node, DrainEvent::PodsGone);
             return self.remove(order).await;
         }
-        // Tainted: wait, then re-check that nothing changed under the plan.
+        // Tainted: once the watch shows the taint (the scheduler's watch sees it as soon, so no
+        // new pod is placed here after), re-check that nothing changed under the plan.
         tokio::select! {
             _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
-            _ = tokio::time::sleep(self.recheck_delay) => {}
+            _ = self.taint_seen(node) => {}
+        }
+        if !self.recheck_delay.is_zero() {
+            tokio::select! {
+                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = tokio::time::sleep(self.recheck_delay) => {}
+            }
         }
         let snapshot = self.pods_now();
         let landed =
@@ -365,7 +526,11 @@ impl Actuator {
             &order.cancel,
         )
         .await;
-        if order.cancel.is_cancelled() {
+        // Stopped with every eviction accepted: past the point of no return, the drain finishes
+        // within the shutdown bound (see `stop_drains`).
+        if order.cancel.is_cancelled()
+            && !(failed.is_empty() && self.shutdown.stopping.is_cancelled())
+        {
             return Err(GiveUpReason::Cancelled);
         }
         if !failed.is_empty() {
@@ -386,6 +551,9 @@ impl Actuator {
         // WaitingForPods.
         self.wait_pods_gone(order).await?;
         self.step(node, DrainEvent::PodsGone);
+        // Nothing may be on its way here when the node goes (a binding the scheduler began
+        // before it saw the taint).
+        self.settle_arrivals(order).await?;
 
         // Deleting.
         if order.mode == ScaleDownMode::DrainAndDelete {
@@ -454,7 +622,7 @@ impl Actuator {
                 Err(e) if e.retryable() && attempt < HAND_OFF_ATTEMPTS => {
                     tracing::warn!(attempt, error = %e, "hand-off failed; trying again");
                     tokio::select! {
-                        _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                        _ = self.abandoned(order) => return Err(GiveUpReason::Cancelled),
                         _ = tokio::time::sleep(Duration::from_secs(u64::from(attempt))) => {}
                     }
                     attempt += 1;
@@ -496,6 +664,7 @@ impl Actuator {
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "cannot check the removal"),
             }
+            // A stop leaves a handed-off machine to go; the next leader watches it.
             tokio::select! {
                 _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
                 _ = tokio::time::sleep(REMOVAL_POLL) => {}
@@ -514,18 +683,83 @@ impl Actuator {
             .inc();
     }
 
+    /// Waits until the node cache shows ebb's `to-be-deleted` taint on `node` (or the node is
+    /// gone from it), at most [`TAINT_SEEN_TIMEOUT`].
+    async fn taint_seen(&self, node: &str) {
+        let Some(cache) = &self.node_cache else {
+            return;
+        };
+        let deadline = tokio::time::Instant::now() + TAINT_SEEN_TIMEOUT;
+        let key = kube::runtime::reflector::ObjectRef::new(node);
+        loop {
+            let seen = cache
+                .get(&key)
+                .is_none_or(|n| super::taints::has(&n, EbbTaint::ToBeDeleted));
+            if seen {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                tracing::warn!(
+                    node,
+                    "the node watch has not shown the taint; re-checking all the same"
+                );
+                return;
+            }
+            tokio::time::sleep(TAINT_SEEN_POLL).await;
+        }
+    }
+
+    /// Before a drained node goes: [`ARRIVAL_WINDOW`] has passed since its taint (a binding the
+    /// scheduler began before it saw the taint has landed by then), no pod is nominated to it,
+    /// and no pod landed on it since the plan; else the drain gives up (the node stays).
+    async fn settle_arrivals(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
+        let node = order.node.as_str();
+        if let Some(started) = self.tracker.get(node).map(|d| d.started) {
+            let settled = started + ARRIVAL_WINDOW;
+            let now = jiff::Timestamp::now();
+            if settled > now {
+                let wait = Duration::try_from(settled.duration_since(now)).unwrap_or_default();
+                tokio::select! {
+                    _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+        }
+        let now = self.pods_now();
+        let mut arriving = pods::nominated_to(node, now.iter().map(|p| &**p));
+        arriving.extend(pods::landed_since_plan(
+            node,
+            &order.planned_pods,
+            now.iter().map(|p| &**p),
+        ));
+        if arriving.is_empty() {
+            Ok(())
+        } else {
+            arriving.sort();
+            Err(GiveUpReason::PodsLanded(arriving))
+        }
+    }
+
     async fn wait_pods_gone(&self, order: &DrainOrder) -> Result<(), GiveUpReason> {
         let deadline = tokio::time::Instant::now() + order.settings.grace_cap + POD_GONE_SLACK;
         let mut changes = self.pod_changes.clone();
         loop {
             changes.mark_unchanged();
-            let left = pods::remaining(&order.node, self.pods_now().iter().map(|p| &**p));
+            let now = self.pods_now();
+            // A pod placed here after the re-check (a binding already under way when the taint
+            // was written): the node stays rather than move that pod again.
+            let landed =
+                pods::landed_since_plan(&order.node, &order.planned_pods, now.iter().map(|p| &**p));
+            if !landed.is_empty() {
+                return Err(GiveUpReason::PodsLanded(landed));
+            }
+            let left = pods::remaining(&order.node, now.iter().map(|p| &**p));
             if left.is_empty() {
                 return Ok(());
             }
             self.step(&order.node, DrainEvent::PodsRemaining(left.len() as i32));
             tokio::select! {
-                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = self.abandoned(order) => return Err(GiveUpReason::Cancelled),
                 _ = tokio::time::sleep_until(deadline) => {
                     return Err(GiveUpReason::PodsDidNotTerminate { pods: left });
                 }
@@ -539,6 +773,22 @@ impl Actuator {
                 // again now and then.
                 _ = tokio::time::sleep(POD_GONE_RECHECK) => {}
             }
+        }
+    }
+
+    /// Resolves when a drain past its point of no return stops: its policy's drains were
+    /// cancelled (policy deleted or switched to DryRun), or the shutdown bound is spent. The
+    /// controller's stop alone does not stop it: it finishes within the bound.
+    async fn abandoned(&self, order: &DrainOrder) {
+        let policy = async {
+            order.cancel.cancelled().await;
+            if self.shutdown.stopping.is_cancelled() {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = self.shutdown.deadline.cancelled() => {}
+            _ = policy => {}
         }
     }
 

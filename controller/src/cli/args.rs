@@ -54,10 +54,17 @@ pub struct RunArgs {
     /// Log filter in RUST_LOG syntax (for example `info,ebb_controller=debug`).
     #[arg(long, env = "RUST_LOG", default_value = "info")]
     pub log_filter: String,
-    /// Wait between tainting a node `ebb.dev/to-be-deleted` and re-checking that it is still
-    /// removable (pods scheduled in between are seen).
-    #[arg(long, env = "EBB_RECHECK_DELAY", default_value = "5s")]
+    /// Extra wait, once the node watch shows a node's `ebb.dev/to-be-deleted` taint, before
+    /// re-checking that it is still removable. None is needed: pods on their way to the node
+    /// fail the re-check, a pod that lands later makes the drain give up, and no node is
+    /// deleted within 5s of its taint.
+    #[arg(long, env = "EBB_RECHECK_DELAY", default_value = "0s")]
     pub recheck_delay: ebb_api::KubeDuration,
+    /// How long a stop (SIGTERM, Ctrl-C) may take: no new drain starts, drains in flight finish
+    /// or roll back (none leaves its node tainted), the Lease is released. Keep it 5 s below the
+    /// pod's `terminationGracePeriodSeconds` (the chart derives it so).
+    #[arg(long, env = "EBB_SHUTDOWN_TIMEOUT", default_value_t = KubeDuration(crate::cli::run::DEFAULT_SHUTDOWN_TIMEOUT))]
+    pub shutdown_timeout: ebb_api::KubeDuration,
     /// Name of the Secret (in `--namespace`) holding the node-local API token keys.
     #[arg(long, env = "EBB_TOKEN_SECRET", default_value = PlacementSettings::DEFAULT_TOKEN_SECRET_NAME)]
     pub token_secret: String,
@@ -94,7 +101,7 @@ pub struct RunArgs {
 /// Output format of `plan`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum PlanOutput {
-    /// Stable JSON document (see README, "ebb-controller plan").
+    /// Stable JSON document (see docs/plan.md).
     Json,
     /// Aligned table for people.
     #[default]
@@ -103,7 +110,7 @@ pub enum PlanOutput {
 
 #[derive(Debug, clap::Args)]
 pub struct PlanArgs {
-    /// A `List` as written by `kubectl get nodes,pods,pdb,replicasets,statefulsets,daemonsets,jobs -A -o json`
+    /// A `List` as written by `kubectl get nodes,pods,pdb,replicasets,statefulsets,daemonsets,jobs,pv,pvc,storageclasses -A -o json`
     /// (or `-o yaml`). Without it the same objects are read from the current kubeconfig context.
     #[arg(long, env = "EBB_PLAN_SNAPSHOT")]
     pub snapshot: Option<PathBuf>,

@@ -85,7 +85,20 @@ pub struct Settings {
     pub placement: PlacementSettings,
     /// Which machine removals are enabled besides deleting Node objects.
     pub removal: RemovalSettings,
+    /// How long a stop (SIGTERM) may take: drains in flight finish or roll back, the Lease is
+    /// released ([`DEFAULT_SHUTDOWN_TIMEOUT`]). Keep it [`SHUTDOWN_MARGIN`] below the pod's
+    /// `terminationGracePeriodSeconds`.
+    pub shutdown_timeout: Duration,
 }
+
+/// Default of `--shutdown-timeout`: the chart's default `terminationGracePeriodSeconds` (30)
+/// less [`SHUTDOWN_MARGIN`].
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(25);
+/// What a stop needs beyond `--shutdown-timeout` before the kubelet's SIGKILL: the runtime's
+/// last tasks and the process exit.
+pub const SHUTDOWN_MARGIN: Duration = Duration::from_secs(5);
+/// Of `--shutdown-timeout`, what is kept for releasing the Lease.
+const LEASE_RELEASE_BUDGET: Duration = Duration::from_secs(3);
 
 /// Machine removal through Cluster API and Karpenter (both off by default).
 #[derive(Clone, Debug, Default)]
@@ -172,6 +185,7 @@ impl Settings {
                 cluster_api_kubeconfig: args.cluster_api_kubeconfig.clone(),
                 karpenter: args.karpenter,
             },
+            shutdown_timeout: args.shutdown_timeout.as_duration(),
         }
     }
 }
@@ -231,8 +245,11 @@ impl Clients {
 }
 
 /// Run the controller with `client` until `stop` is cancelled (`Ok(Exit::Stopped)`) or
-/// leadership is lost (`Ok(Exit::LostLeadership)`). On return nothing of it runs any more (drains
-/// in flight are abandoned as a killed process would leave them: tainted, for the next leader).
+/// leadership is lost (`Ok(Exit::LostLeadership)`). On a stop, within `shutdown_timeout`: no new
+/// drain starts, drains in flight finish or roll back (no node is left tainted), the Lease is
+/// released. On a lost Lease nothing more is written: drains in flight are abandoned as a killed
+/// process would leave them (tainted, for the next leader). On return nothing of it runs any
+/// more.
 pub async fn serve(
     clients: Clients,
     settings: Settings,
@@ -292,10 +309,16 @@ pub async fn serve(
     shared.leadership.set(true);
     tracing::info!("acting");
     let exit = until_exit(leader.as_mut(), &shared.stop).await;
-    // Stop acting at once; in-flight drains are picked up from their taints by the next leader.
-    shared.leadership.set(false);
+    if exit == Exit::LostLeadership {
+        // Another leader may act already: not one more write, drains stop where they are.
+        shared.leadership.set(false);
+        scaledown.ctx.actuator.abort_all();
+    }
+    // No new drain from here; in-flight ones finish or roll back (see `ScaleDown::shut_down`).
     shared.stop.cancel();
-    scaledown.shut_down(exit, leader).await;
+    scaledown
+        .shut_down(exit, leader, &shared.leadership, settings.shutdown_timeout)
+        .await;
     Ok(exit)
 }
 
@@ -469,7 +492,9 @@ impl ScaleDown {
         .with_eviction_client(clients.evictions)
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
+        .with_node_cache(shared.stores.nodes.clone())
         .with_remover(remover)
+        .with_stop(shared.stop.clone())
         .notify_finished(finished_tx);
         let policies: Api<ScaleDownPolicy> = Api::all(client.clone());
         // Debounced: the node events our own taint writes cause do not re-run every policy at once.
@@ -483,7 +508,8 @@ impl ScaleDown {
             shared.metrics.clone(),
             Recorder::new(client.clone(), reporter(settings)),
             shared.leadership.clone(),
-            CancellationToken::new(),
+            // Every policy's drains are cancelled with the controller's stop.
+            shared.stop.clone(),
         ));
         let node_changes = futures::stream::poll_fn(move |cx| node_changes.poll_recv(cx));
         // A finished drain wakes the policies at once rather than at their next scan.
@@ -509,17 +535,58 @@ impl ScaleDown {
         Self { ctx, task }
     }
 
-    /// After a stop: let the reconciler finish its loop and release the Lease; after a lost
-    /// Lease: exit at once so this replica campaigns again. Drains in flight are abandoned.
-    async fn shut_down(self, exit: Exit, leader: Option<Leader>) {
+    /// After a stop: within `bound`, let the reconciler finish its loop, let the drains in
+    /// flight finish or roll back (reporting counts), then stop acting and release the Lease.
+    /// After a lost Lease (drains already aborted): exit at once so this replica campaigns again.
+    async fn shut_down(
+        self,
+        exit: Exit,
+        mut leader: Option<Leader>,
+        leadership: &Leadership,
+        bound: Duration,
+    ) {
         match exit {
             Exit::LostLeadership => {
                 tracing::error!("leadership lost; exiting so this replica campaigns again");
             }
             Exit::Stopped => {
-                let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
-                if let Some(l) = leader {
-                    l.release().await;
+                let t0 = tokio::time::Instant::now();
+                let drains_bound = bound.saturating_sub(LEASE_RELEASE_BUDGET);
+                let reconciler = tokio::time::timeout(drains_bound, self.task);
+                let work = async {
+                    tokio::join!(reconciler, self.ctx.actuator.stop_drains(drains_bound)).1
+                };
+                // The Lease can still be lost while drains finish: then stop at once.
+                let lost = async {
+                    match leader.as_mut() {
+                        Some(l) => l.lost().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let ended = tokio::select! {
+                    report = work => Ok(report),
+                    why = lost => Err(why),
+                };
+                match ended {
+                    Ok(report) => {
+                        leadership.set(false);
+                        if let Some(l) = leader {
+                            l.release(bound.saturating_sub(t0.elapsed())).await;
+                        }
+                        tracing::info!(
+                            finished = report.finished,
+                            rolled_back = report.rolled_back,
+                            handed_off = report.handed_off,
+                            aborted = report.aborted,
+                            took_ms = t0.elapsed().as_millis() as u64,
+                            "shutdown complete"
+                        );
+                    }
+                    Err(why) => {
+                        leadership.set(false);
+                        self.ctx.actuator.abort_all();
+                        tracing::error!(%why, "leadership lost while stopping; drains left to the next leader");
+                    }
                 }
             }
         }

@@ -4,15 +4,15 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use ebb_api::nodestate::NodeState;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::build::{
-    ClusterObjects, OwnerIndex, PdbRule, SnapshotError, VolumeIndex, owner_index, parse_node,
-    parse_pdb, parse_pod, pdb_counts, volume_index, warm_roles_by_node,
+    ClaimPlacement, ClusterObjects, OwnerIndex, PdbRule, SnapshotError, VolumeIndex, owner_index,
+    parse_node, parse_pdb, parse_pod, pdb_counts, volume_index, warm_roles_by_node,
 };
 use super::incremental::UpdateError;
-use super::model::{NodeId, OwnerInfo, PdbInfo, PodId, PodInfo, SchedRequirements};
+use super::model::{LocalVolume, NodeId, OwnerInfo, PdbInfo, PodId, PodInfo, SchedRequirements};
 use super::providers::{ProviderIndex, link};
 use super::snapshot::ClusterSnapshot;
 
@@ -52,11 +52,9 @@ pub enum ClusterEvent<'a> {
     WarmRoles(HashMap<String, u32>),
     /// Cluster API's and Karpenter's objects changed: every node's machine link.
     Providers(&'a ProviderIndex),
-    /// PersistentVolumes and claims (all of them): pods on local volumes are pinned.
-    Volumes {
-        pvs: &'a [PersistentVolume],
-        pvcs: &'a [PersistentVolumeClaim],
-    },
+    /// PersistentVolumes, claims and StorageClasses changed: where each claim lets its pods
+    /// run ([`super::build::volume_index`] of all of them).
+    Volumes(Result<VolumeIndex, SnapshotError>),
 }
 
 impl<'a> ClusterEvent<'a> {
@@ -170,6 +168,35 @@ pub fn pod_key(pod: &Pod) -> PodKey {
     )
 }
 
+/// The node affinity `claims` (of a pod of `namespace`, in volume order) add to the pod, and
+/// its first claim bound to a local volume, as [`parse_pod`] reads them.
+fn claim_facts(
+    volumes: &VolumeIndex,
+    namespace: &str,
+    claims: &[String],
+) -> (
+    Vec<Vec<super::model::NodeSelectorTerm>>,
+    Option<LocalVolume>,
+) {
+    let mut terms = Vec::new();
+    let mut local = None;
+    for c in claims {
+        let Some(p) = volumes.get(&(namespace.to_string(), c.clone())) else {
+            continue;
+        };
+        if let Some(t) = p.terms() {
+            terms.push(t);
+        }
+        if let (ClaimPlacement::Bound { pv, .. }, None) = (p, &local) {
+            local = Some(LocalVolume {
+                claim: c.clone(),
+                pv: pv.clone(),
+            });
+        }
+    }
+    (terms, local)
+}
+
 /// Claims a pod mounts, in volume order.
 fn pvc_claims(pod: &Pod) -> Vec<String> {
     pod.spec
@@ -185,10 +212,11 @@ impl LiveCluster {
     pub fn from_objects(objects: &ClusterObjects) -> Self {
         let mut live = LiveCluster::default();
         let events = [
-            ClusterEvent::Volumes {
-                pvs: &objects.persistent_volumes,
-                pvcs: &objects.persistent_volume_claims,
-            },
+            ClusterEvent::Volumes(volume_index(
+                &objects.persistent_volumes,
+                &objects.persistent_volume_claims,
+                &objects.storage_classes,
+            )),
             ClusterEvent::Providers(&objects.providers),
             ClusterEvent::NodeStates(&objects.node_states),
             ClusterEvent::Owners(owner_index(objects)),
@@ -252,7 +280,7 @@ impl LiveCluster {
                 }
                 Ok(())
             }
-            ClusterEvent::Volumes { pvs, pvcs } => self.set_volumes(pvs, pvcs),
+            ClusterEvent::Volumes(index) => self.set_volumes(index),
         }
     }
 
@@ -377,7 +405,8 @@ impl LiveCluster {
         if !claims.is_empty() {
             self.claims.insert(key.clone(), claims);
         }
-        match bound {
+        // Bound or nominated to a node the model lacks: held aside until it appears.
+        match info.node_name.clone() {
             Some(node) if self.snap.node_id(&node).is_none() => {
                 self.pods.insert(key.clone(), PodSlot::Aside(node.clone()));
                 self.aside.entry(node).or_default().insert(key, (info, req));
@@ -569,14 +598,13 @@ impl LiveCluster {
 
     // ---- volumes -----------------------------------------------------------------------
 
-    /// New local volumes: the pods whose claims now resolve differently are parsed again
-    /// (from what the model kept of them: their claims).
+    /// New volume facts: the pods whose claims now resolve differently are parsed again (from
+    /// what the model kept of them: their claims).
     fn set_volumes(
         &mut self,
-        pvs: &[PersistentVolume],
-        pvcs: &[PersistentVolumeClaim],
+        index: Result<VolumeIndex, SnapshotError>,
     ) -> Result<(), UpdateError> {
-        let index = match volume_index(pvs, pvcs) {
+        let index = match index {
             Ok(i) => i,
             Err(e) => {
                 self.bad_volumes = Some(e);
@@ -594,24 +622,20 @@ impl LiveCluster {
             .map(|(k, c)| (k.clone(), c.clone()))
             .collect();
         for (key, claims) in claims {
-            let terms: Vec<_> = claims
-                .iter()
-                .filter_map(|c| self.volumes.get(&(key.0.clone(), c.clone())).cloned())
-                .collect();
-            let pinned = !terms.is_empty();
+            let (terms, local) = claim_facts(&self.volumes, &key.0, &claims);
             match self.pods.get(&key).cloned() {
                 Some(PodSlot::In(uid)) => {
                     let Some(id) = self.snap.pod_by_uid(&uid) else {
                         continue;
                     };
                     if self.snap.class_of(id).req.volume_node_affinity == terms
-                        && self.snap.pod(id).pinned_by_volume == pinned
+                        && self.snap.pod(id).local_volume == local
                     {
                         continue;
                     }
                     let (mut info, mut req) = self.take(&uid)?;
                     req.volume_node_affinity = terms;
-                    info.pinned_by_volume = pinned;
+                    info.local_volume = local;
                     self.pods.remove(&key);
                     self.admit(key, info, req)?;
                 }
@@ -622,7 +646,7 @@ impl LiveCluster {
                         .and_then(|waiting| waiting.get_mut(&key))
                     {
                         req.volume_node_affinity = terms;
-                        info.pinned_by_volume = pinned;
+                        info.local_volume = local;
                     }
                 }
                 _ => {}

@@ -675,16 +675,23 @@ fn a_new_local_volume_pins_the_pods_that_claim_it() {
     }));
     objects.persistent_volumes = vec![pv.unwrap_or_else(|e| panic!("{e}"))];
     objects.persistent_volume_claims = vec![pvc.unwrap_or_else(|e| panic!("{e}"))];
-    live.apply(ClusterEvent::Volumes {
-        pvs: &objects.persistent_volumes,
-        pvcs: &objects.persistent_volume_claims,
-    })
+    live.apply(ClusterEvent::Volumes(crate::cluster::build::volume_index(
+        &objects.persistent_volumes,
+        &objects.persistent_volume_claims,
+        &objects.storage_classes,
+    )))
     .unwrap_or_else(|e| panic!("{e}"));
     let scratch = build_snapshot(&objects).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(canonical(live.model()), canonical(&scratch));
     let s = live.model();
     let db = s.pod_by_uid("uid-default-db-0").unwrap_or_default();
-    assert!(s.pod(db).pinned_by_volume);
+    assert_eq!(
+        s.pod(db)
+            .local_volume
+            .as_ref()
+            .map(|v| (v.claim.as_str(), v.pv.as_str())),
+        Some(("data-db-0", "pv-1"))
+    );
     assert_eq!(s.class_of(db).req.volume_node_affinity.len(), 1);
     check_indexes(s);
 }

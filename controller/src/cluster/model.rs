@@ -331,8 +331,11 @@ pub struct PodInfo {
     pub class: ClassId,
     pub annotations: BTreeMap<String, String>,
     pub owner: Option<OwnerRef>,
-    /// Created from the kubelet's static manifests (`kubernetes.io/config.mirror`).
+    /// Created from the kubelet's static manifests (`kubernetes.io/config.mirror`, a
+    /// `kubernetes.io/config.source` other than `api`, or owned by its Node).
     pub mirror: bool,
+    /// `status.startTime` (when the kubelet started it), if set.
+    pub started: Option<jiff::Timestamp>,
     /// Phase Succeeded or Failed.
     pub terminal: bool,
     /// `metadata.deletionTimestamp` set.
@@ -341,10 +344,23 @@ pub struct PodInfo {
     pub ready: bool,
     /// Uses a hostPath volume or an emptyDir not backed by memory.
     pub local_storage: bool,
-    /// Bound to a PersistentVolume with node affinity (a local volume).
-    pub pinned_by_volume: bool,
-    /// The node the object said it runs on (kept even if that node is not in the snapshot).
+    /// Its first claim bound to a PersistentVolume with node affinity (a local volume).
+    pub local_volume: Option<LocalVolume>,
+    /// Not bound yet, but nominated to `node_name` by the scheduler (`status.nominatedNodeName`:
+    /// preemption, or a binding in progress): it uses that node's capacity until it is bound.
+    pub nominated: bool,
+    /// When the scheduler bound it (its `PodScheduled` condition), if known.
+    pub scheduled_at: Option<jiff::Timestamp>,
+    /// The node the object said it runs on (kept even if that node is not in the snapshot), or
+    /// the node it is nominated to.
     pub node_name: Option<String>,
+}
+
+/// A claim of a pod bound to a PersistentVolume with node affinity.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LocalVolume {
+    pub claim: String,
+    pub pv: String,
 }
 
 impl PodInfo {

@@ -45,10 +45,53 @@ pub enum PodDisposition {
     Blocks(BlockingPodReason),
 }
 
-/// Classifies a pod by the rules, in order: mirror, terminal, terminating, DaemonSet → stays;
-/// `safe-to-evict: "true"` → moves; `safe-to-evict: "false"` or `do-not-disrupt` → blocks;
-/// no controller, unknown controller kind, missing controller; kube-system without PDB; local
-/// storage; pinned by a local volume.
+/// Whether Karpenter's `do-not-disrupt` annotation protects the pod at `now`: `"true"`, or a
+/// duration (`"30m"`) the pod has not yet run for since it started (a pod not started yet is
+/// protected). Another value protects nothing, as in Karpenter.
+pub fn do_not_disrupt(
+    value: Option<&String>,
+    started: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> bool {
+    let Some(v) = value else { return false };
+    if names::is_true(Some(v)) {
+        return true;
+    }
+    let Ok(d) = ebb_api::duration::parse_duration(v.trim()) else {
+        return false;
+    };
+    if d.is_zero() {
+        return false;
+    }
+    match started {
+        None => true,
+        Some(t) => jiff::SignedDuration::try_from(d)
+            .ok()
+            .and_then(|d| t.checked_add(d).ok())
+            .is_none_or(|until| now < until),
+    }
+}
+
+/// Whether either safe-to-evict annotation says `on-completion`.
+fn on_completion(ann: &std::collections::BTreeMap<String, String>) -> bool {
+    [
+        names::ANNOTATION_SAFE_TO_EVICT,
+        names::CA_ANNOTATION_SAFE_TO_EVICT,
+    ]
+    .iter()
+    .any(|k| {
+        ann.get(*k).is_some_and(|v| {
+            v.trim()
+                .eq_ignore_ascii_case(names::SAFE_TO_EVICT_ON_COMPLETION)
+        })
+    })
+}
+
+/// Classifies a pod by the rules, in order: mirror or static, terminal, terminating, DaemonSet →
+/// stays; `safe-to-evict: "true"` → moves; `safe-to-evict: "false"` or an active
+/// `do-not-disrupt` → blocks; `safe-to-evict: "on-completion"` → blocks until it finishes; no
+/// controller, unknown controller kind, missing controller; kube-system without PDB; local
+/// storage (but volumes in `safe-to-evict-local-volumes`); pinned by a local volume.
 pub fn classify(
     snap: &ClusterSnapshot,
     pod: PodId,
@@ -67,9 +110,16 @@ pub fn classify(
     }
     if names::is_false(ann.get(names::ANNOTATION_SAFE_TO_EVICT))
         || names::is_false(ann.get(names::CA_ANNOTATION_SAFE_TO_EVICT))
-        || names::is_true(ann.get(names::KARPENTER_DO_NOT_DISRUPT))
+        || do_not_disrupt(
+            ann.get(names::KARPENTER_DO_NOT_DISRUPT),
+            p.started,
+            jiff::Timestamp::now(),
+        )
     {
         return PodDisposition::Blocks(BlockingPodReason::NotSafeToEvictAnnotation);
+    }
+    if on_completion(ann) {
+        return PodDisposition::Blocks(BlockingPodReason::RunsToCompletion);
     }
     match &p.owner {
         None => return PodDisposition::Blocks(BlockingPodReason::NotReplicated),
@@ -91,10 +141,41 @@ pub fn classify(
     if rules.skip_nodes_with_local_storage && p.local_storage {
         return PodDisposition::Blocks(BlockingPodReason::LocalStorageRequested);
     }
-    if p.pinned_by_volume {
+    if p.local_volume.is_some() && !usable_elsewhere(snap, pod) {
         return PodDisposition::Blocks(BlockingPodReason::PinnedToNode);
     }
     PodDisposition::Moves
+}
+
+/// Whether a node other than the pod's own satisfies the node affinity of every volume of the
+/// pod (a zonal volume can follow its pod within the zone; a local one cannot leave its node).
+fn usable_elsewhere(snap: &ClusterSnapshot, pod: PodId) -> bool {
+    let own = snap.node_of(pod);
+    let volumes = &snap.class_of(pod).req.volume_node_affinity;
+    (0..snap.node_count() as NodeId)
+        .filter(|n| Some(*n) != own)
+        .any(|n| {
+            let node = snap.node(n);
+            volumes
+                .iter()
+                .all(|terms| crate::cluster::model::terms_match(terms, &node.name, &node.labels))
+        })
+}
+
+/// What a blocking pod's reason names beyond the pod: the volume that pins it.
+pub fn block_detail(
+    snap: &ClusterSnapshot,
+    pod: PodId,
+    reason: BlockingPodReason,
+) -> Option<String> {
+    let p = snap.pod(pod);
+    match (reason, &p.local_volume) {
+        (BlockingPodReason::PinnedToNode, Some(v)) => Some(format!(
+            "claim {}/{} is bound to PersistentVolume {}, whose node affinity no other node satisfies",
+            p.namespace, v.claim, v.pv
+        )),
+        _ => None,
+    }
 }
 
 /// The pods that must move off `node`, sorted by `namespace/name`; or the first blocking pod.
@@ -202,6 +283,123 @@ mod tests {
     }
 
     #[test]
+    fn static_pods_stay_whatever_marks_them() {
+        assert_eq!(
+            one(pod("etcd").annotation(names::ANNOTATION_CONFIG_SOURCE, "file")),
+            PodDisposition::Stays
+        );
+        assert_eq!(
+            one(pod("proxy").owned_by("Node", "n1")),
+            PodDisposition::Stays
+        );
+        // A pod from the API with the source annotation is an ordinary pod.
+        assert_eq!(
+            one(pod("web-1")
+                .owned_by_rs("web")
+                .annotation(names::ANNOTATION_CONFIG_SOURCE, "api")),
+            PodDisposition::Moves
+        );
+    }
+
+    #[test]
+    fn on_completion_blocks_until_the_pod_has_finished() {
+        for k in [
+            names::ANNOTATION_SAFE_TO_EVICT,
+            names::CA_ANNOTATION_SAFE_TO_EVICT,
+        ] {
+            assert_eq!(
+                one(pod("job-1")
+                    .owned_by("Job", "batch")
+                    .annotation(k, "on-completion")),
+                PodDisposition::Blocks(BlockingPodReason::RunsToCompletion),
+                "{k}"
+            );
+            assert_eq!(
+                one(pod("job-1")
+                    .owned_by("Job", "batch")
+                    .annotation(k, "on-completion")
+                    .phase("Succeeded")),
+                PodDisposition::Stays,
+                "{k}: finished"
+            );
+        }
+    }
+
+    #[test]
+    fn do_not_disrupt_with_a_duration_protects_until_the_pod_ran_that_long() {
+        let now: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let at = |s: &str| Some(s.parse::<jiff::Timestamp>().unwrap());
+        let v = |s: &str| Some(s.to_string());
+        assert!(do_not_disrupt(v("true").as_ref(), None, now));
+        assert!(do_not_disrupt(
+            v("30m").as_ref(),
+            at("2026-01-01T00:45:00Z"),
+            now
+        ));
+        assert!(!do_not_disrupt(
+            v("30m").as_ref(),
+            at("2026-01-01T00:15:00Z"),
+            now
+        ));
+        assert!(do_not_disrupt(
+            v("1h30m").as_ref(),
+            at("2026-01-01T00:15:00Z"),
+            now
+        ));
+        assert!(
+            do_not_disrupt(v("5m").as_ref(), None, now),
+            "not started yet"
+        );
+        assert!(!do_not_disrupt(v("false").as_ref(), None, now));
+        assert!(
+            !do_not_disrupt(v("soon").as_ref(), None, now),
+            "not a duration"
+        );
+        assert!(!do_not_disrupt(None, None, now));
+        // Through the classification: a pod that has just started is kept.
+        let young = || {
+            pod("web-1")
+                .owned_by_rs("web")
+                .annotation(names::KARPENTER_DO_NOT_DISRUPT, "1h")
+        };
+        assert_eq!(
+            one(young().started_at(jiff::Timestamp::now())),
+            PodDisposition::Blocks(BlockingPodReason::NotSafeToEvictAnnotation)
+        );
+        let old = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(2);
+        assert_eq!(one(young().started_at(old)), PodDisposition::Moves);
+    }
+
+    #[test]
+    fn local_volumes_that_may_be_lost_do_not_keep_the_node() {
+        let k = names::CA_ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES;
+        assert_eq!(
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .annotation(k, "scratch")),
+            PodDisposition::Moves
+        );
+        assert_eq!(
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .host_path("/var/data")
+                .annotation(k, "cache, scratch")),
+            PodDisposition::Blocks(BlockingPodReason::LocalStorageRequested),
+            "the hostPath volume is not listed"
+        );
+        assert_eq!(
+            one(pod("tmp")
+                .owned_by_rs("web")
+                .empty_dir(false)
+                .host_path("/var/data")
+                .annotation(k, "scratch,host")),
+            PodDisposition::Moves
+        );
+    }
+
+    #[test]
     fn safe_to_evict_true_overrides_and_switches_relax() {
         for k in [
             names::ANNOTATION_SAFE_TO_EVICT,
@@ -247,23 +445,61 @@ mod tests {
     }
 
     #[test]
-    fn local_volume_pins_the_pod() {
-        use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+    fn local_volume_pins_the_pod_and_names_the_volume() {
+        use crate::testkit::{bound_claim, local_volume};
         let mut objs = objects(
-            [node("n1")],
+            [node("n1"), node("n2")],
             [pod("db-0")
                 .owned_by("StatefulSet", "db")
                 .pvc("data-db-0")
                 .on("n1")],
         );
-        objs.persistent_volumes.push(serde_json::from_value::<PersistentVolume>(serde_json::json!({
-            "metadata": {"name": "pv-1"},
-            "spec": {"local": {"path": "/mnt/disk"}, "nodeAffinity": {"required": {"nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["n1"]}]}]}}}
-        })).unwrap());
-        objs.persistent_volume_claims.push(serde_json::from_value::<PersistentVolumeClaim>(serde_json::json!({
-            "metadata": {"name": "data-db-0", "namespace": "default"}, "spec": {"volumeName": "pv-1"}
-        })).unwrap());
+        objs.persistent_volumes
+            .push(local_volume("pv-1", "n1", Some("data-db-0")));
+        objs.persistent_volume_claims
+            .push(bound_claim("data-db-0", "pv-1"));
+        objs.stateful_sets
+            .push(crate::testkit::stateful_set("db", 1));
+        let s = build_snapshot(&objs).unwrap();
+        let p = s.pod_by_uid("uid-default-db-0").unwrap();
+        assert_eq!(
+            classify(&s, p, &DrainRules::default(), &mut PdbTracker::new(&s)),
+            PodDisposition::Blocks(BlockingPodReason::PinnedToNode)
+        );
+        let detail = block_detail(&s, p, BlockingPodReason::PinnedToNode).unwrap_or_default();
+        assert!(
+            detail.contains("default/data-db-0") && detail.contains("PersistentVolume pv-1"),
+            "{detail}"
+        );
+    }
+
+    #[test]
+    fn a_zonal_volume_lets_the_pod_move_within_its_zone() {
+        use crate::testkit::{bound_claim, volume_on};
+        let zone = "topology.kubernetes.io/zone";
+        let mut objs = objects(
+            [
+                node("n1").label(zone, "a"),
+                node("n2").label(zone, "a"),
+                node("n3").label(zone, "b"),
+            ],
+            [pod("db-0")
+                .owned_by("StatefulSet", "db")
+                .pvc("data")
+                .on("n1")],
+        );
+        objs.persistent_volumes
+            .push(volume_on("pv-z", "zonal", zone, "a", Some("data")));
+        objs.persistent_volume_claims
+            .push(bound_claim("data", "pv-z"));
+        objs.stateful_sets
+            .push(crate::testkit::stateful_set("db", 1));
+        assert_eq!(
+            classify_in(objs.clone(), DrainRules::default()),
+            PodDisposition::Moves
+        );
+        // The only other node of its zone gone: pinned.
+        objs.nodes.remove(1);
         assert_eq!(
             classify_in(objs, DrainRules::default()),
             PodDisposition::Blocks(BlockingPodReason::PinnedToNode)

@@ -73,6 +73,45 @@ pub fn check_node(
     Ok(())
 }
 
+/// How long after a pod was bound to a node that node is not removed: the scheduler may still
+/// be binding others there (Kubernetes issue 125491: nodes deleted while a pod was binding).
+pub const ARRIVAL_WINDOW: jiff::SignedDuration = jiff::SignedDuration::from_secs(5);
+
+/// Pods on their way to `node` (nominated to it, not bound yet) or bound to it within
+/// [`ARRIVAL_WINDOW`] before `now`, DaemonSet and mirror pods excepted: `namespace/name`, sorted.
+/// A node with any is not removed now.
+pub fn arriving(snap: &ClusterSnapshot, node: NodeId, now: jiff::Timestamp) -> Vec<String> {
+    let since = now - ARRIVAL_WINDOW;
+    let mut out: Vec<String> = snap
+        .pods_on(node)
+        .iter()
+        .map(|p| snap.pod(*p))
+        .filter(|p| !p.mirror && !p.is_daemonset() && !p.terminal && !p.terminating)
+        .filter(|p| p.nominated || p.scheduled_at.is_some_and(|t| t > since && t <= now))
+        .map(|p| p.key())
+        .collect();
+    out.sort();
+    out
+}
+
+/// The message naming what [`arriving`] found.
+pub fn arriving_message(pods: &[String]) -> String {
+    const SHOWN: usize = 3;
+    let mut s = pods
+        .iter()
+        .take(SHOWN)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if pods.len() > SHOWN {
+        s.push_str(&format!(" and {} more", pods.len() - SHOWN));
+    }
+    format!(
+        "pods nominated to the node or bound to it in the last {}s: {s}",
+        ARRIVAL_WINDOW.as_secs()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +198,47 @@ mod tests {
             ignore_mirror_pods: true,
         };
         assert!((utilization(&s, 0, ignore) - 0.25).abs() < 1e-9);
+    }
+
+    #[test]
+    fn pods_on_their_way_or_just_bound_keep_their_node() {
+        let now: jiff::Timestamp = "2026-06-01T12:00:00Z".parse().unwrap_or_default();
+        let ago = |s: i64| now - jiff::SignedDuration::from_secs(s);
+        let s = snapshot(
+            [
+                node("n1").cpu("4"),
+                node("n2").cpu("4"),
+                node("n3").cpu("4"),
+            ],
+            [
+                pod("old").on("n1").owned_by_rs("web").scheduled_at(ago(60)),
+                pod("ds-new")
+                    .on("n1")
+                    .owned_by_ds("agent")
+                    .scheduled_at(ago(1)),
+                pod("fresh")
+                    .on("n2")
+                    .owned_by_rs("web")
+                    .scheduled_at(ago(2)),
+                pod("preemptor").owned_by_rs("web").nominated("n3").cpu("3"),
+            ],
+        );
+        assert!(
+            arriving(&s, 0, now).is_empty(),
+            "bound long ago; DaemonSet pods never count"
+        );
+        assert_eq!(arriving(&s, 1, now), vec!["default/fresh"]);
+        assert!(
+            arriving(&s, 1, now + ARRIVAL_WINDOW).is_empty(),
+            "settled after the window"
+        );
+        assert_eq!(arriving(&s, 2, now), vec!["default/preemptor"]);
+        // The nominated pod uses its node's capacity.
+        let (cpu, _) = s.usage(2).counted(false, false);
+        assert_eq!(cpu, 3000);
+        assert!(
+            arriving_message(&["a".into(), "b".into(), "c".into(), "d".into()])
+                .contains("and 1 more")
+        );
     }
 }

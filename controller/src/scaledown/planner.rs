@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Pod;
 use super::budgets::{self, InFlight, Removable, Selection};
 use super::config::PlannerConfig;
 use super::drainability::{PodDisposition, classify};
-use super::eligibility::{being_deleted, check_node, utilization};
+use super::eligibility::{self, being_deleted, check_node, utilization};
 use super::pdb::{PdbTracker, PdbView};
 use super::removal;
 use super::simulation::{Greedy, Inputs, Sim};
@@ -198,6 +198,8 @@ pub struct Unremovable {
     /// `namespace/name` of the pod that blocks, for `BlockedByPod` and `NoPlaceToMovePods`.
     pub pod: Option<String>,
     pub pod_reason: Option<BlockingPodReason>,
+    /// What else names the cause, for a user to act on (the volume that pins a pod).
+    pub detail: Option<String>,
 }
 
 /// Figures of one simulation.
@@ -374,9 +376,10 @@ fn eligible_nodes(
     deleted: &BTreeSet<String>,
     pending: bool,
     previous: &BTreeMap<String, Timestamp>,
-    unremovable: &mut Vec<Unremovable>,
-) -> Vec<NodeId> {
+    now: Timestamp,
+) -> (Vec<NodeId>, Vec<Unremovable>) {
     let mut eligible: Vec<NodeId> = Vec::new();
+    let mut unremovable = Vec::new();
     for &n in &facts.governed {
         let check = check_node(snap, n, deleted, cfg.utilization_threshold, cfg.utilization)
             .and_then(|()| match cfg.removal {
@@ -389,7 +392,16 @@ fn eligible_nodes(
                 n,
                 UnremovableReason::PendingReschedule,
             )),
-            Ok(()) => eligible.push(n),
+            Ok(()) => {
+                let arriving = eligibility::arriving(snap, n, now);
+                if arriving.is_empty() {
+                    eligible.push(n);
+                } else {
+                    let mut u = Unremovable::node(snap, n, UnremovableReason::PodsArriving);
+                    u.detail = Some(eligibility::arriving_message(&arriving));
+                    unremovable.push(u);
+                }
+            }
             Err(reason) => unremovable.push(Unremovable::node(snap, n, reason)),
         }
     }
@@ -399,7 +411,7 @@ fn eligible_nodes(
             .cmp(&was(b))
             .then_with(|| by_util(snap, &facts.util, *a, *b))
     });
-    eligible
+    (eligible, unremovable)
 }
 
 impl Unremovable {
@@ -410,6 +422,7 @@ impl Unremovable {
             reason,
             pod: None,
             pod_reason: None,
+            detail: None,
         }
     }
 }
@@ -440,15 +453,14 @@ pub fn plan(
     let evicted_pending = sim.reinject_evictions(&state.recent_evictions, &state.hints);
     let pending = deleted_pending || evicted_pending;
 
-    let mut unremovable = Vec::new();
-    let eligible = eligible_nodes(
+    let (eligible, unremovable) = eligible_nodes(
         sim.snap,
         &facts,
         cfg,
         &deleted,
         pending,
         &state.candidates,
-        &mut unremovable,
+        now,
     );
     let mut greedy = Greedy::new(sim.snap.node_count(), unremovable);
     let inputs = Inputs {

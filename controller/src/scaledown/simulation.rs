@@ -7,7 +7,7 @@ use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
 use jiff::Timestamp;
 
 use super::config::PlannerConfig;
-use super::drainability::{DrainRules, PodDisposition, classify, pods_to_move};
+use super::drainability::{DrainRules, PodDisposition, block_detail, classify, pods_to_move};
 use super::pdb::PdbTracker;
 use super::planner::{
     Candidate, DestinationHints, Move, NodeFacts, NonCandidate, PlannerState, RecentEviction,
@@ -271,6 +271,8 @@ struct Refusal {
     reason: UnremovableReason,
     pod: Option<String>,
     pod_reason: Option<BlockingPodReason>,
+    /// What else names the cause (the volume that pins the pod).
+    detail: Option<String>,
     simulated: bool,
 }
 
@@ -280,6 +282,7 @@ impl Refusal {
             reason,
             pod: None,
             pod_reason: None,
+            detail: None,
             simulated: false,
         }
     }
@@ -293,8 +296,14 @@ impl Refusal {
             reason,
             pod: Some(pod),
             pod_reason,
+            detail: None,
             simulated: true,
         }
+    }
+
+    fn with_detail(mut self, detail: Option<String>) -> Self {
+        self.detail = detail;
+        self
     }
 }
 
@@ -398,6 +407,7 @@ impl Greedy {
                     sim.snap.pod(pod).key(),
                     Some(r),
                 )
+                .with_detail(block_detail(sim.snap, pod, r))
             })?;
         let moves = sim.simulate_drain(node, name, &pods, &inputs.state.hints)?;
         Ok(Drained {
@@ -458,6 +468,7 @@ impl Greedy {
             reason: r.reason,
             pod: r.pod,
             pod_reason: r.pod_reason,
+            detail: r.detail,
         });
     }
 }

@@ -60,47 +60,93 @@ pub struct Leader {
     fence: Fence,
 }
 
-/// Self-fencing: the leader reads its Lease every `grace` seconds and counts itself deposed when
-/// another holder shows, or when it could not confirm its holding for `duration - grace` (an
-/// API it cannot reach may already have handed the Lease to another replica).
+/// Self-fencing: the leader reads its Lease every `every` and counts itself deposed when another
+/// holder shows, or when the last renewal it can see (the Lease's `renewTime`) is older than
+/// `duration - margin`. A standby acquires the Lease only once `renewTime + duration` has passed,
+/// so a leader that cannot renew (API server or etcd unreachable) stops acting `margin` before
+/// anyone else may start. kube-lease-manager keeps believing it holds the Lease while its
+/// renewals fail (it retries with a back-off and reports no loss), hence this deadline of its own.
 #[derive(Clone)]
 struct Fence {
     api: kube::Api<k8s_openapi::api::coordination::v1::Lease>,
     name: String,
     identity: String,
     every: Duration,
-    patience: Duration,
+    /// How long after its last renewal the holder may still act: the Lease's duration less a
+    /// margin for clock skew and for a request in flight.
+    valid_for: Duration,
+}
+
+/// Why a read of the Lease deposes its holder, or how long ago it was renewed.
+#[derive(Debug, PartialEq, Eq)]
+enum LeaseRead {
+    /// Held by this identity, renewed this long ago (zero when `renewTime` is in the future).
+    Held(Duration),
+    Deposed(String),
+}
+
+/// What the Lease says of `identity` at `now` (wall clock, as `renewTime` is written).
+fn read_lease(
+    lease: &k8s_openapi::api::coordination::v1::Lease,
+    identity: &str,
+    now: jiff::Timestamp,
+) -> LeaseRead {
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.as_deref());
+    if holder != Some(identity) {
+        return LeaseRead::Deposed(format!(
+            "the Lease is held by {}",
+            holder.unwrap_or("nobody")
+        ));
+    }
+    match spec.and_then(|s| s.renew_time.as_ref()) {
+        Some(t) => {
+            let age = now.duration_since(t.0).unsigned_abs();
+            let age = if t.0 > now { Duration::ZERO } else { age };
+            LeaseRead::Held(age)
+        }
+        None => LeaseRead::Deposed("the Lease has no renewTime".to_string()),
+    }
 }
 
 impl Fence {
     async fn deposed(&self) -> String {
-        let mut confirmed = tokio::time::Instant::now();
+        // Just acquired (or confirmed): valid for `valid_for` from now at most.
+        let mut valid_until = tokio::time::Instant::now() + self.valid_for;
         loop {
-            tokio::time::sleep(self.every).await;
-            match self.api.get_opt(&self.name).await {
-                Ok(Some(lease)) => {
-                    let holder = lease.spec.and_then(|s| s.holder_identity);
-                    if holder.as_deref() == Some(self.identity.as_str()) {
-                        confirmed = tokio::time::Instant::now();
-                        continue;
+            let read = tokio::time::timeout(self.every, self.api.get_opt(&self.name)).await;
+            match read {
+                Ok(Ok(Some(lease))) => {
+                    match read_lease(&lease, &self.identity, jiff::Timestamp::now()) {
+                        LeaseRead::Held(age) => {
+                            valid_until =
+                                tokio::time::Instant::now() + self.valid_for.saturating_sub(age);
+                        }
+                        LeaseRead::Deposed(why) => return why,
                     }
-                    return format!(
-                        "the Lease is held by {}",
-                        holder.as_deref().unwrap_or("nobody")
-                    );
                 }
-                Ok(None) => return "the Lease was deleted".to_string(),
-                Err(e) if confirmed.elapsed() >= self.patience => {
-                    return format!(
-                        "could not confirm the Lease for {}s: {e}",
-                        confirmed.elapsed().as_secs()
-                    );
-                }
-                Err(e) => tracing::warn!(error = %e, "reading the Lease"),
+                Ok(Ok(None)) => return "the Lease was deleted".to_string(),
+                Ok(Err(e)) => tracing::warn!(error = %e, "reading the Lease"),
+                Err(_) => tracing::warn!("reading the Lease timed out"),
             }
+            let now = tokio::time::Instant::now();
+            if now >= valid_until {
+                return format!(
+                    "the Lease was not renewed for {:.1}s; another replica may acquire it soon",
+                    self.valid_for.as_secs_f64()
+                );
+            }
+            tokio::time::sleep(self.every.min(valid_until - now)).await;
         }
     }
 }
+
+/// How much sooner than a standby may acquire the Lease its holder stops acting: room for clock
+/// skew between replicas and for a request already sent (at most; half the renewal grace when
+/// that is shorter, so that a renewal on time never trips the fence).
+const FENCE_MARGIN: Duration = Duration::from_secs(2);
+/// How often the holder reads its Lease (at most; the margin when that is shorter).
+const FENCE_POLL: Duration = Duration::from_secs(1);
 
 impl Leader {
     /// Campaign until this replica holds the Lease. `on_known` is called once the Lease has
@@ -113,12 +159,13 @@ impl Leader {
         // The builder panics unless 0 < grace < duration: keep the values in range.
         let duration = cfg.duration_secs.max(2);
         let grace = cfg.grace_secs.clamp(1, duration - 1);
+        let margin = FENCE_MARGIN.min(Duration::from_secs(grace) / 2);
         let fence = Fence {
             api: kube::Api::namespaced(client.clone(), &cfg.namespace),
             name: cfg.lease_name.clone(),
             identity: cfg.identity.clone(),
-            every: Duration::from_secs(grace),
-            patience: Duration::from_secs(duration - grace),
+            every: FENCE_POLL.min(margin),
+            valid_for: Duration::from_secs(duration).saturating_sub(margin),
         };
         let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
             .with_namespace(&cfg.namespace)
@@ -174,15 +221,65 @@ impl Leader {
         }
     }
 
-    /// Give the Lease up (graceful shutdown), bounded in time.
-    pub async fn release(self) {
+    /// Give the Lease up (graceful shutdown: its holder is cleared, so a standby acquires it at
+    /// once), within `bound` (at least a second).
+    pub async fn release(self, bound: Duration) {
         let Leader { state, task, .. } = self;
         drop(state); // the manager releases the Lease when its receivers are gone
-        match tokio::time::timeout(Duration::from_secs(5), task).await {
+        match tokio::time::timeout(bound.max(Duration::from_secs(1)), task).await {
             Ok(Ok(Ok(_))) => tracing::info!("Lease released"),
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "releasing the Lease"),
             Ok(Err(e)) => tracing::warn!(error = %e, "leader-election task"),
             Err(_) => tracing::warn!("releasing the Lease timed out; it expires on its own"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn lease(holder: Option<&str>, renewed: Option<jiff::Timestamp>) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: renewed.map(MicroTime),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn a_lease_reads_as_held_since_its_renewal_or_deposed() {
+        let now: jiff::Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
+        let renewed: jiff::Timestamp = "2026-01-01T00:00:07Z".parse().unwrap();
+        assert_eq!(
+            read_lease(&lease(Some("a"), Some(renewed)), "a", now),
+            LeaseRead::Held(Duration::from_secs(3))
+        );
+        // A renewal stamped ahead of this clock counts as just now.
+        assert_eq!(
+            read_lease(
+                &lease(Some("a"), Some(now + jiff::SignedDuration::from_secs(1))),
+                "a",
+                now
+            ),
+            LeaseRead::Held(Duration::ZERO)
+        );
+        assert!(matches!(
+            read_lease(&lease(Some("b"), Some(renewed)), "a", now),
+            LeaseRead::Deposed(w) if w.contains("held by b")
+        ));
+        assert!(matches!(
+            read_lease(&lease(None, None), "a", now),
+            LeaseRead::Deposed(w) if w.contains("nobody")
+        ));
+        assert!(matches!(
+            read_lease(&lease(Some("a"), None), "a", now),
+            LeaseRead::Deposed(_)
+        ));
     }
 }

@@ -8,7 +8,7 @@ use std::time::Instant;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::stores::Stores;
-use crate::cluster::build::Workload;
+use crate::cluster::build::{SnapshotError, VolumeIndex, Workload, volume_index};
 use crate::cluster::{ClusterEvent, LiveCluster, UpdateError};
 
 /// An owner kind whose desired replicas the model keeps.
@@ -46,6 +46,8 @@ struct Dirty {
     owners: BTreeSet<(OwnerKind, String, String)>,
     node_states: bool,
     providers: bool,
+    /// PersistentVolumes, claims or StorageClasses changed.
+    volumes: bool,
 }
 
 impl Default for Dirty {
@@ -58,6 +60,7 @@ impl Default for Dirty {
             owners: BTreeSet::new(),
             node_states: false,
             providers: false,
+            volumes: false,
         }
     }
 }
@@ -70,6 +73,7 @@ impl Dirty {
             + self.owners.len()
             + usize::from(self.node_states)
             + usize::from(self.providers)
+            + usize::from(self.volumes)
     }
 }
 
@@ -137,6 +141,10 @@ impl SharedModel {
 
     pub fn providers_changed(&self) {
         self.mark(|d| d.providers = true);
+    }
+
+    pub fn volumes_changed(&self) {
+        self.mark(|d| d.volumes = true);
     }
 
     /// A cache was listed again: the next reader rebuilds the model.
@@ -235,6 +243,7 @@ fn build(stores: &Stores) -> (LiveCluster, usize) {
     );
     let count = owners.len() + nodes.len() + pdbs.len() + pods.len();
     let events = [
+        ClusterEvent::Volumes(volumes(stores)),
         ClusterEvent::Providers(&stores.providers.index()),
         ClusterEvent::WarmRoles(warm),
         ClusterEvent::Owners(owners),
@@ -253,9 +262,26 @@ fn build(stores: &Stores) -> (LiveCluster, usize) {
     (live, count)
 }
 
+/// Where the claims of the caches let their pods run.
+fn volumes(stores: &Stores) -> Result<VolumeIndex, SnapshotError> {
+    let (pvs, pvcs, classes) = (
+        stores.persistent_volumes.state(),
+        stores.persistent_volume_claims.state(),
+        stores.storage_classes.state(),
+    );
+    volume_index(
+        pvs.iter().map(|v| &**v),
+        pvcs.iter().map(|c| &**c),
+        classes.iter().map(|c| &**c),
+    )
+}
+
 /// Applies the changed keys, reading each object from its cache (gone from it: deleted), in the
-/// order a build reads them: NodeStates and providers, owners, nodes, budgets, pods.
+/// order a build reads them: volumes, NodeStates and providers, owners, nodes, budgets, pods.
 fn apply(live: &mut LiveCluster, stores: &Stores, dirty: &Dirty) -> Result<(), UpdateError> {
+    if dirty.volumes {
+        live.apply(ClusterEvent::Volumes(volumes(stores)))?;
+    }
     if dirty.providers {
         live.apply(ClusterEvent::Providers(&stores.providers.index()))?;
     }

@@ -9,8 +9,11 @@ use ebb_api::nodestate::NodeState;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController};
+use k8s_openapi::api::core::v1::{
+    Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, Resource, ResourceExt};
@@ -33,6 +36,11 @@ pub struct Stores {
     pub daemon_sets: Store<DaemonSet>,
     pub jobs: Store<Job>,
     pub replication_controllers: Store<ReplicationController>,
+    /// Volumes, claims and their classes: where each pod's volumes let it run (a pod on a local
+    /// volume cannot leave its node).
+    pub persistent_volumes: Store<PersistentVolume>,
+    pub persistent_volume_claims: Store<PersistentVolumeClaim>,
+    pub storage_classes: Store<StorageClass>,
     /// The node agents' NodeStates (warm data per node): read when there, never waited for, so
     /// a cluster without agents (or without the CRD) still plans.
     pub node_states: Store<NodeState>,
@@ -266,6 +274,18 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
             s
         }};
     }
+    macro_rules! volumes {
+        ($kind:ident) => {{
+            let m = model.clone();
+            let (s, t) = reflect(
+                Api::<$kind>::all(client.clone()),
+                stringify!($kind),
+                move |c| mark(&m, &c, |m, _, _| m.volumes_changed()),
+            );
+            tasks.push(t);
+            s
+        }};
+    }
     let stores = Stores {
         nodes,
         pods,
@@ -287,6 +307,9 @@ pub async fn start(client: kube::Client, providers: &ProviderSources) -> Watches
             );
             empty()
         },
+        persistent_volumes: volumes!(PersistentVolume),
+        persistent_volume_claims: volumes!(PersistentVolumeClaim),
+        storage_classes: volumes!(StorageClass),
         node_states: {
             let m = model.clone();
             let (s, t) = reflect(
@@ -329,6 +352,9 @@ impl Stores {
         self.daemon_sets.wait_until_ready().await?;
         self.jobs.wait_until_ready().await?;
         self.replication_controllers.wait_until_ready().await?;
+        self.persistent_volumes.wait_until_ready().await?;
+        self.persistent_volume_claims.wait_until_ready().await?;
+        self.storage_classes.wait_until_ready().await?;
         self.providers.wait_synced().await?;
         Ok(())
     }
@@ -362,9 +388,11 @@ impl Stores {
             daemon_sets: all(&self.daemon_sets),
             jobs: all(&self.jobs),
             replication_controllers: all(&self.replication_controllers),
+            persistent_volumes: all(&self.persistent_volumes),
+            persistent_volume_claims: all(&self.persistent_volume_claims),
+            storage_classes: all(&self.storage_classes),
             node_states: all(&self.node_states),
             providers: self.providers.index(),
-            ..ClusterObjects::default()
         }
     }
 }

@@ -6,6 +6,7 @@ mod nodes;
 mod pod_scheduling;
 mod pods;
 mod snapshots;
+mod volumes;
 mod workloads;
 
 use std::collections::BTreeMap;
@@ -16,6 +17,7 @@ pub use node_states::node_state_warm;
 pub use nodes::{NodeBuilder, node, taint};
 pub use pods::{PodBuilder, pod};
 pub use snapshots::{config_selecting, objects, snapshot};
+pub use volumes::{bound_claim, local_volume, storage_class, unbound_claim, volume_on};
 pub use workloads::{daemon_set, pdb_min_available, replica_set, stateful_set};
 
 /// Sets `key=value` in an optional label or annotation map.

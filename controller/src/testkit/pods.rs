@@ -137,6 +137,12 @@ impl PodBuilder {
     pub fn owned_by_ds(self, name: &str) -> Self {
         self.owned_by("DaemonSet", name)
     }
+    /// `status.startTime`.
+    pub fn started_at(mut self, t: jiff::Timestamp) -> Self {
+        self.0.status.get_or_insert_default().start_time =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t));
+        self
+    }
     pub fn mirror(self) -> Self {
         self.annotation("kubernetes.io/config.mirror", "hash")
     }
@@ -194,6 +200,27 @@ impl PodBuilder {
             }),
             ..Default::default()
         })
+    }
+    /// Pending, nominated to `node` by the scheduler (`status.nominatedNodeName`).
+    pub fn nominated(mut self, node: &str) -> Self {
+        self.spec().node_name = None;
+        if let Some(s) = self.0.status.as_mut() {
+            s.nominated_node_name = Some(node.into());
+            s.phase = Some("Pending".into());
+        }
+        self.not_ready()
+    }
+    /// Bound by the scheduler at `at` (its `PodScheduled` condition).
+    pub fn scheduled_at(mut self, at: jiff::Timestamp) -> Self {
+        if let Some(s) = self.0.status.as_mut() {
+            s.conditions.get_or_insert_default().push(PodCondition {
+                type_: "PodScheduled".into(),
+                status: "True".into(),
+                last_transition_time: Some(Time(at)),
+                ..Default::default()
+            });
+        }
+        self
     }
     pub fn build(self) -> Pod {
         self.0

@@ -62,6 +62,8 @@ struct State {
     lease_owner: Option<String>,
     /// Answer every Lease request with 503 (an API the replica cannot reach).
     lease_down: bool,
+    /// Lease writes fail while reads work (renewals cannot land: etcd refusing writes).
+    lease_writes_down: bool,
     /// Scripted eviction answers per `namespace/name`; when empty, 201.
     evictions: BTreeMap<String, VecDeque<u16>>,
     /// Conflicts (409) to answer to the next node patches.
@@ -157,6 +159,9 @@ impl FakeApi {
             daemon_sets: empty_store(),
             jobs: empty_store(),
             replication_controllers: empty_store(),
+            persistent_volumes: empty_store(),
+            persistent_volume_claims: empty_store(),
+            storage_classes: empty_store(),
             node_states: empty_store(),
             providers: Default::default(),
             model: self.model.clone(),
@@ -418,10 +423,23 @@ impl FakeApi {
         self.state.lock().unwrap().lease_down = down;
     }
 
+    /// Make Lease writes fail while reads still work (or work again).
+    pub fn lease_writes_down(&self, down: bool) {
+        self.state.lock().unwrap().lease_writes_down = down;
+    }
+
+    /// The Lease's `renewTime`, if any.
+    pub fn lease_renew_time(&self) -> Option<String> {
+        let s = self.state.lock().unwrap();
+        s.lease.as_ref()?["spec"]["renewTime"]
+            .as_str()
+            .map(str::to_string)
+    }
+
     /// One Lease (any name) with server-side-apply ownership of `holderIdentity`.
     fn lease(&self, method: &str, query: &str, content_type: &str, body: &Value) -> (u16, Value) {
         let mut s = self.state.lock().unwrap();
-        if s.lease_down {
+        if s.lease_down || (s.lease_writes_down && method != "GET") {
             return (503, status(503, "ServiceUnavailable"));
         }
         let manager = query

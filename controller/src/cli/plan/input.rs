@@ -152,6 +152,7 @@ impl Item<'_> {
             "ReplicationController" => o.replication_controllers.push(self.take()?),
             "PersistentVolume" => o.persistent_volumes.push(self.take()?),
             "PersistentVolumeClaim" => o.persistent_volume_claims.push(self.take()?),
+            "StorageClass" => o.storage_classes.push(self.take()?),
             "NodeState" => o.node_states.push(self.take()?),
             "MachineSet" | "MachineDeployment" | "NodeClaim" => {
                 let kind = self.kind.clone();

@@ -43,19 +43,18 @@ pub fn plan_objects(
     })
 }
 
-/// Lists the objects `plan` needs from the current kubeconfig context (read-only).
-async fn list_live() -> anyhow::Result<ClusterObjects> {
+/// Lists the objects `plan` needs through `client` (read-only): every kind the running
+/// controller watches for its model (a test holds the two to the same kinds).
+pub async fn list_live(client: &kube::Client) -> anyhow::Result<ClusterObjects> {
     use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::{
         Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
     };
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::api::storage::v1::StorageClass;
     use kube::api::{Api, ListParams};
 
-    let client = kube::Client::try_default().await.context(
-        "connecting with the current kubeconfig context (use --snapshot to plan offline)",
-    )?;
     // Every object of a kind, in all namespaces for namespaced kinds.
     async fn all<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
     where
@@ -70,21 +69,22 @@ async fn list_live() -> anyhow::Result<ClusterObjects> {
         Ok(list.items)
     }
     Ok(ClusterObjects {
-        providers: list_providers(&client).await?,
-        nodes: all::<Node>(&client, "nodes").await?,
-        pods: all::<Pod>(&client, "pods").await?,
-        pdbs: all::<PodDisruptionBudget>(&client, "poddisruptionbudgets").await?,
-        replica_sets: all::<ReplicaSet>(&client, "replicasets").await?,
-        stateful_sets: all::<StatefulSet>(&client, "statefulsets").await?,
-        daemon_sets: all::<DaemonSet>(&client, "daemonsets").await?,
-        jobs: all::<Job>(&client, "jobs").await?,
-        replication_controllers: all::<ReplicationController>(&client, "replicationcontrollers")
+        providers: list_providers(client).await?,
+        nodes: all::<Node>(client, "nodes").await?,
+        pods: all::<Pod>(client, "pods").await?,
+        pdbs: all::<PodDisruptionBudget>(client, "poddisruptionbudgets").await?,
+        replica_sets: all::<ReplicaSet>(client, "replicasets").await?,
+        stateful_sets: all::<StatefulSet>(client, "statefulsets").await?,
+        daemon_sets: all::<DaemonSet>(client, "daemonsets").await?,
+        jobs: all::<Job>(client, "jobs").await?,
+        replication_controllers: all::<ReplicationController>(client, "replicationcontrollers")
             .await?,
-        persistent_volumes: all::<PersistentVolume>(&client, "persistentvolumes").await?,
-        persistent_volume_claims: all::<PersistentVolumeClaim>(&client, "persistentvolumeclaims")
+        persistent_volumes: all::<PersistentVolume>(client, "persistentvolumes").await?,
+        persistent_volume_claims: all::<PersistentVolumeClaim>(client, "persistentvolumeclaims")
             .await?,
+        storage_classes: all::<StorageClass>(client, "storageclasses").await?,
         // Optional: without node agents (or their CRD) nothing is warm.
-        node_states: match all::<ebb_api::nodestate::NodeState>(&client, "nodestates").await {
+        node_states: match all::<ebb_api::nodestate::NodeState>(client, "nodestates").await {
             Ok(v) => v,
             Err(e) => {
                 eprintln!("warning: {e:#}; planning without warm-data tie-breaks");
@@ -157,7 +157,12 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
             .enable_all()
             .build()
             .context("starting the async runtime")?
-            .block_on(list_live())?,
+            .block_on(async {
+                let client = kube::Client::try_default().await.context(
+                    "connecting with the current kubeconfig context (use --snapshot to plan offline)",
+                )?;
+                list_live(&client).await
+            })?,
     };
     eprintln!(
         "planning on {} nodes and {} pods",

@@ -51,6 +51,9 @@ pub struct UnremovableOut {
     /// Why that pod blocks it (`NotReplicated`, `LocalStorage`, ...: `BlockingPodReason`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pod_reason: Option<String>,
+    /// What else names the cause (the volume that pins a pod, the pods on their way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Figures of the simulation.
@@ -115,6 +118,7 @@ impl PlanOut {
                     reason: u.reason.to_string(),
                     pod: u.pod.clone(),
                     pod_reason: u.pod_reason.map(|r| r.to_string()),
+                    message: u.detail.clone(),
                 })
                 .collect(),
             throttled: !sel.throttled.is_empty(),
@@ -159,11 +163,15 @@ pub fn table(plan: &Plan, sel: &Selection) -> String {
         rows.push([c.node.clone(), decision, detail]);
     }
     for u in &plan.unremovable {
-        let detail = match (&u.pod, u.pod_reason) {
+        let mut detail = match (&u.pod, u.pod_reason) {
             (Some(p), Some(r)) => format!("{} {p} ({r})", u.reason),
             (Some(p), None) => format!("{} {p}", u.reason),
             _ => u.reason.to_string(),
         };
+        if let Some(m) = &u.detail {
+            detail.push_str(": ");
+            detail.push_str(m);
+        }
         rows.push([u.node.clone(), "keep".into(), detail]);
     }
     let w0 = rows.iter().map(|r| r[0].chars().count()).max().unwrap_or(0);

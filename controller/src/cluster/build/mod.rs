@@ -17,6 +17,7 @@ use k8s_openapi::api::core::v1::{
     Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use thiserror::Error;
 
@@ -31,7 +32,7 @@ pub use owners::{OwnerIndex, Workload, owner_index};
 pub use pdbs::{ParsedPdb, PdbRule, counted as pdb_counts, parse_pdb};
 pub use pod::parse_pod;
 pub use selectors::selector_from;
-pub use volumes::{VolumeIndex, volume_index};
+pub use volumes::{ClaimPlacement, NO_PROVISIONER, VolumeIndex, volume_index};
 
 /// Label every kubelet sets; added from the node name when missing so `hostname` topology works.
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -47,9 +48,11 @@ pub struct ClusterObjects {
     pub daemon_sets: Vec<DaemonSet>,
     pub jobs: Vec<Job>,
     pub replication_controllers: Vec<ReplicationController>,
-    /// Optional: with PVs and PVCs, pods on local volumes are known to be pinned to their node.
+    /// Optional: with PVs, PVCs and StorageClasses, pods are placed where their volumes let
+    /// them run (a pod on a local volume is pinned to its node).
     pub persistent_volumes: Vec<PersistentVolume>,
     pub persistent_volume_claims: Vec<PersistentVolumeClaim>,
+    pub storage_classes: Vec<StorageClass>,
     /// Optional: the node agents' NodeStates, for the roles whose data each node holds warm.
     pub node_states: Vec<NodeState>,
     /// Optional: Cluster API's and Karpenter's objects, for the machine behind each node.
@@ -132,6 +135,7 @@ pub fn build_snapshot(objects: &ClusterObjects) -> Result<ClusterSnapshot, Snaps
     let volumes = volume_index(
         &objects.persistent_volumes,
         &objects.persistent_volume_claims,
+        &objects.storage_classes,
     )?;
     let mut interned = Interned::default();
     for p in &objects.pods {
@@ -213,9 +217,23 @@ impl Interned {
         node_ids: &HashMap<String, NodeId>,
     ) -> Result<(), SnapshotError> {
         let (mut info, req) = parse_pod(pod, volumes)?;
-        if !self.seen_uids.insert(info.uid.clone()) {
+        if self.seen_uids.contains(&info.uid) {
             return Ok(()); // the same pod listed twice
         }
+        let node = match &info.node_name {
+            Some(n) => match node_ids.get(n) {
+                Some(id) => Some(*id),
+                // Nominated to a node that is gone: left out, as a cache leaves it out.
+                None if info.nominated => return Ok(()),
+                None => {
+                    return Err(SnapshotError::MissingNode {
+                        pod: info.key(),
+                        node: n.clone(),
+                    });
+                }
+            },
+            None => None,
+        };
         let next = self.classes.len() as ClassId;
         let classes = &mut self.classes;
         info.class = *self.class_ids.entry(req.clone()).or_insert_with(|| {
@@ -225,13 +243,7 @@ impl Interned {
             });
             next
         });
-        let node = match &info.node_name {
-            Some(n) => Some(*node_ids.get(n).ok_or_else(|| SnapshotError::MissingNode {
-                pod: info.key(),
-                node: n.clone(),
-            })?),
-            None => None,
-        };
+        self.seen_uids.insert(info.uid.clone());
         self.placement.push(if info.terminal { None } else { node });
         self.pods.push(info);
         Ok(())

@@ -6,19 +6,19 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 
 use super::selectors::{add_match_label_keys, affinity_terms, node_terms, selector_from};
-use super::volumes::VolumeIndex;
+use super::volumes::{ClaimPlacement, VolumeIndex};
 use super::{SnapshotError, resources_from};
 use crate::cluster::model::{
-    HostPort, OwnerRef, PodInfo, Resources, SchedRequirements, SpreadConstraint, TaintEffect,
-    Toleration,
+    HostPort, LocalVolume, OwnerRef, PodInfo, Resources, SchedRequirements, SpreadConstraint,
+    TaintEffect, Toleration,
 };
 
-/// What a pod's volumes say: local storage (hostPath, disk emptyDir) and whether a local
-/// PersistentVolume pins it to a node.
+/// What a pod's volumes say: local storage (hostPath, disk emptyDir) and the first claim bound
+/// to a PersistentVolume with node affinity (a local volume).
 #[derive(Default)]
 struct VolumeFacts {
     local_storage: bool,
-    pinned_by_volume: bool,
+    local_volume: Option<LocalVolume>,
 }
 
 /// Parses a Pod into what the planner keeps and what the scheduler looks at.
@@ -38,7 +38,13 @@ pub fn parse_pod(
     let mut vols = VolumeFacts::default();
     if let Some(spec) = pod.spec.as_ref() {
         scheduling_requirements(spec, &object, &mut req)?;
-        vols = volume_facts(spec, &namespace, volumes, &mut req);
+        vols = volume_facts(
+            spec,
+            meta.annotations.as_ref(),
+            &namespace,
+            volumes,
+            &mut req,
+        );
     }
     let info = pod_info(pod, namespace, name, object, vols);
     Ok((info, req))
@@ -200,28 +206,44 @@ fn spread_constraints(
     Ok(out)
 }
 
-/// Local storage and local PersistentVolumes (whose node affinity joins `req`).
+/// Local storage and local PersistentVolumes (whose node affinity joins `req`). Volumes named in
+/// Cluster Autoscaler's `safe-to-evict-local-volumes` annotation do not count as local storage.
 fn volume_facts(
     spec: &PodSpec,
+    annotations: Option<&std::collections::BTreeMap<String, String>>,
     namespace: &str,
     volumes: &VolumeIndex,
     req: &mut SchedRequirements,
 ) -> VolumeFacts {
     let mut out = VolumeFacts::default();
+    let may_lose: Vec<&str> = annotations
+        .and_then(|a| a.get(ebb_api::names::CA_ANNOTATION_SAFE_TO_EVICT_LOCAL_VOLUMES))
+        .map(|v| v.split(',').map(str::trim).collect())
+        .unwrap_or_default();
     for v in spec.volumes.iter().flatten() {
-        if v.host_path.is_some() {
+        let local = v.host_path.is_some()
+            || v.empty_dir
+                .as_ref()
+                .is_some_and(|ed| ed.medium.as_deref() != Some("Memory"));
+        if local && !may_lose.contains(&v.name.as_str()) {
             out.local_storage = true;
         }
-        if let Some(ed) = &v.empty_dir
-            && ed.medium.as_deref() != Some("Memory")
-        {
-            out.local_storage = true;
+        let Some(pvc) = &v.persistent_volume_claim else {
+            continue;
+        };
+        let Some(placement) = volumes.get(&(namespace.to_string(), pvc.claim_name.clone())) else {
+            continue;
+        };
+        if let Some(terms) = placement.terms() {
+            req.volume_node_affinity.push(terms);
         }
-        if let Some(pvc) = &v.persistent_volume_claim
-            && let Some(terms) = volumes.get(&(namespace.to_string(), pvc.claim_name.clone()))
+        if let ClaimPlacement::Bound { pv, .. } = placement
+            && out.local_volume.is_none()
         {
-            req.volume_node_affinity.push(terms.clone());
-            out.pinned_by_volume = true;
+            out.local_volume = Some(LocalVolume {
+                claim: pvc.claim_name.clone(),
+                pv: pv.clone(),
+            });
         }
     }
     out
@@ -251,24 +273,57 @@ fn pod_info(
             kind: o.kind.clone(),
             name: o.name.clone(),
         });
+    let mirror = ebb_api::names::is_static_pod(
+        meta.annotations.as_ref(),
+        meta.owner_references
+            .iter()
+            .flatten()
+            .map(|o| o.kind.as_str()),
+    );
     let annotations = meta.annotations.clone().unwrap_or_default();
+    let terminal = matches!(phase, "Succeeded" | "Failed");
+    let terminating = meta.deletion_timestamp.is_some();
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .filter(|n| !n.is_empty());
+    // On its way to a node: the scheduler nominated it (preemption, or binding in progress
+    // since Kubernetes 1.35), or ebb steered it there at its creation (a replacement). It
+    // counts as there until it is bound.
+    let nominated = match (&bound, terminal || terminating) {
+        (None, false) => status
+            .and_then(|s| s.nominated_node_name.clone())
+            .or_else(|| {
+                annotations
+                    .get(ebb_api::names::ANNOTATION_PLANNED_NODE)
+                    .cloned()
+            })
+            .filter(|n| !n.is_empty()),
+        _ => None,
+    };
+    let scheduled_at = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0);
     PodInfo {
         uid: meta.uid.clone().unwrap_or(object),
-        mirror: annotations.contains_key("kubernetes.io/config.mirror"),
+        mirror,
+        started: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
         annotations,
         namespace,
         name,
         class: 0,
         owner,
-        terminal: matches!(phase, "Succeeded" | "Failed"),
-        terminating: meta.deletion_timestamp.is_some(),
+        terminal,
+        terminating,
         ready,
         local_storage: vols.local_storage,
-        pinned_by_volume: vols.pinned_by_volume,
-        node_name: pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .filter(|n| !n.is_empty()),
+        local_volume: vols.local_volume,
+        nominated: nominated.is_some(),
+        scheduled_at,
+        node_name: bound.or(nominated),
     }
 }

@@ -166,6 +166,7 @@ fn unremovable_rows(
             reason: u.reason,
             pod: u.pod.clone(),
             pod_reason: u.pod_reason,
+            message: u.detail.clone(),
         })
         .collect();
     rows.extend(f.overlapping.keys().map(|n| UnremovableNodeStatus {
@@ -173,6 +174,7 @@ fn unremovable_rows(
         reason: UnremovableReason::OverlappingPolicies,
         pod: None,
         pod_reason: None,
+        message: None,
     }));
     rows.sort_by(|a, b| a.node.cmp(&b.node));
     rows
@@ -363,18 +365,21 @@ mod tests {
                     reason: UnremovableReason::NotUnderutilized,
                     pod: None,
                     pod_reason: None,
+                    detail: None,
                 },
                 Unremovable {
                     node: "u2".into(),
                     reason: UnremovableReason::NotUnderutilized,
                     pod: None,
                     pod_reason: None,
+                    detail: None,
                 },
                 Unremovable {
                     node: "d1".into(),
                     reason: UnremovableReason::CurrentlyBeingDeleted,
                     pod: None,
                     pod_reason: None,
+                    detail: None,
                 },
             ],
             ..Plan::default()
