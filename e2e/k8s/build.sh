@@ -27,7 +27,12 @@
 #                                of the default build); regen writes the
 #                                wrapper module cluster-api/, manager builds
 #                                CAPI's core manager (capi-manager)
+#   build.sh node                build what `cluster.sh up --real-node` runs: kubelet
+#                                and kube-proxy (same module and version as the control
+#                                plane) and the pause image (pause/; needs musl-gcc and
+#                                buildah); not part of the default build
 #   build.sh --print-bin-dir     print the bin dir, build nothing
+#   build.sh --print-pause       print the pause image's name and OCI archive
 #
 # Output: ${EBB_K8S_CACHE:-$HOME/.cache/ebb-k8s}/<k8s version>/bin, plus the
 # KWOK Stage files cluster.sh uses in .../<k8s version>/kwok-stages.
@@ -47,6 +52,8 @@ BIN_DIR=$OUT/bin
 STAGE_DIR=$OUT/kwok-stages
 
 KUBE_CMDS=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# A real node's binaries (`build.sh node`, not part of the default build), from the same module.
+NODE_CMDS=(kubelet kube-proxy)
 
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 log() { echo "$*" >&2; }
@@ -83,7 +90,7 @@ regen_kubernetes() {
   staging_version=v0.${K8S_VERSION#v1.}
   mkdir -p "$dir"
   {
-    gen_header "Builds ${KUBE_CMDS[*]} from k8s.io/kubernetes@$K8S_VERSION; its staging modules are replaced by their published $staging_version."
+    gen_header "Builds ${KUBE_CMDS[*]} ${NODE_CMDS[*]} from k8s.io/kubernetes@$K8S_VERSION; its staging modules are replaced by their published $staging_version."
     echo "module ebb.local/e2e/k8s/kubernetes"
     echo
     awk '$1 == "go" && NF == 2 { print; exit }' "$gomod"
@@ -96,7 +103,7 @@ regen_kubernetes() {
     echo "require k8s.io/kubernetes $K8S_VERSION"
     echo
     echo "tool ("
-    for c in "${KUBE_CMDS[@]}"; do echo "	k8s.io/kubernetes/cmd/$c"; done
+    for c in "${KUBE_CMDS[@]}" "${NODE_CMDS[@]}"; do echo "	k8s.io/kubernetes/cmd/$c"; done
     echo ")"
     echo
     echo "replace ("
@@ -194,8 +201,9 @@ go_build() {
   log "    built ${names[*]} in $((SECONDS - start))s"
 }
 
-build_kubernetes() {
-  local v=$K8S_VERSION minor ldflags="-s -w" date p specs=()
+# -ldflags of the Kubernetes binaries: the version they report.
+kube_ldflags() {
+  local v=$K8S_VERSION minor ldflags="-s -w" date p
   minor=${v#v1.}
   minor=${minor%%.*}
   date=$(sed -n 's/.*"Time":"\([^"]*\)".*/\1/p' "$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$v.info" 2>/dev/null || true)
@@ -203,8 +211,52 @@ build_kubernetes() {
     ldflags+=" -X $p.gitVersion=$v -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
     [[ -n $date ]] && ldflags+=" -X $p.buildDate=$date"
   done
+  echo "$ldflags"
+}
+
+build_kubernetes() {
+  local c specs=()
   for c in "${KUBE_CMDS[@]}"; do specs+=("$c=k8s.io/kubernetes/cmd/$c"); done
-  go_build "$HERE/kubernetes" "$v" "$ldflags" "${specs[@]}"
+  go_build "$HERE/kubernetes" "$K8S_VERSION" "$(kube_ldflags)" "${specs[@]}"
+}
+
+# --- node: what `cluster.sh up --real-node` runs beside the control plane (built on request) ---
+# kubelet and kube-proxy from the same wrapper module as the control plane (the Go build cache
+# it left makes this mostly a link), and the pod sandbox ("pause") image: pause/pause.c compiled
+# static with musl-gcc, put FROM scratch by buildah (pause/Dockerfile), exported as an OCI
+# archive that cluster.sh imports into containerd (no registry is needed).
+PAUSE_IMAGE=localhost/ebb-e2e/pause:1
+PAUSE_DIR=$OUT/pause
+
+build_node() {
+  local c specs=()
+  for c in "${NODE_CMDS[@]}"; do specs+=("$c=k8s.io/kubernetes/cmd/$c"); done
+  go_build "$HERE/kubernetes" "$K8S_VERSION" "$(kube_ldflags)" "${specs[@]}"
+  build_pause
+}
+
+build_pause() {
+  local st tmp
+  command -v musl-gcc >/dev/null 2>&1 || die "musl-gcc is required for the pause image (Debian/Ubuntu: apt-get install musl-tools)"
+  command -v buildah >/dev/null 2>&1 || die "buildah is required for the pause image (Debian/Ubuntu: apt-get install buildah)"
+  st="$PAUSE_IMAGE $(cat "$HERE/pause/pause.c" "$HERE/pause/Dockerfile" | sha256sum | cut -c1-16) $(musl-gcc --version | head -n1)"
+  if [[ -f $PAUSE_DIR/pause.oci.tar && "$(cat "$PAUSE_DIR/.stamp" 2>/dev/null)" == "$st" ]]; then
+    log "==> pause image $PAUSE_IMAGE: up to date"
+    return
+  fi
+  log "==> building the pause image $PAUSE_IMAGE ..."
+  mkdir -p "$PAUSE_DIR"
+  tmp=$(mktemp -d "$PAUSE_DIR/.build.XXXXXX")
+  musl-gcc -static -Os -s -Wall -Werror -o "$tmp/pause" "$HERE/pause/pause.c" || { rm -rf "$tmp"; die "compiling pause.c failed"; }
+  local b=(buildah --root "$PAUSE_DIR/storage" --runroot "$PAUSE_DIR/run" --storage-driver vfs)
+  "${b[@]}" bud --quiet --isolation chroot --timestamp 0 --identity-label=false \
+    -f "$HERE/pause/Dockerfile" -t "$PAUSE_IMAGE" "$tmp" >/dev/null || { rm -rf "$tmp"; die "buildah bud of $PAUSE_IMAGE failed"; }
+  rm -f "$PAUSE_DIR/pause.oci.tar"
+  "${b[@]}" push --quiet "$PAUSE_IMAGE" "oci-archive:$PAUSE_DIR/pause.oci.tar:$PAUSE_IMAGE" ||
+    { rm -rf "$tmp"; die "exporting $PAUSE_IMAGE failed"; }
+  rm -rf "$tmp"
+  echo "$st" >"$PAUSE_DIR/.stamp"
+  log "    $PAUSE_DIR/pause.oci.tar ($(stat -c %s "$PAUSE_DIR/pause.oci.tar") bytes)"
 }
 
 build_etcd() {
@@ -536,6 +588,17 @@ main() {
     for n in $(names_or_all "$@"); do "build_$n"; done
     log "==> done in $((SECONDS - start))s; binaries in:"
     echo "$BIN_DIR"
+    ;;
+  node)
+    check_go
+    mkdir -p "$BIN_DIR"
+    local start=$SECONDS
+    build_node
+    log "==> node done in $((SECONDS - start))s"
+    echo "$OUT"
+    ;;
+  --print-pause)
+    echo "$PAUSE_IMAGE $PAUSE_DIR/pause.oci.tar"
     ;;
   capi)
     check_go

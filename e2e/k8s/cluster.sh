@@ -4,7 +4,11 @@
 # nodes and pods), from the binaries built by build.sh.
 #
 # Usage:
-#   cluster.sh up DIR [--nodes N]        start everything, state and logs in DIR
+#   cluster.sh up DIR [--nodes N] [--real-node]
+#                                        start everything, state and logs in DIR; with
+#                                        --real-node also a real node (containerd, kubelet,
+#                                        kube-proxy; root only; see real-node.sh)
+#   cluster.sh import-images DIR FILE... import OCI archives into the real node's containerd
 #   cluster.sh add-node DIR NAME...      create more kwok nodes, wait until Ready
 #   cluster.sh restart-apiserver DIR [--down-secs S] [--graceful]
 #                                        kill kube-apiserver (SIGKILL; SIGTERM
@@ -27,6 +31,10 @@
 #                    writes with their request bodies, pod and PodDisruptionBudget
 #                    writes with their responses
 #   DIR/<component>.log, DIR/pids/<component>.{pid,cmd}
+# With --real-node, DIR/env also names EBB_K8S_REAL_NODE (the node; labelled and tainted
+# EBB_K8S_REAL_NODE_LABEL=true, NoSchedule), EBB_K8S_CONTAINERD_ADDRESS (containerd's socket;
+# images in namespace k8s.io) and EBB_K8S_PAUSE_IMAGE (imported, runnable), and the API
+# server listens on the node's address instead of 127.0.0.1 (the kubeconfigs say which).
 #
 # kwok leaves the status of a node or pod annotated ebb.dev/e2e-unmanaged=true
 # alone: a test marks a node lost by annotating it and writing its Ready
@@ -66,12 +74,20 @@ POD_DELAY_MS=${EBB_K8S_POD_DELAY_MS:-100}
 POD_JITTER_MS=${EBB_K8S_POD_JITTER_MS:-500}
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1
+# where kube-apiserver listens; the real node's address with --real-node
+APISERVER_HOST=127.0.0.1
+# shellcheck source=real-node.sh
+source "$HERE/real-node.sh"
 
 die() { echo "cluster.sh: error: $*" >&2; exit 1; }
 log() { echo "cluster.sh: $*" >&2; }
 now_ms() { date +%s%3N; }
 
 kubectl_() { "$BIN_DIR/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
+
+bin_of() { # NAME: the binary a component runs (containerd is the system's)
+  if [[ $1 == containerd ]]; then command -v containerd; else echo "$BIN_DIR/$1"; fi
+}
 
 # ---------------------------------------------------------------- processes
 
@@ -83,13 +99,13 @@ pid_alive() { # NAME: true if the recorded process is still ours
   # same process: argv[0] is our binary and the command mentions DIR
   local cmdline
   cmdline=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline") || return 1
-  [[ $(head -n1 <<<"$cmdline") == "$BIN_DIR/$1" ]] && grep -qF -- "$DIR" <<<"$cmdline"
+  [[ $(head -n1 <<<"$cmdline") == "$(bin_of "$1")" ]] && grep -qF -- "$DIR" <<<"$cmdline"
 }
 
 start() { # NAME ARGS...: start BIN_DIR/NAME in the background, record pid and command
   local name=$1
   shift
-  local cmd=("$BIN_DIR/$name" "$@")
+  local cmd=("$(bin_of "$name")" "$@")
   printf '%q ' "${cmd[@]}" >"$DIR/pids/$name.cmd"
   echo "=== $(date -u +%FT%TZ) starting: ${cmd[*]}" >>"$DIR/$name.log"
   "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 &
@@ -128,6 +144,7 @@ stop() { # NAME [SIGNAL]: SIGTERM (or SIGNAL), then SIGKILL after 10 s
 
 stop_all() {
   local i
+  real_down
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[$i]}"; done
 }
 
@@ -144,7 +161,7 @@ fail() { # NAME MESSAGE: show the component's log, stop everything (during up), 
 
 check_started() { # fail if a started component died
   local name
-  for name in "${COMPONENTS[@]}"; do
+  for name in "${COMPONENTS[@]}" "${REAL_COMPONENTS[@]}"; do
     if [[ -f $DIR/pids/$name.pid ]] && ! pid_alive "$name"; then
       fail "$name" "$name exited during startup"
     fi
@@ -207,7 +224,7 @@ gen_certs() {
     leaf apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=IP:127.0.0.1,IP:$SERVICE_IP,IP:$REAL_NODE_IP,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
     local client="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
@@ -231,7 +248,7 @@ kind: Config
 clusters:
 - name: ebb-e2e
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://$APISERVER_HOST:$APISERVER_PORT
     certificate-authority-data: $(b64 "$DIR/pki/ca.crt")
 users:
 - name: $3
@@ -470,16 +487,18 @@ set_dir() {
 cmd_up() {
   set_dir "${1:-}"
   shift
-  local nodes=0
+  local nodes=0 real=0
   while (($#)); do
     case $1 in
     --nodes) nodes=${2:?--nodes needs a number}; shift 2 ;;
     --nodes=*) nodes=${1#*=}; shift ;;
+    --real-node) real=1; shift ;;
     *) die "unknown option '$1'" ;;
     esac
   done
   [[ $nodes =~ ^[0-9]+$ ]] || die "--nodes must be a number"
   need_bins
+  ((real)) && real_need
   local name
   for name in "${COMPONENTS[@]}"; do
     pid_alive "$name" && die "$name is already running for $DIR (run: $0 down $DIR)"
@@ -491,9 +510,21 @@ cmd_up() {
   for name in "${COMPONENTS[@]}"; do : >"$DIR/$name.log"; done
   STOP_ON_FAIL=1
   trap 'fail "" "interrupted"' INT TERM
+  # With a real node, pods reach the API server at the node's address (through the
+  # `kubernetes` Service), so it listens there and advertises it.
+  local apiserver_net=(--bind-address=127.0.0.1 --advertise-address=127.0.0.1 --endpoint-reconciler-type=none)
+  if ((real)); then
+    real_network_up
+    APISERVER_HOST=$REAL_NODE_IP
+    apiserver_net=(--bind-address="$REAL_NODE_IP" --advertise-address="$REAL_NODE_IP"
+      --kubelet-client-certificate="$DIR/pki/apiserver-kubelet-client.crt"
+      --kubelet-client-key="$DIR/pki/apiserver-kubelet-client.key"
+      --kubelet-preferred-address-types=InternalIP)
+  fi
 
   read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT <<<"$(free_ports 5)"
   gen_certs
+  ((real)) && real_node_certs
   write_kubeconfig "$DIR/kubeconfig" admin kubernetes-admin
   write_kubeconfig "$DIR/kube-controller-manager.kubeconfig" kube-controller-manager system:kube-controller-manager
   write_kubeconfig "$DIR/kube-scheduler.kubeconfig" kube-scheduler system:kube-scheduler
@@ -514,7 +545,7 @@ cmd_up() {
   local pki=$DIR/pki
   # shellcheck disable=SC2086
   start kube-apiserver --etcd-servers="$etcd_url" \
-    --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$APISERVER_PORT" \
+    "${apiserver_net[@]}" --secure-port="$APISERVER_PORT" \
     --cert-dir="$DIR/apiserver-certs" \
     --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
     --client-ca-file="$pki/ca.crt" \
@@ -522,7 +553,6 @@ cmd_up() {
     --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
     --requestheader-extra-headers-prefix=X-Remote-Extra- \
     --proxy-client-cert-file="$pki/front-proxy-client.crt" --proxy-client-key-file="$pki/front-proxy-client.key" \
-    --endpoint-reconciler-type=none \
     --authorization-mode=Node,RBAC \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
@@ -560,8 +590,11 @@ cmd_up() {
     ${EBB_K8S_SCHEDULER_ARGS:-}
 
   # shellcheck disable=SC2086
+  # kwok fakes only the nodes annotated kwok.x-k8s.io/node=fake (all but a real node)
+  local kwok_nodes=(--manage-all-nodes=true)
+  ((real)) && kwok_nodes=(--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake)
   start kwok --kubeconfig="$DIR/kwok.kubeconfig" --config="$DIR/kwok.yaml" \
-    --manage-all-nodes=true --node-lease-duration-seconds=40 \
+    "${kwok_nodes[@]}" --node-lease-duration-seconds=40 \
     --disregard-status-with-annotation-selector=ebb.dev/e2e-unmanaged=true \
     ${EBB_K8S_KWOK_ARGS:-}
 
@@ -569,6 +602,7 @@ cmd_up() {
   for ((i = 0; i < nodes; i++)); do names+=("kwok-node-$i"); done
   add_nodes "${names[@]}"
   wait_for "the default ServiceAccount (kube-controller-manager)" kubectl_ get serviceaccount default -n default
+  ((real)) && real_node_up
   check_started
 
   cat >"$DIR/env" <<EOF
@@ -576,17 +610,25 @@ export KUBECONFIG=$(printf %q "$DIR/kubeconfig")
 export EBB_K8S_DIR=$(printf %q "$DIR")
 export EBB_K8S_BIN_DIR=$(printf %q "$BIN_DIR")
 export EBB_K8S_KUBECTL=$(printf %q "$BIN_DIR/kubectl")
-export EBB_K8S_APISERVER_URL=https://127.0.0.1:$APISERVER_PORT
+export EBB_K8S_APISERVER_URL=https://$APISERVER_HOST:$APISERVER_PORT
 export EBB_K8S_APISERVER_PORT=$APISERVER_PORT
 export EBB_K8S_ETCD_PORT=$ETCD_PORT
 export EBB_K8S_CONTROLLER_MANAGER_PORT=$KCM_PORT
 export EBB_K8S_SCHEDULER_PORT=$SCHEDULER_PORT
 export EBB_K8S_AUDIT_LOG=$(printf %q "$DIR/audit.log")
 EOF
+  if ((real)); then
+    cat >>"$DIR/env" <<EOF
+export EBB_K8S_REAL_NODE=$REAL_NODE_NAME
+export EBB_K8S_REAL_NODE_LABEL=$REAL_NODE_LABEL
+export EBB_K8S_PAUSE_IMAGE=$PAUSE_IMAGE
+export EBB_K8S_CONTAINERD_ADDRESS=$(printf %q "$DIR/containerd/containerd.sock")
+EOF
+  fi
   trap - INT TERM
   local t1
   t1=$(now_ms)
-  log "up in $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s (apiserver ready after $(((t_api - t0) / 1000)).$(printf %03d $(((t_api - t0) % 1000)))s), $nodes node(s), https://127.0.0.1:$APISERVER_PORT"
+  log "up in $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s (apiserver ready after $(((t_api - t0) / 1000)).$(printf %03d $(((t_api - t0) % 1000)))s), $nodes node(s)$( ((real)) && echo " and the real node $REAL_NODE_NAME"), https://$APISERVER_HOST:$APISERVER_PORT"
   log "export KUBECONFIG=$DIR/kubeconfig   (or: source $DIR/env)"
 }
 
@@ -647,6 +689,14 @@ cmd_stop_etcd() {
   log "etcd restarted, kube-apiserver ready again $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s after the stop"
 }
 
+cmd_import_images() {
+  set_dir "${1:-}"
+  shift
+  [[ -S $DIR/containerd/containerd.sock ]] && pid_alive containerd ||
+    die "no real node runs for $DIR (cluster.sh up $DIR --real-node)"
+  real_import "$@"
+}
+
 cmd_down() {
   set_dir "${1:-}"
   [[ -d $DIR/pids ]] || { log "nothing recorded in $DIR"; return 0; }
@@ -660,6 +710,7 @@ main() {
   case $cmd in
   up) cmd_up "$@" ;;
   add-node) cmd_add_node "$@" ;;
+  import-images) cmd_import_images "$@" ;;
   restart-apiserver) cmd_restart_apiserver "$@" ;;
   stop-etcd) cmd_stop_etcd "$@" ;;
   down) cmd_down "$@" ;;

@@ -144,8 +144,19 @@ impl TestEnv {
     /// nodes, even with `EBB_E2E_KUBECONFIG` set: for tests of what only a real API server does
     /// (admission policies, RBAC, CEL). Fails, naming what is missing, when it cannot be built.
     pub async fn start_real(nodes: usize) -> anyhow::Result<Self> {
+        Self::start_real_cluster(RealCluster::up(nodes).await?).await
+    }
+
+    /// Like [`Self::start_real`], with a real node beside the kwok nodes: containerd, a kubelet
+    /// and kube-proxy (`cluster.sh up --real-node`, built by `build.sh node`), on which pods
+    /// really run. Needs root, containerd, runc, the CNI plugins and iptables; fails naming
+    /// what is missing.
+    pub async fn start_real_with_node(nodes: usize) -> anyhow::Result<Self> {
+        Self::start_real_cluster(RealCluster::up_with_node(nodes).await?).await
+    }
+
+    async fn start_real_cluster(real: RealCluster) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-        let real = RealCluster::up(nodes).await?;
         let kubeconfig = real.kubeconfig();
         let text = std::fs::read_to_string(&kubeconfig)
             .with_context(|| format!("cannot read {}", kubeconfig.display()))?;
@@ -448,25 +459,99 @@ impl RealCluster {
     /// Builds the control plane when it is not cached (tens of minutes cold, under a second
     /// warm), then starts one with `nodes` kwok nodes (`kwok-node-0..`).
     pub async fn up(nodes: usize) -> anyhow::Result<Self> {
-        {
-            let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
-            let build = k8s_script("build.sh");
-            tokio::task::block_in_place(|| {
-                tokio::runtime::Handle::current().block_on(run_script(&build, &[]))
-            })
-            .context(
-                "the real control plane could not be built (it needs Go 1.26+ and the Go module \
-                 proxy; see e2e/k8s/README.md)",
-            )?;
-        }
+        Self::build(&[]).context(
+            "the real control plane could not be built (it needs Go 1.26+ and the Go module \
+             proxy; see e2e/k8s/README.md)",
+        )?;
+        Self::start(nodes, false).await
+    }
+
+    /// Like [`Self::up`], with a real node (`cluster.sh up --real-node`): builds the kubelet,
+    /// kube-proxy and the pause image when they are not cached (`build.sh node`).
+    pub async fn up_with_node(nodes: usize) -> anyhow::Result<Self> {
+        Self::build(&[]).context(
+            "the real control plane could not be built (it needs Go 1.26+ and the Go module \
+             proxy; see e2e/k8s/README.md)",
+        )?;
+        Self::build(&["node"]).context(
+            "the real node could not be built (kubelet and kube-proxy need Go 1.26+, the pause \
+             image musl-gcc and buildah; see e2e/k8s/README.md)",
+        )?;
+        Self::start(nodes, true).await
+    }
+
+    /// `build.sh ARGS`, one build at a time in this process.
+    fn build(args: &[&str]) -> anyhow::Result<()> {
+        let _one = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+        let build = k8s_script("build.sh");
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current().block_on(run_script(&build, args))
+        })?;
+        Ok(())
+    }
+
+    async fn start(nodes: usize, real_node: bool) -> anyhow::Result<Self> {
         let dir = tempfile::Builder::new()
             .prefix("ebb-k8s-")
             .tempdir()
             .context("cannot create a directory for the control plane")?;
         let path = dir.path().to_string_lossy().into_owned();
         let n = nodes.to_string();
-        run_script(&k8s_script("cluster.sh"), &["up", &path, "--nodes", &n]).await?;
+        let mut args = vec!["up", &path, "--nodes", &n];
+        if real_node {
+            args.push("--real-node");
+        }
+        run_script(&k8s_script("cluster.sh"), &args).await?;
         Ok(Self { dir })
+    }
+
+    /// A variable of the control plane's `env` file (`EBB_K8S_...`).
+    pub fn env_var(&self, name: &str) -> anyhow::Result<String> {
+        let env = std::fs::read_to_string(self.dir.path().join("env"))
+            .context("cannot read the control plane's env file")?;
+        let prefix = format!("{name}=");
+        env.lines()
+            .find_map(|l| {
+                l.trim_start_matches("export ")
+                    .strip_prefix(prefix.as_str())
+            })
+            .map(|v| v.trim_matches(|c| c == '"' || c == '\'').to_string())
+            .with_context(|| format!("the control plane's env file has no {name}"))
+    }
+
+    /// The real node's name, when the cluster has one (`cluster.sh up --real-node`).
+    pub fn real_node(&self) -> Option<String> {
+        self.env_var("EBB_K8S_REAL_NODE").ok()
+    }
+
+    /// Imports OCI image archives into the real node's containerd (namespace `k8s.io`), keeping
+    /// their names (`cluster.sh import-images`).
+    pub async fn import_images(&self, archives: &[PathBuf]) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        let mut args = vec!["import-images".to_string(), path];
+        args.extend(archives.iter().map(|a| a.to_string_lossy().into_owned()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        run_script(&k8s_script("cluster.sh"), &args).await?;
+        Ok(())
+    }
+
+    /// `ctr` against the real node's containerd, namespace `k8s.io`; returns its output.
+    pub async fn ctr(&self, args: &[&str]) -> anyhow::Result<String> {
+        let address = self.env_var("EBB_K8S_CONTAINERD_ADDRESS")?;
+        let out = tokio::process::Command::new("ctr")
+            .args(["--address", &address, "--namespace", "k8s.io"])
+            .args(args)
+            .output()
+            .await
+            .context("cannot run ctr")?;
+        if !out.status.success() {
+            bail!(
+                "ctr {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
     /// The directory holding `kubeconfig`, `audit.log` and the components' logs.
@@ -480,15 +565,7 @@ impl RealCluster {
 
     /// The kubectl built with this control plane.
     pub fn kubectl(&self) -> anyhow::Result<PathBuf> {
-        let env = std::fs::read_to_string(self.dir.path().join("env"))
-            .context("cannot read the control plane's env file")?;
-        env.lines()
-            .find_map(|l| {
-                l.trim_start_matches("export ")
-                    .strip_prefix("EBB_K8S_KUBECTL=")
-            })
-            .map(|v| PathBuf::from(v.trim_matches(|c| c == '"' || c == '\'')))
-            .context("the control plane's env file names no kubectl")
+        self.env_var("EBB_K8S_KUBECTL").map(PathBuf::from)
     }
 
     /// Kills kube-apiserver (SIGKILL), waits `down`, starts it again with the same flags and
@@ -535,8 +612,13 @@ impl Drop for RealCluster {
                 "kube-apiserver.log",
                 "kube-controller-manager.log",
                 "kwok.log",
+                "containerd.log",
+                "kubelet.log",
+                "kube-proxy.log",
             ] {
-                let text = std::fs::read_to_string(self.dir.path().join(log)).unwrap_or_default();
+                let Ok(text) = std::fs::read_to_string(self.dir.path().join(log)) else {
+                    continue;
+                };
                 let lines: Vec<&str> = text.lines().collect();
                 let start = lines.len().saturating_sub(20);
                 eprintln!("---- {log} (last {} lines) ----", lines.len() - start);

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod capi;
 pub mod faults;
 pub mod harness;
+pub mod images;
 pub mod karpenter;
 pub mod pdb_safety;
 pub mod rbac;

@@ -9,11 +9,13 @@ Used by e2e/tests/chart.rs.
 """
 import asyncio
 import json
+import os
 import sys
 
 import helm_sdkpy as helm
 
-TIMEOUT_SECONDS = 60
+# EBB_HELM_TIMEOUT_SECONDS: how long install, upgrade and uninstall wait (real pods start slower).
+TIMEOUT_SECONDS = int(os.environ.get("EBB_HELM_TIMEOUT_SECONDS", "60"))
 
 
 async def act(args: list[str]):
