@@ -509,6 +509,26 @@ pub fn read_log(text: &str, year: i16) -> LogReport {
     r
 }
 
+/// `message` with the scenario's node names (`kwok-node-<i>`, `kwok:kwok-node-<i>`) as `<node>`.
+fn node_names_out(message: &str) -> String {
+    message
+        .split(' ')
+        .map(|w| {
+            if w.contains("kwok-node-") {
+                let end: String = w
+                    .chars()
+                    .rev()
+                    .take_while(|c| !c.is_alphanumeric())
+                    .collect();
+                format!("<node>{}", end.chars().rev().collect::<String>())
+            } else {
+                w.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// A reason with its numbers and pod names taken out, so that nodes kept for the same reason
 /// group together.
 fn reason_kind(why: &str) -> String {
@@ -620,11 +640,21 @@ impl LogReport {
                     .join("; ")
             ));
         }
-        if let Some(first) = self.warnings.first() {
+        if !self.warnings.is_empty() {
+            let mut kinds: std::collections::BTreeMap<String, usize> = Default::default();
+            for w in &self.warnings {
+                *kinds.entry(reason_kind(&node_names_out(w))).or_default() += 1;
+            }
+            let mut by: Vec<_> = kinds.into_iter().collect();
+            by.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
             notes.push(format!(
-                "cluster-autoscaler logged {} warnings or errors, the first: {}",
+                "cluster-autoscaler logged {} warnings or errors: {}",
                 self.warnings.len(),
-                first.chars().take(300).collect::<String>()
+                by.iter()
+                    .take(5)
+                    .map(|(k, n)| format!("{n} × {}", k.chars().take(200).collect::<String>()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
             ));
         }
         notes
@@ -707,6 +737,10 @@ mod tests {
         assert_eq!(r.ignoring.len(), 1);
         assert_eq!(r.unremovable_in_simulation.len(), 1);
         assert_eq!(r.warnings.len(), 1);
+        assert_eq!(
+            node_names_out("No node group for node kwok:kwok-node-5, skipping"),
+            "No node group for node <node>, skipping"
+        );
         let start: jiff::Timestamp = "2026-11-25T13:49:50Z".parse().unwrap();
         let kept: Vec<String> = ["kwok-node-0", "kwok-node-1", "kwok-node-2"]
             .iter()

@@ -442,7 +442,7 @@ fn removal_in_progress(nodes: &[Node]) -> bool {
 }
 
 /// Karpenter re-evaluates consolidation at least this often even when nothing in the cluster
-/// changed (its cluster state's consolidated mark expires after 5 minutes).
+/// changed (v1.14.1: `state.Cluster.ConsolidationState` resets after five minutes).
 pub const KARPENTER_RECONSIDER: Duration = Duration::from_secs(300);
 
 /// How long the node count must stay the same, with no node being drained, before a run of
@@ -1027,6 +1027,44 @@ pub fn summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> Strin
         num(c, |m| m.pdb_violations),
         num(k, |m| m.pdb_violations),
     )
+}
+
+/// `versus <scenario> on kwok nodes: ebb <s> s, cluster-autoscaler <s> s (<x>× sooner);
+/// removed <n>/<n>; pdb violations <n>/<n>; never came back <n>/<n>`: ebb and Cluster
+/// Autoscaler on the same kwok nodes, or `None` when either did not run.
+pub fn kwok_summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> Option<String> {
+    let get = |c: Column| match results.iter().find(|(x, _)| *x == c) {
+        Some((_, Outcome::Ran(m))) => Some(m),
+        _ => None,
+    };
+    let e = get(Column::new(Scaler::Ebb, Nodes::Kwok))?;
+    let c = get(Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok))?;
+    let time = |m: &Measured| {
+        format!(
+            "{} s{}",
+            m.time_to_final
+                .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64())),
+            if m.cut { " (cut)" } else { "" }
+        )
+    };
+    let ratio = match (e.time_to_final, c.time_to_final) {
+        (Some(a), Some(b)) if a > Duration::ZERO => {
+            format!(" ({:.1}× sooner)", b.as_secs_f64() / a.as_secs_f64())
+        }
+        _ => String::new(),
+    };
+    Some(format!(
+        "versus {} on kwok nodes: ebb {}, cluster-autoscaler {}{ratio}; removed {}/{}; pdb violations {}/{}; never came back {}/{}",
+        scenario.name,
+        time(e),
+        time(c),
+        e.node_deletes,
+        c.node_deletes,
+        e.pdb_violations,
+        c.pdb_violations,
+        e.never_came_back,
+        c.never_came_back,
+    ))
 }
 
 #[cfg(test)]

@@ -19,6 +19,10 @@ pub const NAMESPACE: &str = "work";
 /// The label (and Cluster Autoscaler kwok node group) of every scenario node.
 pub const GROUP_LABEL: &str = "kwok-nodegroup";
 pub const GROUP: &str = "pool";
+/// How long a scaler may work in every scenario before its run is cut: an hour, long enough for
+/// Cluster Autoscaler, which looks at a node it found unremovable again only every 5 minutes, to
+/// finish (ebb and Karpenter end long before); only a guard against a run that never settles.
+pub const CAP: Duration = Duration::from_secs(3600);
 /// Grace period of every workload pod (the cluster's kwok removes a pod 1 s after it ends).
 const GRACE_SECONDS: i64 = 2;
 
@@ -138,7 +142,7 @@ pub fn mixed_60() -> Scenario {
         )],
         busy,
         light: vec![Workload::new(Kind::Deployment, "batch", 20, "250m", "128Mi").pdb("10%")],
-        cap: Duration::from_secs(600),
+        cap: CAP,
         settle: None,
     }
 }
@@ -155,7 +159,7 @@ pub fn pdb_paced(nodes: usize) -> Scenario {
         daemonsets: vec![],
         busy: vec![Workload::new(Kind::Deployment, "paced", nodes, "250m", "128Mi").pdb("2")],
         light: vec![],
-        cap: Duration::from_secs(600),
+        cap: CAP,
         settle: None,
     }
 }
@@ -210,7 +214,7 @@ pub fn large_200() -> Scenario {
         )],
         busy,
         light,
-        cap: Duration::from_secs(900),
+        cap: CAP,
         settle: None,
     }
 }
