@@ -1,14 +1,18 @@
 //! ebb against Cluster Autoscaler and Karpenter on the same real control plane, one fresh cluster
-//! per scenario and column: `cargo bench -p ebb-e2e --bench versus` (see docs/performance.md,
-//! "Versus Cluster Autoscaler and Karpenter").
+//! per scenario and column: `cargo bench -p ebb-e2e --bench versus` (see docs/performance.md, "Versus
+//! Cluster Autoscaler and Karpenter").
 //!
-//! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`) and the
+//! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`: Karpenter
+//! built, Cluster Autoscaler's binary checked) and the
 //! controller (`cargo build --release -p ebb-controller`). `EBB_VERSUS_SCENARIOS` picks scenarios
 //! by name (comma-separated: mixed-60, pdb-paced, large-200); all by default.
 //! `EBB_VERSUS_COLUMNS` picks columns (comma-separated: ebb, cluster-autoscaler, ebb-karpenter,
-//! karpenter); all by default. `EBB_VERSUS_UTILIZATION_THRESHOLD` sets ebb's
-//! `utilizationThreshold` (0.5 by default, Cluster Autoscaler's default). Each scenario runs on kwok nodes (ebb, Cluster Autoscaler) and on
-//! Karpenter-provisioned nodes of the same size (ebb with `removal.method: Auto`, Karpenter).
+//! ebb-karpenter-hostname, karpenter); all by default. `EBB_VERSUS_UTILIZATION_THRESHOLD` sets
+//! ebb's `utilizationThreshold` and Cluster Autoscaler's `--scale-down-utilization-threshold`
+//! (0.5 by default, the default of both). `EBB_CA_BIN` names the Cluster Autoscaler binary (else
+//! `cluster-autoscaler` in the control plane's bin dir); `EBB_VERSUS_LOG_DIR` where its logs are
+//! kept. Each scenario runs on kwok nodes (ebb, Cluster Autoscaler) and on Karpenter-provisioned
+//! nodes of the same size (ebb removing through their NodeClaims, Karpenter).
 
 use ebb_e2e::versus::{self, Column, Outcome, Settings, karpenter_nodes, scenario};
 
@@ -69,6 +73,7 @@ async fn run() -> anyhow::Result<()> {
         }
         println!("{}", versus::table(s, &results));
         summaries.push(versus::summary_line(s, &results));
+        summaries.extend(versus::kwok_summary_line(s, &results));
         ebb_columns.push((s.name, versus::summary_ebb_column(&results)));
     }
     println!(

@@ -17,8 +17,10 @@
 #                                NAME: kubernetes, etcd, kwok)
 #   build.sh regen [NAME...]     regenerate the wrapper go.mod/go.sum files
 #   build.sh peers [NAME...]     build the peers ebb is compared with (not part
-#                                of the default build; NAME: cluster-autoscaler,
-#                                karpenter); regen takes the same names
+#                                of the default build; NAME: karpenter,
+#                                cluster-autoscaler: from EBB_CA_SOURCE and
+#                                EBB_CA_APIS_SOURCE, see below); regen takes
+#                                karpenter
 #   build.sh otelcol [regen]     build the OpenTelemetry Collector the trace
 #                                tests export to (not part of the default
 #                                build; see otelcol/builder-config.yaml)
@@ -285,75 +287,28 @@ build_kwok() {
 }
 
 # --- peers: the scale-down tools ebb is compared with (built only on request) ---
-# Cluster Autoscaler: releases are tagged cluster-autoscaler-1.x.y (not module
-# semver), so it is pinned by pseudo-version. The Go module proxy reachable
-# here serves this commit (2025-06-13, the 1.33 line: k8s.io/kubernetes
-# v1.33.1) and answers 403 for every other CA version, list and tag query;
-# the checksum database does not know it (404), so regen trusts the proxy for
-# k8s.io/autoscaler (GONOSUMDB) and the go.sum it writes pins what it got.
-# It does not build here: upstream replaces k8s.io/autoscaler/cluster-autoscaler/apis
-# with ./apis, the apis module at this commit is not on the proxy (404), and
-# the published apis version CA's go.mod requires (2024-06-27) has no
-# provisioningrequest/autoscaling.x-k8s.io/v1, which CA's core imports. regen
-# writes the wrapper go.mod (CA's replace list) and stops there with that reason.
-CA_VERSION=v0.0.0-20250613073258-1959f5f61f6c
+# Cluster Autoscaler: the Go module proxy reachable here refuses its modules
+# (k8s.io/autoscaler/cluster-autoscaler and sigs.k8s.io/cluster-autoscaler: 403
+# for lists and most versions), so it is built from git checkouts the user
+# provides (see e2e/k8s/README.md, "Cluster Autoscaler"): EBB_CA_SOURCE, a
+# checkout of kubernetes-sigs/cluster-autoscaler at CA_COMMIT, and
+# EBB_CA_APIS_SOURCE, a checkout of kubernetes/autoscaler at CA_APIS_COMMIT (its
+# cluster-autoscaler/apis module, whose pseudo-version the proxy refuses too).
+# The checkouts are never modified: the `replace` of the apis module goes into a
+# copy of go.mod passed with -modfile. Its other dependencies come from the
+# proxy. Without EBB_CA_SOURCE, `peers cluster-autoscaler` checks the binary
+# already there ($EBB_CA_BIN or $BIN_DIR/cluster-autoscaler): module, -tags kwok,
+# vcs.revision.
+CA_COMMIT=5e64edda063ed73e7fc7861bc6fe77a6872d4195
+CA_APIS_COMMIT=eec9bc4dc1d26c3956ff941f786f7be52de68882
 # Karpenter: the newest release whose `go` line the local Go (>= GO_MIN) accepts.
 KARPENTER_VERSION=v1.14.1
-
-regen_cluster_autoscaler() {
-  local dir=$HERE/cluster-autoscaler gomod apis_version
-  export GONOSUMDB=k8s.io/autoscaler
-  gomod=$(cd "$HERE" && GOFLAGS= mod_field "k8s.io/autoscaler/cluster-autoscaler@$CA_VERSION" GoMod)
-  [[ -f $gomod ]] || die "could not download k8s.io/autoscaler/cluster-autoscaler@$CA_VERSION"
-  # CA replaces its apis module with ./apis (not part of its module zip); a
-  # dependent uses the published apis version CA's own go.mod requires.
-  apis_version=$(awk '$1 == "k8s.io/autoscaler/cluster-autoscaler/apis" && $2 ~ /^v/ { print $2; exit }' "$gomod")
-  [[ -n $apis_version ]] || die "no k8s.io/autoscaler/cluster-autoscaler/apis requirement in $gomod"
-  mkdir -p "$dir"
-  {
-    gen_header "Builds cluster-autoscaler (-tags kwok) from k8s.io/autoscaler/cluster-autoscaler@$CA_VERSION with CA's own replace list."
-    echo "module ebb.local/e2e/k8s/cluster-autoscaler"
-    echo
-    awk '$1 == "go" && NF == 2 { print; exit }' "$gomod"
-    echo
-    awk '/^godebug \(/ { inblock = 1; print; next }
-         inblock { print; if ($0 ~ /^\)/) inblock = 0; next }
-         /^godebug / { print }' "$gomod"
-    echo
-    echo "require k8s.io/autoscaler/cluster-autoscaler $CA_VERSION"
-    echo
-    echo "tool k8s.io/autoscaler/cluster-autoscaler"
-    echo
-    echo "replace ("
-    # every replace of CA's go.mod, single-line or in a block; a local path
-    # (./apis) becomes the published version CA requires
-    awk -v apis="$apis_version" '
-      /^replace \(/ { inblock = 1; next }
-      inblock && /^\)/ { inblock = 0; next }
-      inblock || /^replace / {
-        line = $0; sub(/^replace[ \t]+/, "", line); sub(/^[ \t]+/, "", line)
-        n = split(line, f, /[ \t]+/)
-        if (f[2] != "=>") next
-        if (f[3] ~ /^\.\.?\//) printf "\t%s => %s %s\n", f[1], f[1], apis
-        else printf "\t%s => %s %s\n", f[1], f[3], f[4]
-      }' "$gomod"
-    echo ")"
-  } >"$dir/go.mod"
-  grep -q 'k8s.io/autoscaler/cluster-autoscaler/apis => ' "$dir/go.mod" || die "CA's replace list not found in $gomod"
-  rm -f "$dir/go.sum"
-  # Not `go mod tidy`: it resolves every build tag (all cloud providers), and
-  # some of the Azure SDK versions CA pins are unknown to the checksum
-  # database. Only what the kwok-tagged build imports is resolved and summed.
-  (cd "$dir" && GOFLAGS=-mod=mod go list -tags kwok -deps k8s.io/autoscaler/cluster-autoscaler >/dev/null) ||
-    die "cluster-autoscaler@$CA_VERSION cannot be resolved: CA imports packages of its apis module at its own commit (./apis upstream), which the proxy does not serve; the apis version its go.mod requires ($apis_version) lacks them (see the go error above)"
-  log "regenerated $dir/go.mod ($(grep -c ' => ' "$dir/go.mod") replaces from CA's go.mod)"
-}
 
 regen_karpenter() {
   local dir=$HERE/karpenter gomod
   gomod=$(cd "$HERE" && GOFLAGS= mod_field "sigs.k8s.io/karpenter@$KARPENTER_VERSION" GoMod)
   [[ -f $gomod ]] || die "could not download sigs.k8s.io/karpenter@$KARPENTER_VERSION"
-  ! grep -q '=>' "$gomod" || die "sigs.k8s.io/karpenter@$KARPENTER_VERSION now has replaces; copy them as for cluster-autoscaler"
+  ! grep -q '=>' "$gomod" || die "sigs.k8s.io/karpenter@$KARPENTER_VERSION now has replaces; copy them into the wrapper as for cluster-api"
   mkdir -p "$dir"
   {
     gen_header "Builds Karpenter's KWOK provider from sigs.k8s.io/karpenter@$KARPENTER_VERSION (package kwok)."
@@ -370,9 +325,76 @@ regen_karpenter() {
   log "regenerated $dir/go.mod"
 }
 
+# git_head DIR WHAT COMMIT: DIR's checked-out commit, which must be COMMIT, with no local changes.
+git_head_is() {
+  local dir=$1 what=$2 want=$3 head
+  head=$(git -C "$dir" rev-parse HEAD 2>/dev/null) ||
+    die "$what ($dir) is not a git checkout; clone it and check out $want (see e2e/k8s/README.md, \"Cluster Autoscaler\")"
+  [[ $head == "$want" ]] ||
+    die "$what ($dir) holds commit $head; the bench is pinned to $want: git -C $dir checkout $want"
+  [[ -z "$(git -C "$dir" status --porcelain --untracked-files=no)" ]] ||
+    die "$what ($dir) has local changes (git -C $dir status); the bench builds commit $want as it is"
+}
+
+# compile_cluster_autoscaler BIN: builds CA with its kwok provider from EBB_CA_SOURCE and
+# EBB_CA_APIS_SOURCE into BIN, unless BIN's stamp says it was built from the same commits
+# with the same Go.
+compile_cluster_autoscaler() {
+  local bin=$1 src=$EBB_CA_SOURCE apis=${EBB_CA_APIS_SOURCE:-} stamp_file stamp tmp start
+  [[ -n $apis ]] ||
+    die "EBB_CA_SOURCE is set but EBB_CA_APIS_SOURCE is not: it names a checkout of https://github.com/kubernetes/autoscaler at $CA_APIS_COMMIT (its cluster-autoscaler/apis module)"
+  src=$(cd "$src" 2>/dev/null && pwd) || die "EBB_CA_SOURCE ($EBB_CA_SOURCE) is not a directory"
+  apis=$(cd "$apis" 2>/dev/null && pwd) || die "EBB_CA_APIS_SOURCE ($EBB_CA_APIS_SOURCE) is not a directory"
+  grep -qx 'module sigs.k8s.io/cluster-autoscaler' "$src/go.mod" 2>/dev/null ||
+    die "EBB_CA_SOURCE ($src) is not a checkout of kubernetes-sigs/cluster-autoscaler (no go.mod of module sigs.k8s.io/cluster-autoscaler)"
+  [[ -f $apis/cluster-autoscaler/apis/go.mod ]] ||
+    die "EBB_CA_APIS_SOURCE ($apis) has no cluster-autoscaler/apis/go.mod: it names the root of a kubernetes/autoscaler checkout"
+  git_head_is "$src" EBB_CA_SOURCE "$CA_COMMIT"
+  git_head_is "$apis" EBB_CA_APIS_SOURCE "$CA_APIS_COMMIT"
+  stamp_file=$(dirname "$bin")/.cluster-autoscaler.stamp
+  stamp="$CA_COMMIT $CA_APIS_COMMIT $(go env GOVERSION) kwok"
+  if [[ -f $bin && "$(cat "$stamp_file" 2>/dev/null)" == "$stamp" ]]; then
+    log "==> cluster-autoscaler: up to date ($bin)"
+    return 0
+  fi
+  log "==> cluster-autoscaler: building $CA_COMMIT with its kwok provider (about 6 min cold, 1 min warm on 2 cores)"
+  tmp=$(mktemp -d)
+  cp "$src/go.mod" "$tmp/go.mod"
+  cp "$src/go.sum" "$tmp/go.sum"
+  go mod edit -replace "k8s.io/autoscaler/cluster-autoscaler/apis=$apis/cluster-autoscaler/apis" "$tmp/go.mod"
+  mkdir -p "$(dirname "$bin")"
+  start=$SECONDS
+  (cd "$src" && GOTOOLCHAIN=local CGO_ENABLED=0 GOFLAGS=-mod=mod \
+    go build -modfile="$tmp/go.mod" -tags kwok -trimpath -ldflags="-s -w" -o "$bin.new" ./pkg) ||
+    { rm -rf "$tmp"; die "building Cluster Autoscaler from $src failed (see above)"; }
+  rm -rf "$tmp"
+  mv "$bin.new" "$bin"
+  echo "$stamp" >"$stamp_file"
+  log "==> cluster-autoscaler: built in $((SECONDS - start)) s ($bin)"
+}
+
+# build_cluster_autoscaler: builds from EBB_CA_SOURCE when set, then checks the binary's Go
+# build information (module, -tags kwok, vcs.revision) whoever built it.
 build_cluster_autoscaler() {
-  GOFLAGS="$GOFLAGS -tags=kwok" go_build "$HERE/cluster-autoscaler" "$CA_VERSION+kwok" "-s -w" \
-    "cluster-autoscaler=k8s.io/autoscaler/cluster-autoscaler"
+  local bin=${EBB_CA_BIN:-$BIN_DIR/cluster-autoscaler} info module tags commit modified
+  [[ -z ${EBB_CA_SOURCE:-} ]] || compile_cluster_autoscaler "$bin"
+  [[ -f $bin ]] ||
+    die "no Cluster Autoscaler binary at $bin; build one with EBB_CA_SOURCE and EBB_CA_APIS_SOURCE naming checkouts of https://github.com/kubernetes-sigs/cluster-autoscaler at $CA_COMMIT and https://github.com/kubernetes/autoscaler at $CA_APIS_COMMIT (see e2e/k8s/README.md, \"Cluster Autoscaler\")"
+  info=$(go version -m "$bin") || die "cannot read the Go build information of $bin"
+  module=$(awk -F'\t' '$2 == "mod" { print $3; exit }' <<<"$info")
+  tags=$(sed -n 's/^[[:space:]]*build[[:space:]]*-tags=//p' <<<"$info")
+  commit=$(sed -n 's/^[[:space:]]*build[[:space:]]*vcs.revision=//p' <<<"$info")
+  modified=$(sed -n 's/^[[:space:]]*build[[:space:]]*vcs.modified=//p' <<<"$info")
+  [[ $module == sigs.k8s.io/cluster-autoscaler ]] ||
+    die "$bin is not Cluster Autoscaler of sigs.k8s.io/cluster-autoscaler (main module: '${module:-none}')"
+  [[ ,$tags, == *,kwok,* ]] || die "$bin was built without its kwok provider (build tags: '${tags:-none}'; it needs -tags kwok)"
+  if [[ -z $commit ]]; then
+    log "==> cluster-autoscaler: $bin has no VCS information; the bench expects commit $CA_COMMIT and cannot check it"
+  elif [[ $commit != "$CA_COMMIT" ]]; then
+    die "$bin was built from commit $commit, the bench expects $CA_COMMIT of kubernetes-sigs/cluster-autoscaler"
+  else
+    log "==> cluster-autoscaler: $bin, commit $commit${modified:+ (vcs.modified=$modified)}, -tags $tags"
+  fi
 }
 
 build_karpenter() {
@@ -393,8 +415,8 @@ build_karpenter() {
   rm -rf "$dest.old"
 }
 
-# build_peers [NAME...]: cluster-autoscaler and karpenter (both by default);
-# one that fails to build is reported and the other still built.
+# build_peers [NAME...]: karpenter and cluster-autoscaler,
+# both by default; one that fails is reported and the other still done.
 build_peers() {
   local n failed=()
   (($#)) || set -- cluster-autoscaler karpenter
@@ -555,7 +577,7 @@ names_or_all() {
   if (($#)); then
     local n
     for n in "$@"; do
-      case $n in kubernetes | etcd | kwok | cluster-autoscaler | karpenter) ;; *) die "unknown name '$n' (kubernetes, etcd, kwok, cluster-autoscaler, karpenter)" ;; esac
+      case $n in kubernetes | etcd | kwok | karpenter) ;; *) die "unknown name '$n' (kubernetes, etcd, kwok, karpenter)" ;; esac
     done
     echo "$@"
   else

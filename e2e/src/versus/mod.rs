@@ -7,6 +7,7 @@
 //! Karpenter's KWOK provider as NodeClaims of one NodePool ([`karpenter_nodes`]), which Karpenter
 //! can consolidate and ebb removes by deleting their NodeClaims (`removal.method: Auto`).
 
+pub mod cluster_autoscaler;
 pub mod karpenter_nodes;
 pub mod observe;
 pub mod scenario;
@@ -14,7 +15,7 @@ pub mod scenario;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -23,20 +24,21 @@ use serde_json::json;
 use crate::harness::{ChildProcess, TestEnv, wait_for};
 use scenario::{GROUP, GROUP_LABEL, Scenario};
 
-/// The settings every scaler gets, in ebb's terms (Cluster Autoscaler's flags and Karpenter's
-/// NodePool fields are set from these).
+/// The settings deliberately matched between the scalers, in ebb's terms (Cluster Autoscaler's
+/// flags and Karpenter's NodePool fields are set from these). Everything else runs at each
+/// scaler's defaults.
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub scan_interval: Duration,
     pub unneeded_time: Duration,
     pub max_scale_down_parallelism: u32,
     pub max_drain_parallelism: u32,
-    /// ebb only: wait between eviction retries after a PDB said no (Cluster Autoscaler's is a
-    /// fixed 10 s in its code; Karpenter's eviction queue backs off by itself).
-    pub eviction_retry_interval: Duration,
-    /// ebb only: `utilizationThreshold` (0.5, Cluster Autoscaler's default
-    /// `--scale-down-utilization-threshold`; Karpenter has none).
+    /// ebb's `utilizationThreshold` and Cluster Autoscaler's `--scale-down-utilization-threshold`
+    /// (0.5, the default of both; Karpenter has none).
     pub utilization_threshold: f64,
+    /// ebb's `minNodesPerGroup` at its default, the minimum size of Cluster Autoscaler's node
+    /// group (the kwok provider's `min-count` annotation); Karpenter has none.
+    pub min_nodes_per_group: i32,
 }
 
 impl Default for Settings {
@@ -46,15 +48,16 @@ impl Default for Settings {
             unneeded_time: Duration::from_secs(30),
             max_scale_down_parallelism: 10,
             max_drain_parallelism: 10,
-            eviction_retry_interval: Duration::from_secs(1),
             utilization_threshold: 0.5,
+            min_nodes_per_group: ebb_api::ScaleDownPolicySpec::default().min_nodes_per_group,
         }
     }
 }
 
 impl Settings {
     /// The defaults, with `EBB_VERSUS_UTILIZATION_THRESHOLD` (a number in (0, 1]) for ebb's
-    /// `utilizationThreshold` when set.
+    /// `utilizationThreshold` and Cluster Autoscaler's `--scale-down-utilization-threshold` when
+    /// set.
     pub fn from_env() -> anyhow::Result<Self> {
         let mut s = Settings::default();
         if let Ok(v) = std::env::var("EBB_VERSUS_UTILIZATION_THRESHOLD") {
@@ -93,28 +96,39 @@ impl Scaler {
         }
     }
 
-    /// The settings this scaler runs with, as written in the output.
+    /// The settings this scaler runs with, as written in the output: the matched ones, then what
+    /// else it is given and why; everything not named is at the scaler's defaults.
     pub fn settings_line(self, s: &Settings) -> String {
         match self {
             Scaler::Ebb => format!(
-                "ebb {}: ScaleDownPolicy mode DrainAndDelete, scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, evictionRetryInterval {}, utilizationThreshold {} and the rest at their defaults; controller --recheck-delay 200ms",
+                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter warn (its log level)",
                 env!("CARGO_PKG_VERSION"),
                 secs(s.scan_interval),
                 secs(s.unneeded_time),
                 s.max_scale_down_parallelism,
                 s.max_drain_parallelism,
-                secs(s.eviction_retry_interval),
-                s.utilization_threshold
+                s.utilization_threshold,
+                s.min_nodes_per_group,
             ),
             Scaler::ClusterAutoscaler => format!(
-                "cluster-autoscaler: --cloud-provider=kwok --scan-interval={} --scale-down-unneeded-time={} --max-scale-down-parallelism={} --max-drain-parallelism={} --scale-down-delay-after-add=0s --leader-elect=false, the rest at its defaults",
+                "cluster-autoscaler ({}, kwok provider): matched: --scan-interval={} --scale-down-unneeded-time={} --max-scale-down-parallelism={} --max-drain-parallelism={} --scale-down-utilization-threshold={}, node group min size {} (ebb's minNodesPerGroup); also --scale-down-delay-after-add=0s (no node is added before a run) and --leader-elect=false; every other flag at its default (--unremovable-node-recheck-timeout=5m, --scale-down-delay-after-failure=3m, --max-pod-eviction-time=2m, --node-delete-delay-after-taint=5s, --daemonset-eviction-for-occupied-nodes=true, --scale-down-non-empty-candidates-count=30, ...); kwok provider ConfigMap: readNodesFrom cluster, node groups by label {GROUP_LABEL}, the rest at its defaults; out of cluster: --cloud-provider=kwok --kubeconfig, --address=127.0.0.1:<free port>, KWOK_PROVIDER_MODE=local, POD_NAMESPACE={}; --v={} (log verbosity, for the reasons it keeps nodes)",
+                cluster_autoscaler::checked_binary()
+                    .map(|(_, info)| info.describe())
+                    .unwrap_or_else(|_| format!(
+                        "sigs.k8s.io/cluster-autoscaler {}",
+                        &cluster_autoscaler::EXPECTED_COMMIT[..12]
+                    )),
                 secs(s.scan_interval),
                 secs(s.unneeded_time),
                 s.max_scale_down_parallelism,
-                s.max_drain_parallelism
+                s.max_drain_parallelism,
+                s.utilization_threshold,
+                s.min_nodes_per_group,
+                cluster_autoscaler::NAMESPACE,
+                cluster_autoscaler::LOG_VERBOSITY,
             ),
             Scaler::Karpenter => format!(
-                "karpenter v1.14.1 (KWOK provider): NodePool disruption consolidationPolicy WhenEmptyOrUnderutilized, consolidateAfter {}, budgets [nodes \"{}\"], the rest of the NodePool and every flag at their defaults (out of cluster: --disable-leader-election, metrics and health probe on free ports)",
+                "karpenter v1.14.1 (KWOK provider): NodePool disruption consolidationPolicy WhenEmptyOrUnderutilized; matched: consolidateAfter {} (unneededTime), budgets [nodes \"{}\"] (maxScaleDownParallelism); the rest of the NodePool and every flag at their defaults (--batch-idle-duration=1s --batch-max-duration=10s --log-level=info given explicitly at their default values; out of cluster: --disable-leader-election, metrics and health probe on free ports)",
                 secs(s.unneeded_time),
                 s.max_scale_down_parallelism
             ),
@@ -199,7 +213,7 @@ impl Column {
     pub fn settings_line(self, s: &Settings) -> String {
         match (self.scaler, self.nodes) {
             (Scaler::Ebb, Nodes::Karpenter | Nodes::KarpenterHostnameIsName) => format!(
-                "{}; on Karpenter nodes also spec.removal.method Auto and controller --karpenter (ebb drains, then deletes the node's NodeClaim and Karpenter terminates it), Karpenter running as below but with consolidateAfter Never",
+                "{}; on Karpenter nodes also controller --karpenter (with spec.removal absent, method Auto, ebb drains, then deletes the node's NodeClaim and Karpenter terminates it), Karpenter running as below but with consolidateAfter Never",
                 Scaler::Ebb.settings_line(s)
             ),
             (scaler, _) => scaler.settings_line(s),
@@ -248,8 +262,15 @@ pub struct Measured {
     pub cpu_seconds: Option<f64>,
     /// karpenter-kwok's CPU seconds over the run, on Karpenter's nodes.
     pub karpenter_cpu_seconds: Option<f64>,
-    /// The run was cut at the scenario's cap while the node count still changed.
+    /// The run was cut at the scenario's cap (plus the settle window) while the node count still
+    /// changed or a node was being drained.
     pub cut: bool,
+    /// How long the node count had to stay the same to end the run ([`settle_window`]).
+    pub settle: Duration,
+    /// The most nodes drained at once ([`most_drains_at_once`]).
+    pub most_drains_at_once: usize,
+    /// The longest time between two waves of node deletions ([`removal_waves`]).
+    pub longest_gap: Option<Duration>,
     /// What the table says below itself about this column (the nodes, Karpenter's decisions).
     pub notes: Vec<String>,
 }
@@ -257,7 +278,7 @@ pub struct Measured {
 /// One cell of the comparison.
 #[derive(Clone, Debug)]
 pub enum Outcome {
-    Ran(Measured),
+    Ran(Box<Measured>),
     /// The scaler could not run here, and why.
     NotRun(String),
 }
@@ -307,20 +328,16 @@ pub fn peers_bin_dir() -> anyhow::Result<PathBuf> {
     Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
 }
 
-/// Why a column cannot run on this machine, if it cannot be known before trying (Karpenter's
-/// build is tried when a run on its nodes starts).
+/// Why a column cannot run on this machine, if it can be known before trying (Karpenter's
+/// build is tried when a run on its nodes starts): for Cluster Autoscaler, no binary, or one
+/// built from another commit or without its kwok provider ([`cluster_autoscaler::checked_binary`]).
 pub fn unavailable(column: Column) -> Option<String> {
     match (column.scaler, column.nodes) {
         (Scaler::Ebb, _) | (Scaler::Karpenter, Nodes::Karpenter) => None,
         (Scaler::Karpenter, Nodes::KarpenterHostnameIsName) => Some(
             "not run: the relabelled nodes are a workaround for ebb only".to_string(),
         ),
-        (Scaler::ClusterAutoscaler, Nodes::Kwok) => {
-            let bin = peers_bin_dir().ok()?.join("cluster-autoscaler");
-            (!bin.is_file()).then(|| {
-                "not built: k8s.io/autoscaler/cluster-autoscaler cannot be resolved from the Go module proxy here (the proxy serves one commit, 1959f5f61f6c of 2025-06-13; its apis module at that commit is not served and the published apis version its go.mod requires lacks provisioningrequest v1); see e2e/k8s/build.sh".to_string()
-            })
-        }
+        (Scaler::ClusterAutoscaler, Nodes::Kwok) => cluster_autoscaler::checked_binary().err(),
         (Scaler::ClusterAutoscaler, Nodes::Karpenter | Nodes::KarpenterHostnameIsName) => Some(
             "not run: Cluster Autoscaler's kwok provider scales its own node groups, not Karpenter's NodeClaims".to_string(),
         ),
@@ -360,8 +377,6 @@ async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Resu
         "ebb-system",
         "--identity",
         "ebb-controller",
-        "--recheck-delay",
-        "200ms",
         "--log-filter",
         "warn",
     ];
@@ -370,15 +385,13 @@ async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Resu
     }
     let mut child = env.spawn_binary("ebb-controller", &args)?;
     let log = child.capture_output();
-    let mut spec = json!({"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
+    // The matched settings only: every other field (removal among them: absent means method
+    // Auto) at its default.
+    let spec = json!({"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
              "scanInterval": secs(s.scan_interval), "unneededTime": secs(s.unneeded_time),
              "maxScaleDownParallelism": s.max_scale_down_parallelism,
              "maxDrainParallelism": s.max_drain_parallelism,
-             "evictionRetryInterval": secs(s.eviction_retry_interval),
              "utilizationThreshold": s.utilization_threshold});
-    if karpenter {
-        spec["removal"] = json!({"method": "Auto"});
-    }
     let policy: ebb_api::ScaleDownPolicy = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1", "kind": "ScaleDownPolicy",
         "metadata": {"name": "versus"},
@@ -398,12 +411,111 @@ async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Resu
     Ok(Running { child, log })
 }
 
-async fn node_count(client: &kube::Client) -> anyhow::Result<usize> {
+async fn scenario_nodes(client: &kube::Client) -> anyhow::Result<Vec<Node>> {
     Ok(Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={GROUP}")))
         .await?
-        .items
-        .len())
+        .items)
+}
+
+async fn node_count(client: &kube::Client) -> anyhow::Result<usize> {
+    Ok(scenario_nodes(client).await?.len())
+}
+
+/// The taints the scalers put on a node they are draining and deleting: ebb's, Cluster
+/// Autoscaler's and Karpenter's.
+pub const DELETION_TAINTS: [&str; 3] = [
+    ebb_api::names::TAINT_TO_BE_DELETED,
+    cluster_autoscaler::DELETION_TAINT,
+    crate::karpenter::DISRUPTED_TAINT,
+];
+
+/// Whether any of `nodes` is being drained or deleted by a scaler (carries one of
+/// [`DELETION_TAINTS`]).
+fn removal_in_progress(nodes: &[Node]) -> bool {
+    nodes.iter().any(|n| {
+        n.spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|ts| ts.iter().any(|t| DELETION_TAINTS.contains(&t.key.as_str())))
+    })
+}
+
+/// Karpenter re-evaluates consolidation at least this often even when nothing in the cluster
+/// changed (v1.14.1: `state.Cluster.ConsolidationState` resets after five minutes).
+pub const KARPENTER_RECONSIDER: Duration = Duration::from_secs(300);
+
+/// How long the node count must stay the same, with no node being drained, before a run of
+/// `column` is over: longer than any timer of the scaler after which it could still remove a
+/// node. For every scaler that is its `unneededTime` (a node must stay unneeded that long), three
+/// scans and 20 s; on Karpenter's nodes 40 s more (Karpenter looks for consolidation every 10 s,
+/// validates a decision for 15 s, and its termination waits at least 5 s). Cluster Autoscaler
+/// adds its unremovable-node recheck (5 minutes: a node its simulation found unremovable is not
+/// looked at again before then, whatever changed) and Karpenter its 5-minute re-evaluation. A
+/// drain in progress is seen by its taint and keeps the run going (ebb gives up a drain after
+/// maxPodEvictionTime, Cluster Autoscaler after --max-pod-eviction-time).
+pub fn settle_window(column: Column, s: &Settings) -> Duration {
+    let base = s.unneeded_time
+        + s.scan_interval * 3
+        + match column.nodes {
+            Nodes::Kwok => Duration::from_secs(20),
+            Nodes::Karpenter | Nodes::KarpenterHostnameIsName => Duration::from_secs(60),
+        };
+    base + match column.scaler {
+        Scaler::Ebb => Duration::ZERO,
+        Scaler::ClusterAutoscaler => cluster_autoscaler::UNREMOVABLE_RECHECK,
+        Scaler::Karpenter => KARPENTER_RECONSIDER,
+    }
+}
+
+/// Where the scalers' logs of a run are kept: `EBB_VERSUS_LOG_DIR`, else `ebb-versus` in the
+/// temporary directory.
+pub fn log_dir() -> PathBuf {
+    std::env::var_os("EBB_VERSUS_LOG_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("ebb-versus"))
+}
+
+/// Node deletions (by time) grouped into waves: deletions less than 2 s apart are one wave.
+/// Returns each wave's start (seconds after `start`) and size.
+pub fn removal_waves(deletes: &[jiff::Timestamp], start: jiff::Timestamp) -> Vec<(f64, usize)> {
+    let mut sorted = deletes.to_vec();
+    sorted.sort();
+    let mut waves: Vec<(f64, usize)> = Vec::new();
+    let mut last: Option<f64> = None;
+    for t in sorted {
+        let at = t.duration_since(start).as_secs_f64();
+        match (waves.last_mut(), last) {
+            (Some(w), Some(l)) if at - l < 2.0 => w.1 += 1,
+            _ => waves.push((at, 1)),
+        }
+        last = Some(at);
+    }
+    waves
+}
+
+/// The most nodes drained at once: each deleted node counts from the first disruption of a pod
+/// on it (eviction or delete, as the pod watch saw it) to its deletion; nodes deleted with no pod
+/// disrupted before (empty ones) do not count.
+pub fn most_drains_at_once(
+    first_disruption: &std::collections::HashMap<String, jiff::Timestamp>,
+    deleted: &std::collections::BTreeMap<String, jiff::Timestamp>,
+) -> usize {
+    let mut events: Vec<(jiff::Timestamp, i32)> = Vec::new();
+    for (node, end) in deleted {
+        if let Some(begin) = first_disruption.get(node).filter(|b| *b <= end) {
+            events.push((*begin, 1));
+            events.push((*end, -1));
+        }
+    }
+    // Ends before begins at the same instant.
+    events.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in events {
+        now += d;
+        most = most.max(now);
+    }
+    usize::try_from(most).unwrap_or(0)
 }
 
 fn parse_time(t: &str) -> Option<jiff::Timestamp> {
@@ -448,7 +560,11 @@ pub async fn run_on(
     let client = env.client.clone();
     let mut notes = Vec::new();
     let (budgets, mut karpenter, node_claims) = match column.nodes {
-        Nodes::Kwok => (scenario::build(&client, scenario).await?, None, Vec::new()),
+        Nodes::Kwok => (
+            scenario::build(&client, scenario, settings.min_nodes_per_group).await?,
+            None,
+            Vec::new(),
+        ),
         Nodes::Karpenter | Nodes::KarpenterHostnameIsName => {
             let relabel = column.nodes == Nodes::KarpenterHostnameIsName;
             let b = karpenter_nodes::build(&env, scenario, settings, relabel).await?;
@@ -494,27 +610,38 @@ pub async fn run_on(
     }
     let running = match column.scaler {
         Scaler::Ebb => Some(start_ebb(&env, settings, column.nodes.karpenter()).await?),
-        Scaler::Karpenter => None,
-        Scaler::ClusterAutoscaler => bail!("{} cannot be started here", column.name()),
+        Scaler::Karpenter | Scaler::ClusterAutoscaler => None,
+    };
+    let ca_log = log_dir().join(format!(
+        "{}-{}-{}.log",
+        scenario.name,
+        column.key(),
+        started_at.strftime("%Y%m%dT%H%M%SZ")
+    ));
+    let mut ca = match column.scaler {
+        Scaler::ClusterAutoscaler => {
+            let (binary, _) = cluster_autoscaler::checked_binary().map_err(anyhow::Error::msg)?;
+            Some(
+                cluster_autoscaler::ClusterAutoscaler::start(&env, &binary, settings, &ca_log)
+                    .await?,
+            )
+        }
+        Scaler::Ebb | Scaler::Karpenter => None,
     };
 
-    // Until the node count has not changed for the settle window (and the first chance to remove
-    // anything has passed), or the cap. On Karpenter's nodes the window is 40 s longer: Karpenter
-    // looks for consolidation every 10 s, validates a decision for 15 s, and its termination waits
-    // at least 5 s, so its steps are further apart than ebb's scans.
-    let settle = settings.unneeded_time
-        + settings.scan_interval * 3
-        + match column.nodes {
-            Nodes::Kwok => Duration::from_secs(20),
-            Nodes::Karpenter | Nodes::KarpenterHostnameIsName => Duration::from_secs(60),
-        };
+    // Until the node count has not changed, with no node being drained, for the settle window
+    // (and the first chance to remove anything has passed), or the cap: the scenario's cap plus
+    // the settle window, so that a run still changing then is reported as cut.
+    let settle = scenario.settle.unwrap_or(settle_window(column, settings));
+    let cap = scenario.cap + settle;
     let mut last = nodes_before;
     let mut last_change = Instant::now();
     let mut last_gone = None;
     let mut cut = false;
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let n = node_count(&client).await?;
+        let nodes = scenario_nodes(&client).await?;
+        let n = nodes.len();
         if n != last {
             if n < last {
                 last_gone = Some(t0.elapsed());
@@ -522,10 +649,13 @@ pub async fn run_on(
             last = n;
             last_change = Instant::now();
         }
+        if removal_in_progress(&nodes) {
+            last_change = Instant::now();
+        }
         if last_change.elapsed() >= settle && t0.elapsed() >= settle {
             break;
         }
-        if t0.elapsed() >= scenario.cap {
+        if t0.elapsed() >= cap {
             cut = true;
             break;
         }
@@ -533,10 +663,20 @@ pub async fn run_on(
     let karpenter_cpu_seconds = karpenter_cpu(&karpenter)
         .zip(karpenter_cpu0)
         .map(|(b, a)| b - a);
-    let cpu_seconds = match &running {
-        Some(r) => r.cpu_seconds(),
-        None => karpenter_cpu_seconds,
+    let cpu_seconds = match (&running, &ca) {
+        (Some(r), _) => r.cpu_seconds(),
+        (None, Some(c)) => c.pid().and_then(cpu_seconds_of),
+        (None, None) => karpenter_cpu_seconds,
     };
+    // Killed (SIGKILL) before anything else is counted: stopping it any other way would make its
+    // kwok provider delete the node group's nodes.
+    if let Some(c) = ca.as_mut() {
+        let exited = !c.running();
+        c.stop().await?;
+        if exited {
+            notes.push("cluster-autoscaler had exited by the end of the run".to_string());
+        }
+    }
     if let Some(r) = &running {
         let lines = r.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(first) = lines.first() {
@@ -581,7 +721,12 @@ pub async fn run_on(
         ));
     }
     let observed = observer.stop();
-    let nodes_after = node_count(&client).await?;
+    let remaining: Vec<String> = scenario_nodes(&client)
+        .await?
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let nodes_after = remaining.len();
     if let Some(k) = karpenter.as_mut() {
         let log = std::fs::read_to_string(k.log_path()).unwrap_or_default();
         let commands = karpenter_nodes::commands(&log);
@@ -632,8 +777,9 @@ pub async fn run_on(
         .iter()
         .map(|d| format!("{}-", d.name))
         .collect();
-    // By name: Karpenter deletes a NodeClaim (and its Node) again while its finalizer runs.
-    let mut deleted = std::collections::BTreeSet::new();
+    // By name, first deletion: Karpenter deletes a NodeClaim (and its Node) again while its
+    // finalizer runs.
+    let mut deleted: std::collections::BTreeMap<String, jiff::Timestamp> = Default::default();
     let mut claims_deleted = std::collections::BTreeSet::new();
     for r in records.iter().filter(|r| after_start(r)) {
         let ok = (200..300).contains(&r.code);
@@ -658,8 +804,10 @@ pub async fn run_on(
             }
             ("create", "nodes", "") if ok => m.node_launches += 1,
             ("delete", "nodes", "") if ok => {
-                deleted.insert(r.name.clone());
                 let t = parse_time(&r.time);
+                if let Some(t) = t {
+                    deleted.entry(r.name.clone()).or_insert(t);
+                }
                 if t > last_delete {
                     last_delete = t;
                 }
@@ -673,7 +821,36 @@ pub async fn run_on(
         let d = t.duration_since(started_at);
         Duration::try_from(d).ok()
     });
-    Ok(Outcome::Ran(m))
+    m.settle = settle;
+    m.most_drains_at_once = most_drains_at_once(&observed.first_disruption, &deleted);
+    let times: Vec<jiff::Timestamp> = deleted.values().copied().collect();
+    let waves = removal_waves(&times, started_at);
+    m.longest_gap = waves
+        .windows(2)
+        .map(|w| w[1].0 - w[0].0)
+        .fold(None, |a: Option<f64>, g| Some(a.map_or(g, |a| a.max(g))))
+        .map(Duration::from_secs_f64);
+    if !waves.is_empty() {
+        m.notes.push(format!(
+            "node deletions (s after start: nodes): {}",
+            waves
+                .iter()
+                .map(|(t, n)| format!("{t:.0}: {n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
+    if column.scaler == Scaler::ClusterAutoscaler {
+        let text = std::fs::read_to_string(&ca_log)
+            .with_context(|| format!("cannot read {}", ca_log.display()))?;
+        let report = cluster_autoscaler::read_log(
+            &text,
+            started_at.to_zoned(jiff::tz::TimeZone::UTC).year(),
+        );
+        m.notes.extend(report.notes(started_at, &remaining));
+        m.notes.push(format!("its log: {}", ca_log.display()));
+    }
+    Ok(Outcome::Ran(Box::new(m)))
 }
 
 fn cell<T>(o: &Outcome, f: impl Fn(&Measured) -> T, show: impl Fn(T) -> String) -> String {
@@ -724,6 +901,14 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
             }),
         ),
         ("nodes removed", count(|m| m.node_deletes)),
+        (
+            "most nodes drained at once",
+            count(|m| m.most_drains_at_once),
+        ),
+        (
+            "longest gap between removals (s)",
+            Box::new(|o| cell(o, |m| m.longest_gap, opt_secs)),
+        ),
         ("nodes launched", count(|m| m.node_launches)),
         (
             "time to final node count (s)",
@@ -738,6 +923,10 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
         (
             "last node gone, polled (s)",
             Box::new(|o| cell(o, |m| m.last_gone, opt_secs)),
+        ),
+        (
+            "settle window (s)",
+            Box::new(|o| cell(o, |m| Some(m.settle), opt_secs)),
         ),
         ("evictions", count(|m| m.evictions)),
         ("of which DaemonSet pods", count(|m| m.daemonset_evictions)),
@@ -810,10 +999,13 @@ pub fn summary_ebb_column(results: &[(Column, Outcome)]) -> Column {
 pub fn summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
     let get = |c: Column| results.iter().find(|(x, _)| *x == c).map(|(_, o)| o);
     let time = |c| match get(c) {
-        Some(Outcome::Ran(m)) => m
-            .time_to_final
-            .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64())),
-        _ => "n/a".into(),
+        Some(Outcome::Ran(m)) => format!(
+            "{} s{}",
+            m.time_to_final
+                .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64())),
+            if m.cut { " (cut)" } else { "" }
+        ),
+        _ => "n/a s".into(),
     };
     let num = |c, f: fn(&Measured) -> usize| match get(c) {
         Some(Outcome::Ran(m)) => f(m).to_string(),
@@ -823,7 +1015,7 @@ pub fn summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> Strin
     let c = Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok);
     let k = Column::new(Scaler::Karpenter, Nodes::Karpenter);
     format!(
-        "versus {}: ebb {} s, cluster-autoscaler {} s, karpenter {} s; removed {}/{}/{}; pdb violations {}/{}/{}",
+        "versus {}: ebb {}, cluster-autoscaler {}, karpenter {}; removed {}/{}/{}; pdb violations {}/{}/{}",
         scenario.name,
         time(e),
         time(c),
@@ -835,4 +1027,113 @@ pub fn summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> Strin
         num(c, |m| m.pdb_violations),
         num(k, |m| m.pdb_violations),
     )
+}
+
+/// `versus <scenario> on kwok nodes: ebb <s> s, cluster-autoscaler <s> s (<x>× sooner);
+/// removed <n>/<n>; pdb violations <n>/<n>; never came back <n>/<n>`: ebb and Cluster
+/// Autoscaler on the same kwok nodes, or `None` when either did not run.
+pub fn kwok_summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> Option<String> {
+    let get = |c: Column| match results.iter().find(|(x, _)| *x == c) {
+        Some((_, Outcome::Ran(m))) => Some(m),
+        _ => None,
+    };
+    let e = get(Column::new(Scaler::Ebb, Nodes::Kwok))?;
+    let c = get(Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok))?;
+    let time = |m: &Measured| {
+        format!(
+            "{} s{}",
+            m.time_to_final
+                .map_or("-".into(), |d| format!("{:.1}", d.as_secs_f64())),
+            if m.cut { " (cut)" } else { "" }
+        )
+    };
+    let ratio = match (e.time_to_final, c.time_to_final) {
+        (Some(a), Some(b)) if a > Duration::ZERO => {
+            format!(" ({:.1}× sooner)", b.as_secs_f64() / a.as_secs_f64())
+        }
+        _ => String::new(),
+    };
+    Some(format!(
+        "versus {} on kwok nodes: ebb {}, cluster-autoscaler {}{ratio}; removed {}/{}; pdb violations {}/{}; never came back {}/{}",
+        scenario.name,
+        time(e),
+        time(c),
+        e.node_deletes,
+        c.node_deletes,
+        e.pdb_violations,
+        c.pdb_violations,
+        e.never_came_back,
+        c.never_came_back,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> jiff::Timestamp {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn deletions_less_than_two_seconds_apart_are_one_wave() {
+        let start = at("2026-11-25T10:00:00Z");
+        let deletes = [
+            at("2026-11-25T10:00:41Z"),
+            at("2026-11-25T10:00:40Z"),
+            at("2026-11-25T10:00:41.5Z"),
+            at("2026-11-25T10:01:40Z"),
+        ];
+        assert_eq!(removal_waves(&deletes, start), vec![(40.0, 3), (100.0, 1)]);
+    }
+
+    #[test]
+    fn drains_count_from_the_first_disruption_to_the_deletion() {
+        let first: std::collections::HashMap<String, jiff::Timestamp> = [
+            ("a".to_string(), at("2026-11-25T10:00:00Z")),
+            ("b".to_string(), at("2026-11-25T10:00:05Z")),
+            ("c".to_string(), at("2026-11-25T10:00:20Z")),
+            // disrupted only after its deletion (the pod garbage collector): not a drain
+            ("e".to_string(), at("2026-11-25T10:01:00Z")),
+        ]
+        .into();
+        let deleted: std::collections::BTreeMap<String, jiff::Timestamp> = [
+            ("a".to_string(), at("2026-11-25T10:00:10Z")),
+            ("b".to_string(), at("2026-11-25T10:00:20Z")),
+            ("c".to_string(), at("2026-11-25T10:00:30Z")),
+            ("d".to_string(), at("2026-11-25T10:00:30Z")),
+            ("e".to_string(), at("2026-11-25T10:00:50Z")),
+        ]
+        .into();
+        // a and b overlap; b ends as c begins.
+        assert_eq!(most_drains_at_once(&first, &deleted), 2);
+    }
+
+    #[test]
+    fn a_scaler_waits_out_its_own_timers() {
+        let s = Settings::default();
+        let ebb = settle_window(Column::new(Scaler::Ebb, Nodes::Kwok), &s);
+        let ca = settle_window(Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok), &s);
+        let karpenter = settle_window(Column::new(Scaler::Karpenter, Nodes::Karpenter), &s);
+        assert_eq!(ebb, Duration::from_secs(30 + 30 + 20));
+        assert!(ca > cluster_autoscaler::UNREMOVABLE_RECHECK + s.unneeded_time);
+        assert!(karpenter > KARPENTER_RECONSIDER + s.unneeded_time);
+    }
+
+    #[test]
+    fn a_tainted_node_is_a_removal_in_progress() {
+        let node = |taint: &str| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n"},
+                "spec": {"taints": [{"key": taint, "effect": "NoSchedule"}]}}))
+            .unwrap()
+        };
+        assert!(removal_in_progress(&[node(
+            "ToBeDeletedByClusterAutoscaler"
+        )]));
+        assert!(removal_in_progress(&[node("ebb.dev/to-be-deleted")]));
+        assert!(removal_in_progress(&[node("karpenter.sh/disrupted")]));
+        assert!(!removal_in_progress(&[node(
+            "DeletionCandidateOfClusterAutoscaler"
+        )]));
+    }
 }

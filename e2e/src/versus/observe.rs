@@ -50,6 +50,8 @@ struct PodState {
     healthy: bool,
     deleting: bool,
     running: bool,
+    /// The node it is bound to.
+    node: Option<String>,
     /// Set for a pod created after the observer started, until it runs.
     pending_since: Option<Instant>,
     /// Created after the observer started (a replacement of a pod the scaler moved, mostly).
@@ -69,6 +71,7 @@ fn state_of(p: &Pod) -> PodState {
         healthy: ready && !deleting,
         deleting,
         running: status.and_then(|s| s.phase.as_deref()) == Some("Running"),
+        node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
         pending_since: None,
         born_in_run: false,
     }
@@ -82,6 +85,8 @@ struct Inner {
     longest_pending: Option<(Duration, String)>,
     /// Disruptions of pods created during the run.
     disrupted_again: usize,
+    /// When a pod on each node was disrupted for the first time.
+    first_disruption: HashMap<String, jiff::Timestamp>,
     initialized: bool,
 }
 
@@ -100,6 +105,11 @@ impl Inner {
     fn disrupted(&mut self, budgets: &[Budget], pod: &PodState) {
         if pod.born_in_run {
             self.disrupted_again += 1;
+        }
+        if let Some(node) = &pod.node {
+            self.first_disruption
+                .entry(node.clone())
+                .or_insert_with(jiff::Timestamp::now);
         }
         for b in budgets.iter().filter(|b| b.covers(pod)) {
             let healthy_after = self.healthy(b);
@@ -174,6 +184,8 @@ pub struct Observed {
     /// Healthy pods created during the run (replacements, mostly) that were then disrupted
     /// themselves: pods the scaler moved twice or more.
     pub disrupted_again: usize,
+    /// For each node, when a pod on it was disrupted (evicted, deleted) for the first time.
+    pub first_disruption: HashMap<String, jiff::Timestamp>,
 }
 
 /// A running pod watch; dropped or [`Observer::stop`]ped at the end of a run.
@@ -239,6 +251,7 @@ impl Observer {
             longest_pending: longest,
             still_pending,
             disrupted_again: s.disrupted_again,
+            first_disruption: s.first_disruption.clone(),
         }
     }
 }
@@ -287,6 +300,26 @@ mod tests {
         assert_eq!(s.violations.len(), 1, "1 healthy < 2 desired");
         assert_eq!(s.violations[0].healthy_after, 1);
         assert_eq!(s.disrupted_again, 0, "p1 and p2 were there before");
+    }
+
+    #[test]
+    fn the_first_disruption_on_each_node_is_kept() {
+        let b = budget(0);
+        let mut s = Inner::default();
+        let on = |uid: &str, node: &str, deleting: bool| {
+            let mut p = pod(uid, true, deleting);
+            p.spec =
+                Some(serde_json::from_value(json!({"nodeName": node, "containers": []})).unwrap());
+            p
+        };
+        s.apply(&b, &on("p1", "n1", false), false);
+        s.apply(&b, &on("p2", "n1", false), false);
+        s.initialized = true;
+        s.apply(&b, &on("p1", "n1", true), true);
+        let first = s.first_disruption["n1"];
+        s.apply(&b, &on("p2", "n1", true), true);
+        assert_eq!(s.first_disruption["n1"], first);
+        assert_eq!(s.first_disruption.len(), 1);
     }
 
     #[test]

@@ -19,6 +19,10 @@ pub const NAMESPACE: &str = "work";
 /// The label (and Cluster Autoscaler kwok node group) of every scenario node.
 pub const GROUP_LABEL: &str = "kwok-nodegroup";
 pub const GROUP: &str = "pool";
+/// How long a scaler may work in every scenario before its run is cut: an hour, long enough for
+/// Cluster Autoscaler, which looks at a node it found unremovable again only every 5 minutes, to
+/// finish (ebb and Karpenter end long before); only a guard against a run that never settles.
+pub const CAP: Duration = Duration::from_secs(3600);
 /// Grace period of every workload pod (the cluster's kwok removes a pod 1 s after it ends).
 const GRACE_SECONDS: i64 = 2;
 
@@ -88,8 +92,12 @@ pub struct Scenario {
     pub daemonsets: Vec<Workload>,
     pub busy: Vec<Workload>,
     pub light: Vec<Workload>,
-    /// Longest a scaler may run before the run is cut.
+    /// Longest a scaler may work: a run whose node count still changes (or whose nodes are still
+    /// being drained) this long plus its settle window after the scaler's start is cut.
     pub cap: Duration,
+    /// A settle window shorter than the scaler's own timers ([`super::settle_window`]), for
+    /// tests that check what a scaler did first: the count such a run ends at may not be final.
+    pub settle: Option<Duration>,
 }
 
 impl Scenario {
@@ -134,7 +142,8 @@ pub fn mixed_60() -> Scenario {
         )],
         busy,
         light: vec![Workload::new(Kind::Deployment, "batch", 20, "250m", "128Mi").pdb("10%")],
-        cap: Duration::from_secs(600),
+        cap: CAP,
+        settle: None,
     }
 }
 
@@ -150,7 +159,8 @@ pub fn pdb_paced(nodes: usize) -> Scenario {
         daemonsets: vec![],
         busy: vec![Workload::new(Kind::Deployment, "paced", nodes, "250m", "128Mi").pdb("2")],
         light: vec![],
-        cap: Duration::from_secs(600),
+        cap: CAP,
+        settle: None,
     }
 }
 
@@ -204,7 +214,8 @@ pub fn large_200() -> Scenario {
         )],
         busy,
         light,
-        cap: Duration::from_secs(900),
+        cap: CAP,
+        settle: None,
     }
 }
 
@@ -217,14 +228,17 @@ fn obj<T: serde::de::DeserializeOwned>(v: Value) -> anyhow::Result<T> {
 }
 
 /// A kwok node both scalers accept: ebb selects it by [`GROUP_LABEL`]; Cluster Autoscaler's
-/// kwok provider needs the `kwok:` providerID, the `kwok.x-k8s.io/node: fake` annotation and
-/// its node-group name annotation.
-pub fn node_object(name: &str, cpu: &str, memory: &str) -> Value {
+/// kwok provider needs the `kwok:` providerID (it matches its node group's instances by it), the
+/// `kwok.x-k8s.io/node: fake` annotation (it deletes only such nodes) and its node-group name
+/// annotation, and reads the group's minimum size, `min_count`, from its min-count annotation.
+/// ebb reads none of these.
+pub fn node_object(name: &str, cpu: &str, memory: &str, min_count: i32) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name,
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0",
-                "cluster-autoscaler.kwok.nodegroup/name": GROUP},
+                "cluster-autoscaler.kwok.nodegroup/name": GROUP,
+                crate::versus::cluster_autoscaler::MIN_COUNT_ANNOTATION: min_count.to_string()},
             "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64", GROUP_LABEL: GROUP}},
         "spec": {"providerID": format!("kwok:{name}")},
@@ -371,16 +385,21 @@ async fn ready_nodes(client: &kube::Client) -> anyhow::Result<usize> {
         .count())
 }
 
-/// Creates the scenario's nodes and workload on an empty cluster and waits until every pod runs
-/// and every PodDisruptionBudget has its status; returns the budgets as the observer judges them.
-pub async fn build(client: &kube::Client, s: &Scenario) -> anyhow::Result<Vec<Budget>> {
+/// Creates the scenario's nodes ([`node_object`], Cluster Autoscaler's node group at least
+/// `min_count` nodes) and workload on an empty cluster and waits until every pod runs and every
+/// PodDisruptionBudget has its status; returns the budgets as the observer judges them.
+pub async fn build(
+    client: &kube::Client,
+    s: &Scenario,
+    min_count: i32,
+) -> anyhow::Result<Vec<Budget>> {
     let names: Vec<String> = (0..s.nodes).map(node_name).collect();
     let nodes = Api::<Node>::all(client.clone());
     for n in &names {
         nodes
             .create(
                 &PostParams::default(),
-                &obj(node_object(n, s.node_cpu, s.node_memory))?,
+                &obj(node_object(n, s.node_cpu, s.node_memory, min_count))?,
             )
             .await
             .with_context(|| format!("cannot create node {n}"))?;
