@@ -1,5 +1,5 @@
 //! ebb end-to-end: the harness that runs ebb's binaries against a cluster (ebb-sim or a real
-//! control plane), the demo, and the end-to-end tests and benches.
+//! control plane), the demo, and the end-to-end tests (the benches are in `bench/`).
 
 pub mod audit;
 pub mod capi;
@@ -11,6 +11,5 @@ pub mod pdb_safety;
 pub mod rbac;
 pub mod removal;
 pub mod setup;
-pub mod versus;
 
 pub use ebb_sim::{Api, AuditRecord, Ctx, PdbViolation, Sim, SimConfig, api, scenario, sim};

@@ -1326,6 +1326,13 @@ async fn assert_uninstall_keeps_the_crds(c: &kube::Client, kubeconfig: &str, fil
     assert!(get::<DaemonSet>(c, "ebb-node-agent").await.is_none());
     assert!(get::<Service>(c, "ebb-controller-metrics").await.is_none());
     assert!(get::<Service>(c, "ebb-steering").await.is_none());
+    // Nothing is left to steer pods created from now on: the API server calls no ebb webhook.
+    assert!(
+        get_cluster::<MutatingWebhookConfiguration>(c, "ebb-steering")
+            .await
+            .is_none(),
+        "the steering MutatingWebhookConfiguration removed"
+    );
     assert!(
         get::<PodDisruptionBudget>(c, "ebb-controller")
             .await

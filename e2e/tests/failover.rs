@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ebb_e2e::audit::evicted_twice_by_uid;
 use ebb_e2e::harness::{Backend, TestEnv, wait_for};
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, NodeGroup, controller_audit_user, create_policy, fast_policy_spec,
+    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, controller_audit_user, create_policy, fast_policy_spec,
     has_taint, impersonating_kubeconfig, merged, node_of, nodes,
 };
 use k8s_openapi::api::coordination::v1::Lease;
@@ -188,7 +188,7 @@ async fn sigterm_with_drains_in_flight_rolls_back_releases_the_lease_and_exits()
         env,
         "ebb-controller",
         true,
-        "200ms",
+        DEFAULT_RECHECK,
         &["--shutdown-timeout", "10s"],
     )
     .unwrap();
@@ -250,7 +250,7 @@ async fn sigterm_with_drains_in_flight_rolls_back_releases_the_lease_and_exits()
     assert_eq!(holder(&released), None, "the Lease was released");
 
     // Started again: the drains run once more and finish; no pod is evicted twice.
-    let _again = Controller::spawn(env, "ebb-controller", true, "200ms").unwrap();
+    let _again = Controller::spawn(env, "ebb-controller", true, DEFAULT_RECHECK).unwrap();
     wait_for(
         "both drain nodes removed",
         Duration::from_secs(120),
@@ -277,7 +277,7 @@ fn replicas(env: &TestEnv) -> BTreeMap<&'static str, Controller> {
             let kc = impersonating_kubeconfig(env, name).unwrap();
             (
                 name,
-                Controller::spawn_with_kubeconfig(&kc, name, true, "200ms").unwrap(),
+                Controller::spawn_with_kubeconfig(&kc, name, true, DEFAULT_RECHECK).unwrap(),
             )
         })
         .collect()

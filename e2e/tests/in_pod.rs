@@ -696,7 +696,11 @@ async fn start_slow_drain(cluster: &Cluster) {
     create_policy(
         c,
         "slow",
-        merged(fast_policy_spec("slow"), &json!({"maxDrainParallelism": 3})),
+        merged(
+            fast_policy_spec("slow"),
+            // Two 500m pods on 2 CPUs: half used, under 0.6.
+            &json!({"maxDrainParallelism": 3, "utilizationThreshold": 0.6}),
+        ),
     )
     .await
     .unwrap();

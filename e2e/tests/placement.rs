@@ -98,8 +98,6 @@ impl Controller {
             "1s",
             "--placement-status-interval",
             "300ms",
-            "--recheck-delay",
-            "200ms",
             "--log-filter",
             "info",
         ];

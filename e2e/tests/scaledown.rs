@@ -108,7 +108,7 @@ fn ebb_tainted(all: &BTreeMap<String, Node>) -> Vec<String> {
 /// Starts the controller with the `pool` policy (utilization threshold 0.6) and waits until
 /// none of `gone` exists any more.
 async fn run_pool_policy(env: &TestEnv, gone: &BTreeSet<String>, timeout: Duration) -> Controller {
-    let ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     wait_nodes_deleted(&env.client, "pool", gone, timeout).await;
     ctl
@@ -559,6 +559,32 @@ async fn fidelity(
         total > 0,
         "the planner logged destinations for the evicted pods"
     );
+    if c.backend() == Backend::Real {
+        // The real cluster runs the steering webhook (the harness's controllers serve it): the
+        // scheduler follows the plan.
+        assert!(
+            share >= 0.95,
+            "at least 95% of the replacements run on their planned node: {matched} of {total}; \
+             misses: {mismatches:#?}"
+        );
+        let api: Api<ScaleDownPolicy> = Api::all(c.client().clone());
+        let status = wait_for(
+            "status.replacements counts the landings",
+            Duration::from_secs(30),
+            || async {
+                let r = api.get("pool").await.ok()?.status?.replacements?;
+                (r.on_plan + r.fell_back >= total as i64).then_some(r)
+            },
+        )
+        .await
+        .unwrap();
+        eprintln!("status.replacements: {status:?}");
+        assert_eq!(status.steering, "Enabled", "{status:?}");
+        assert!(
+            status.on_plan_percent.is_some_and(|p| p >= 95),
+            "the controller's own count agrees: {status:?}"
+        );
+    }
 
     // Every evicted pod's owner is whole again, Running on nodes that stay.
     for owner in hinted.keys() {
@@ -991,7 +1017,7 @@ async fn sigkill_mid_drain_then_restart_completes(backend) {
     let env = &c.env;
     small_cluster(&c, 4, 2, 4, None).await;
     add_keep_nodes(&c).await;
-    let mut first = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let mut first = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     wait_audit(env, "a first eviction", Duration::from_secs(30), accepted_eviction).await;
     first.kill().await.unwrap();
@@ -1006,14 +1032,14 @@ async fn sigkill_mid_drain_then_restart_completes(backend) {
     assert_eq!(all.len(), 6, "no node was removed before the kill");
 
     // The second one is killed right after it removed a node (before the next status write).
-    let mut second = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let mut second = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     let u = user.clone();
     wait_audit(env, "a first node deleted", Duration::from_secs(30), move |r| {
         r.user == u && r.resource == "nodes" && r.verb == "delete"
     })
     .await;
     second.kill().await.unwrap();
-    let _third = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let _third = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     wait_nodes_deleted(
         &env.client,
         "pool",
@@ -1043,10 +1069,10 @@ async fn two_replicas_only_the_leader_acts(backend) {
     small_cluster(&c, 4, 2, 4, None).await;
     add_keep_nodes(&c).await;
     let replica = |name: &str| match backend {
-        Backend::Sim => Controller::spawn(env, name, true, "200ms").unwrap(),
+        Backend::Sim => Controller::spawn(env, name, true, DEFAULT_RECHECK).unwrap(),
         Backend::Real => {
             let kc = impersonating_kubeconfig(env, name).unwrap();
-            Controller::spawn_with_kubeconfig(&kc, name, true, "200ms").unwrap()
+            Controller::spawn_with_kubeconfig(&kc, name, true, DEFAULT_RECHECK).unwrap()
         }
     };
     let mut replicas = BTreeMap::from([("ctl-a", replica("ctl-a")), ("ctl-b", replica("ctl-b"))]);
@@ -1129,7 +1155,7 @@ async fn dry_run_writes_nothing_to_nodes_or_pods(backend) {
     let env = &c.env;
     small_cluster(&c, 4, 2, 4, None).await;
     add_keep_nodes(&c).await;
-    let _ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let _ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     apply_policy(
         &env.client,
         "pool",
@@ -1252,7 +1278,7 @@ async fn deleting_the_policy_mid_run_cleans_up(backend) {
     let env = &c.env;
     small_cluster(&c, 6, 3, 4, None).await;
     add_keep_nodes(&c).await;
-    let mut ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let mut ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     apply_policy(
         &env.client,
         "pool",
@@ -1473,7 +1499,7 @@ async fn real_apiserver_restart_mid_drain() {
     let (pods, _w) = PodLog::watch(&env.client);
     small_cluster(&c, 6, 6, 2, None).await;
     add_keep_nodes(&c).await;
-    let mut ctl = Controller::spawn(env, CONTROLLER, false, "200ms").unwrap();
+    let mut ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     // At least five nodes with an accepted eviction and still there.
     let in_flight = wait_for("5 drains in flight", Duration::from_secs(60), || async {
@@ -1617,4 +1643,94 @@ async fn real_apiserver_restart_mid_drain() {
     );
     assert_scaledown_safe(env, &[&user]);
     let _ = ctl.kill().await;
+}
+
+// ---- a packed pool: the scheduler must follow the plan -----------------------------------
+
+/// A pod with no controller, bound to `node`, requesting `cpu` (fills a node to a set level).
+async fn filler(client: &kube::Client, name: &str, node: &str, cpu: &str) {
+    let p: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]},
+    }))
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "default")
+        .create(&Default::default(), &p)
+        .await
+        .unwrap();
+}
+
+/// The remaining nodes have exactly the room the moved pods need, in pieces that fit only one
+/// way: three nodes with 3 CPUs free, three with 1 CPU free, and three pods of 3 CPUs and three
+/// of 1 CPU to move. The scheduler on its own (LeastAllocated) puts a 1-CPU replacement that
+/// comes first on a node with 3 CPUs free, and a 3-CPU replacement then fits nowhere; the plan
+/// puts each where it fits, and steering makes the scheduler follow it. Every replacement runs
+/// on its planned node, none stays Pending, none is evicted twice, and the controller counts
+/// them on plan. On the real control plane only: it is the scheduler's behaviour under test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_packed_pool_drains_with_every_replacement_on_its_planned_node() {
+    let c = start(Backend::Real, 20.0).await;
+    let env = &c.env;
+    let (pods, _w) = PodLog::watch(&env.client);
+    // Six empty drain nodes of 8 CPUs; the six pods spread one per node (1/8 or 3/8 used).
+    c.add_nodes(&NodeGroup {
+        labels: json!({"pool": "drain"}),
+        ..NodeGroup::plain("drain-", 6, "8", "16Gi")
+    })
+    .await
+    .unwrap();
+    for (prefix, cpu) in [("small-", "1"), ("big-", "3")] {
+        c.add_apps(&Apps {
+            prefix,
+            replicas: 3,
+            requests: json!({"cpu": cpu, "memory": "64Mi"}),
+            ..Apps::default()
+        })
+        .await
+        .unwrap();
+    }
+    wait_running(&env.client, 6).await.unwrap();
+    let spread: BTreeSet<String> = running_pods(&env.client)
+        .await
+        .iter()
+        .map(node_of)
+        .collect();
+    assert_eq!(spread.len(), 6, "one pod per drain node: {spread:?}");
+    // The nodes that stay (not selected by the policy): 4 CPUs each, filled to 1 or 3 CPUs.
+    c.add_nodes(&keep_nodes(6, "4", "16Gi")).await.unwrap();
+    for i in 0..6 {
+        let cpu = if i < 3 { "1" } else { "3" };
+        filler(&env.client, &format!("filler-{i}"), &format!("keep-{i}"), cpu).await;
+    }
+    wait_running(&env.client, 12).await.unwrap();
+
+    let drain = names("drain-", 6);
+    let ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
+    // The policy at the default utilizationThreshold.
+    create_policy(
+        &env.client,
+        "pool",
+        merged(fast_policy_spec("drain"), &json!({"maxBulkSoftTaintCount": 100})),
+    )
+    .await
+    .unwrap();
+    wait_nodes_deleted(&env.client, "pool", &drain, Duration::from_secs(90)).await;
+    wait_running(&env.client, 12).await.unwrap();
+    let after = running_pods(&env.client).await;
+    for p in after.iter().filter(|p| !key(p).starts_with("default/filler-")) {
+        assert!(
+            node_of(p).starts_with("keep-"),
+            "{} runs on {}",
+            key(p),
+            node_of(p)
+        );
+    }
+    fidelity(&c, &ctl, &pods, &drain, Duration::from_secs(6)).await;
+    let real = env.real().expect("a real control plane");
+    let twice = ebb_e2e::audit::evicted_twice_by_uid(&real.evictions().unwrap());
+    assert!(twice.is_empty(), "pods evicted more than once: {twice:?}");
+    let user = controller_audit_user(env, "pool").await.unwrap();
+    assert_scaledown_safe(env, &[&user]);
 }

@@ -43,6 +43,9 @@ pub const DEFAULT_PARALLELISM: usize = 8;
 
 /// Observer of eviction calls (the drain counts 429s, the tracker remembers evictions).
 pub trait EvictionObserver: Send + Sync {
+    /// Just before an Eviction call for `pod` is sent (the pod's replacement may be created
+    /// before its answer arrives).
+    fn before_call(&self, _pod: &PodRef) {}
     fn on_call(&self, pod: &PodRef, call: &EvictionCall);
 }
 
@@ -166,6 +169,7 @@ pub async fn evict_with_retry(
         let Some(reservation) = admitted(ev, pod, settings, cancel, deadline).await else {
             return false;
         };
+        ev.observer.before_call(pod);
         let call = evict_once(&ev.client, pod, settings.grace_cap).await;
         ev.gate
             .settle(reservation, matches!(call, EvictionCall::Accepted));

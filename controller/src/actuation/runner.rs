@@ -844,6 +844,18 @@ struct Observer {
 }
 
 impl Observer {
+    /// Withdraws the slot `open_slot` opened for `pod`, if no replacement took it.
+    fn close_slot(&self, pod: &PodRef) {
+        let Some(owner) = self
+            .objects
+            .get(&pod.uid)
+            .and_then(|o| crate::steering::owner_of(o))
+        else {
+            return;
+        };
+        self.steering.withdraw(&owner, &pod.key());
+    }
+
     /// The plan put `pod` on a node: its replacement will prefer that node.
     fn open_slot(&self, pod: &PodRef, at: jiff::Timestamp) {
         let (Some(dest), Some(object)) =
@@ -854,7 +866,7 @@ impl Observer {
         let Some(owner) = crate::steering::owner_of(object) else {
             return;
         };
-        tracing::info!(pod = %pod.key(), planned = %dest, "replacement will prefer its planned node");
+        tracing::debug!(pod = %pod.key(), planned = %dest, "replacement will prefer its planned node");
         self.steering.open(
             owner,
             crate::steering::Slot {
@@ -870,8 +882,18 @@ impl Observer {
 }
 
 impl EvictionObserver for Observer {
+    /// The slot opens before the call: the owner's controller may create the replacement
+    /// before the API server's answer reaches the drain.
+    fn before_call(&self, pod: &PodRef) {
+        self.open_slot(pod, jiff::Timestamp::now());
+    }
+
     fn on_call(&self, pod: &PodRef, call: &EvictionCall) {
         let now = jiff::Timestamp::now();
+        if !matches!(call, EvictionCall::Accepted) {
+            // Not evicted (refused, gone or failed): no replacement follows from this call.
+            self.close_slot(pod);
+        }
         match call {
             EvictionCall::Blocked => {
                 self.tracker
@@ -879,7 +901,6 @@ impl EvictionObserver for Observer {
                 self.tracker.record_refusal(&self.policy);
             }
             EvictionCall::Accepted => {
-                self.open_slot(pod, now);
                 self.tracker.record_eviction(Evicted {
                     policy: self.policy.clone(),
                     node: self.node.clone(),

@@ -124,6 +124,16 @@ impl SteeringBook {
         self.open.entry(owner).or_default().push_back(slot);
     }
 
+    /// Removes the open slot of the evicted pod `evicted` (its eviction was not accepted).
+    pub fn withdraw(&mut self, owner: &OwnerKey, evicted: &str) {
+        if let Some(q) = self.open.get_mut(owner)
+            && let Some(i) = q.iter().position(|s| s.evicted == evicted)
+        {
+            q.remove(i);
+        }
+        self.drop_empty(owner);
+    }
+
     /// Whether any owner has planned destinations (the admission path answers at once if not).
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
@@ -431,5 +441,24 @@ mod tests {
                 .is_none(),
             "forgotten"
         );
+    }
+
+    #[test]
+    fn a_withdrawn_slot_is_never_given_and_the_others_stay() {
+        let mut b = SteeringBook::default();
+        b.open(web(), slot("keep-0", 0));
+        b.open(web(), slot("keep-1", 1));
+        b.withdraw(&web(), "default/web-keep-0");
+        let nodes = all_up();
+        assert_eq!(
+            b.assign(&web(), ts(2), &|n| nodes.unusable(n)),
+            Some(Assignment::Steer {
+                node: "keep-1".into(),
+                policy: "pool".into()
+            })
+        );
+        b.withdraw(&web(), "default/web-unknown");
+        assert!(!b.has_open(&web()), "nothing left to give");
+        assert!(b.is_empty());
     }
 }

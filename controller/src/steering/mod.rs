@@ -98,6 +98,11 @@ impl Steering {
         self.book().open(owner, slot);
     }
 
+    /// The eviction of `evicted` (of `owner`) was not accepted: its slot, if still open, goes.
+    pub fn withdraw(&self, owner: &OwnerKey, evicted: &str) {
+        self.book().withdraw(owner, evicted);
+    }
+
     /// The JSON patch to apply to `pod` as it is created, or `None` to leave it unchanged: a
     /// replacement of an owner with planned destinations prefers the next one that can take it.
     /// Fast (no API calls): it reads the book and the node cache.

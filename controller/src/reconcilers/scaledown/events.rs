@@ -20,6 +20,7 @@ pub const THROTTLED: &str = "Throttled";
 pub const DEGRADED: &str = "Degraded";
 pub const MACHINE_HANDED_OFF: &str = "MachineHandedOff";
 pub const REMOVAL_STUCK: &str = "RemovalStuck";
+pub const REPLACEMENTS_OFF_PLAN: &str = "ReplacementsOffPlan";
 
 /// What one loop saw, as far as Events are concerned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -32,6 +33,8 @@ pub struct Facts {
     pub degraded: Option<(DegradedReason, String)>,
     /// Drains whose machine was handed off, by node.
     pub removals: BTreeMap<String, RemovalFact>,
+    /// Replacements not on their planned node so far, by fallback reason.
+    pub fallbacks: BTreeMap<String, i64>,
 }
 
 /// A handed-off removal as far as Events go.
@@ -119,6 +122,7 @@ pub fn transitions(
         ));
     }
     out.extend(handed_off(prev, next));
+    out.extend(off_plan(prev, next));
     out.extend(finished.iter().flat_map(finished_drain));
     if next.throttled != prev.throttled
         && let Some(r) = next.throttled
@@ -196,6 +200,23 @@ fn handed_off(prev: &Facts, next: &Facts) -> Vec<Planned> {
         }
     }
     out
+}
+
+/// One Event per fallback reason whose count grew: replacements the scheduler placed (or had to
+/// place) off their planned node. Not a warning: nothing failed, the plan was not followed. The
+/// note is the same for every repeat of a reason, so repeats become one Event's series.
+fn off_plan(prev: &Facts, next: &Facts) -> Vec<Planned> {
+    next.fallbacks
+        .iter()
+        .filter(|(reason, n)| **n > prev.fallbacks.get(*reason).copied().unwrap_or(0))
+        .map(|(reason, _)| {
+            let note = format!(
+                "replacements not on their planned node: {reason} \
+                 (status.replacements.fallbacks counts them; see docs/steering.md)"
+            );
+            ev(Regarding::Policy, false, REPLACEMENTS_OFF_PLAN, note)
+        })
+        .collect()
 }
 
 /// A removed node: one Event on the policy; an abandoned drain: one on the node and the policy.
@@ -403,5 +424,35 @@ mod tests {
         assert_eq!(reasons(&e), vec![(DEGRADED, Regarding::Policy)]);
         assert!(e[0].warning && e[0].note.contains("SelectorMatchesNothing: no node"));
         assert!(transitions("p", &bad, &ok, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_fallback_reason_that_grows_is_one_event_and_an_unchanged_one_none() {
+        let prev = Facts {
+            fallbacks: BTreeMap::from([
+                ("NodeGone".to_string(), 2),
+                ("SchedulerChoseAnother".to_string(), 1),
+            ]),
+            ..Facts::default()
+        };
+        let next = Facts {
+            fallbacks: BTreeMap::from([
+                ("NodeGone".to_string(), 2),
+                ("SchedulerChoseAnother".to_string(), 3),
+                ("Expired".to_string(), 1),
+            ]),
+            ..Facts::default()
+        };
+        let evs = transitions("p", &prev, &next, &[]);
+        let notes: Vec<&str> = evs
+            .iter()
+            .filter(|e| e.reason == REPLACEMENTS_OFF_PLAN)
+            .map(|e| e.note.as_str())
+            .collect();
+        assert_eq!(notes.len(), 2, "{evs:?}");
+        assert!(notes.iter().any(|n| n.contains(": Expired ")));
+        assert!(notes.iter().any(|n| n.contains(": SchedulerChoseAnother ")));
+        assert!(evs.iter().all(|e| !e.warning));
+        assert!(transitions("p", &next, &next, &[]).is_empty());
     }
 }

@@ -122,6 +122,14 @@ pub async fn publish_events(
             .degraded
             .as_ref()
             .map(|d| (d.reason, d.message.clone())),
+        fallbacks: ctx
+            .steering
+            .tally(&observed.name)
+            .0
+            .fell_back
+            .iter()
+            .map(|(r, n)| (r.as_str().to_string(), *n as i64))
+            .collect(),
     };
     let planned_events =
         events::transitions(&observed.name, &memory.facts, &facts, &observed.finished);

@@ -21,7 +21,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::harness::{ChildProcess, TestEnv, wait_for};
+use ebb_e2e::harness::{ChildProcess, TestEnv, wait_for};
 use scenario::{GROUP, GROUP_LABEL, Scenario};
 
 /// The settings deliberately matched between the scalers, in ebb's terms (Cluster Autoscaler's
@@ -427,7 +427,7 @@ async fn node_count(client: &kube::Client) -> anyhow::Result<usize> {
 pub const DELETION_TAINTS: [&str; 3] = [
     ebb_api::names::TAINT_TO_BE_DELETED,
     cluster_autoscaler::DELETION_TAINT,
-    crate::karpenter::DISRUPTED_TAINT,
+    ebb_e2e::karpenter::DISRUPTED_TAINT,
 ];
 
 /// Whether any of `nodes` is being drained or deleted by a scaler (carries one of
@@ -542,7 +542,7 @@ pub async fn run_on(
         return Ok(Outcome::NotRun(why));
     }
     if column.nodes.karpenter()
-        && let Err(e) = crate::karpenter::build().await
+        && let Err(e) = ebb_e2e::karpenter::build().await
     {
         return Ok(Outcome::NotRun(format!("not run: {e:#}")));
     }
@@ -585,7 +585,7 @@ pub async fn run_on(
     );
     let nodes_before = node_count(&client).await?;
     let observer = observe::Observer::start(client.clone(), budgets).await?;
-    let karpenter_cpu = |k: &Option<crate::karpenter::Karpenter>| {
+    let karpenter_cpu = |k: &Option<ebb_e2e::karpenter::Karpenter>| {
         k.as_ref().and_then(|k| k.pid()).and_then(cpu_seconds_of)
     };
     let karpenter_cpu0 = karpenter_cpu(&karpenter);
@@ -750,7 +750,7 @@ pub async fn run_on(
     drop(karpenter);
 
     let records = env.audit()?;
-    let after_start = |r: &crate::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);
+    let after_start = |r: &ebb_e2e::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);
     let mut m = Measured {
         nodes_before,
         nodes_after,

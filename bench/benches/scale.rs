@@ -84,7 +84,7 @@ fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
 
 fn main() -> anyhow::Result<()> {
     if !std::env::args().any(|a| a == "--bench") {
-        println!("scale: run with `cargo bench -p ebb-e2e --bench scale`");
+        println!("scale: run with `cargo bench -p ebb-bench --bench scale`");
         return Ok(());
     }
     let nodes = env_usize("EBB_SCALE_NODES", 1000)?;

@@ -26,7 +26,7 @@ use serde_json::json;
 
 use super::Settings;
 use super::scenario::GROUP_LABEL;
-use crate::harness::TestEnv;
+use ebb_e2e::harness::TestEnv;
 
 /// The commit of `kubernetes-sigs/cluster-autoscaler` the bench runs: the newest on Kubernetes
 /// 1.36 libraries (2026-08-10).

@@ -21,8 +21,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use crate::harness::TestEnv;
-use crate::karpenter::{self, Budget, Consolidation, Karpenter, PoolSpec};
+use ebb_e2e::harness::TestEnv;
+use ebb_e2e::karpenter::{self, Budget, Consolidation, Karpenter, PoolSpec};
 use crate::versus::Settings;
 use crate::versus::observe::Budget as PdbBudget;
 use crate::versus::scenario::{self, GROUP, GROUP_LABEL, NAMESPACE, Scenario};

@@ -11,7 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use crate::harness::wait_for;
+use ebb_e2e::harness::wait_for;
 use crate::versus::observe::Budget;
 
 /// The namespace the workload runs in.
@@ -333,7 +333,7 @@ pub async fn running_pods(client: &kube::Client) -> anyhow::Result<usize> {
     Ok(pods
         .items
         .iter()
-        .filter(|p| crate::setup::is_running(p))
+        .filter(|p| ebb_e2e::setup::is_running(p))
         .count())
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use ebb_e2e::versus::{
+use ebb_bench::versus::{
     self, Column, Measured, Nodes, Outcome, Scaler, Settings, cluster_autoscaler, scenario,
 };
 

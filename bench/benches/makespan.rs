@@ -371,7 +371,7 @@ fn main() {
         .expect("runtime");
     // `cargo test --benches` runs benches with `--bench` absent: keep that a quick smoke check.
     if !std::env::args().any(|a| a == "--bench") {
-        println!("makespan: run with `cargo bench -p ebb-e2e --bench makespan`");
+        println!("makespan: run with `cargo bench -p ebb-bench --bench makespan`");
         return;
     }
     // `EBB_MAKESPAN=pdb-paced` (or `parallelism`) runs one family only.

@@ -1,5 +1,5 @@
 //! ebb against Cluster Autoscaler and Karpenter on the same real control plane, one fresh cluster
-//! per scenario and column: `cargo bench -p ebb-e2e --bench versus` (see docs/performance.md, "Versus
+//! per scenario and column: `cargo bench -p ebb-bench --bench versus` (see docs/performance.md, "Versus
 //! Cluster Autoscaler and Karpenter").
 //!
 //! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`: Karpenter
@@ -14,7 +14,7 @@
 //! kept. Each scenario runs on kwok nodes (ebb, Cluster Autoscaler) and on Karpenter-provisioned
 //! nodes of the same size (ebb removing through their NodeClaims, Karpenter).
 
-use ebb_e2e::versus::{self, Column, Outcome, Settings, karpenter_nodes, scenario};
+use ebb_bench::versus::{self, Column, Outcome, Settings, karpenter_nodes, scenario};
 
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
