@@ -39,7 +39,9 @@ fn expand(body: &str) -> Vec<String> {
         return vec![body.to_string()];
     };
     let prefix = &body[..open];
-    let inner = body[open + 1..].strip_suffix('}').unwrap_or(&body[open + 1..]);
+    let inner = body[open + 1..]
+        .strip_suffix('}')
+        .unwrap_or(&body[open + 1..]);
     let mut parts = Vec::new();
     let (mut depth, mut cur) = (0, String::new());
     for ch in inner.chars() {
@@ -170,7 +172,10 @@ fn the_parser_sees_super_crate_and_braced_imports() {
     assert!(all.contains(&"super::a::c::D".to_string()), "{all:?}");
     assert!(all.contains(&"super::a::B".to_string()), "{all:?}");
     assert!(all.contains(&"crate::x::Y".to_string()), "{all:?}");
-    assert!(!all.iter().any(|a| a.contains('z')), "test modules are left out: {all:?}");
+    assert!(
+        !all.iter().any(|a| a.contains('z')),
+        "test modules are left out: {all:?}"
+    );
 }
 
 #[test]
@@ -190,7 +195,11 @@ fn a_cycle_of_three_files_is_found() {
 fn no_file_of_the_controller_imports_one_that_imports_it_back() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let edges = graph(&src);
-    assert!(edges.len() > 50, "read the controller's files: {}", edges.len());
+    assert!(
+        edges.len() > 50,
+        "read the controller's files: {}",
+        edges.len()
+    );
     let found = cycles(&edges);
     let shown: Vec<Vec<String>> = found
         .iter()

@@ -13,8 +13,12 @@ use crate::karpenter;
 /// Deletes the NodeClaims of `pool` other than `keep`, and waits until they and their Nodes are
 /// gone. `karpenter::provision` can leave one more node than it reports: when kube-controller-
 /// manager's taint-eviction controller deletes a pod just bound to a fresh node, its
-/// replacement gets a node of its own and the first stays, empty.
-pub async fn drop_extra_node_claims(client: &kube::Client, pool: &str, keep: &[String]) {
+/// replacement gets a node of its own and the first stays, empty. Returns the names deleted.
+pub async fn drop_extra_node_claims(
+    client: &kube::Client,
+    pool: &str,
+    keep: &[String],
+) -> Vec<String> {
     let extra: Vec<_> = karpenter::node_claims(client)
         .await
         .expect("NodeClaims")
@@ -36,6 +40,7 @@ pub async fn drop_extra_node_claims(client: &kube::Client, pool: &str, keep: &[S
             .await
             .expect("the extra NodeClaim gone");
     }
+    extra.into_iter().map(|x| x.name).collect()
 }
 
 /// The drains the controller abandoned because its re-check no longer found the node

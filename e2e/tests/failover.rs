@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use ebb_e2e::audit::evicted_twice_by_uid;
 use ebb_e2e::harness::{Backend, TestEnv, wait_for};
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, controller_audit_user, create_policy, fast_policy_spec,
-    has_taint, impersonating_kubeconfig, merged, node_of, nodes,
+    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, controller_audit_user, create_policy,
+    fast_policy_spec, has_taint, impersonating_kubeconfig, merged, node_of, nodes,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};

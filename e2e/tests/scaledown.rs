@@ -840,9 +840,9 @@ async fn pdb_max_unavailable_one_drains_its_nodes_one_at_a_time(backend) {
 }
 
 /// 2c. The pace is the budget's, not the scan's: 24 nodes of 4 CPUs, one Deployment of 24 pods
-/// (150m, one per node), a PodDisruptionBudget with maxUnavailable 2, `unneededTime` 5 s and
-/// `maxDrainParallelism` 8, the controller at its defaults. The pool shrinks to the node its
-/// pods need within 30 s,
+/// (250m, one per node), a PodDisruptionBudget with maxUnavailable 2, `unneededTime` 5 s and
+/// `maxDrainParallelism` 8, the controller at its defaults. The pool shrinks to the two nodes
+/// its pods need within 30 s on the real control plane,
 /// never with more than 2 of the pods unavailable, and evictions are not refused: each waits
 /// for the budget instead. The loop count and the controller's CPU time are printed (no busy
 /// loop while drains wait for the budget).
@@ -862,7 +862,7 @@ async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
     c.add_apps(&Apps {
         prefix: "web-",
         replicas: 24,
-        requests: json!({"cpu": "150m", "memory": "64Mi"}),
+        requests: json!({"cpu": "250m", "memory": "64Mi"}),
         pdb: Some(json!({"maxUnavailable": 2})),
         ..Apps::default()
     })
@@ -882,14 +882,30 @@ async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
                "maxScaleDownParallelism": 8, "evictionRetryInterval": "5s"}),
     )
     .await;
-    // 24 × 150m = 3.6 CPUs: one node of 4 holds them all. Within 30 s of the policy: 5 s of
-    // unneeded time, then 23 drains paced two at a time by the budget.
-    let shrunk = wait_for("the pool down to one node", Duration::from_secs(30), || async {
+    // 24 × 250m = 6 CPUs: two nodes of 4 hold them all. On the real control plane within 30 s
+    // of the policy: 5 s of unneeded time, then 22 drains paced two at a time by the budget.
+    // ebb-sim runs pods 20 times faster but the controller's own clock at its pace; its
+    // bound is looser.
+    let bound = match backend {
+        Backend::Real => Duration::from_secs(30),
+        Backend::Sim => Duration::from_secs(60),
+    };
+    let shrunk = wait_for("the pool down to two nodes", bound, || async {
         let left = nodes(&env.client).await.into_keys().filter(|n| n.starts_with("pool-")).count();
-        (left == 1).then_some(())
+        (left == 2).then_some(())
     })
     .await;
     let took = t0.elapsed();
+    // The pace, for the output: when each eviction and each node deletion was accepted.
+    let pace: Vec<String> = audit(env)
+        .iter()
+        .filter(|r| {
+            (accepted_eviction(r) || (r.resource == "nodes" && r.verb == "delete"))
+                && (200..300).contains(&r.code)
+        })
+        .map(|r| format!("{} {} {}", r.time, r.verb, r.name))
+        .collect();
+    eprintln!("evictions and node deletions:\n  {}", pace.join("\n  "));
     if let Err(e) = shrunk {
         let status = policy(&env.client, "pool").await.and_then(|p| p.status);
         panic!("{e}; status: {}", serde_json::to_string_pretty(&status).unwrap_or_default());
@@ -898,7 +914,7 @@ async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
     let loops = ctl.lines().iter().filter(|l| l.contains("loop done")).count();
     let cpu = ctl.child.id().and_then(cpu_seconds);
     eprintln!(
-        "pool of 24 under maxUnavailable 2: 23 nodes removed in {:.1} s with {loops} loops, \
+        "pool of 24 under maxUnavailable 2: 22 nodes removed in {:.1} s with {loops} loops, \
          controller CPU {cpu:?} s",
         took.as_secs_f64()
     );
@@ -911,15 +927,22 @@ async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
     let audit = audit(env);
     let accepted = audit.iter().filter(|r| accepted_eviction(r)).count();
     let refused = audit.iter().filter(|r| is_eviction(r) && r.code == 429).count();
-    assert_eq!(accepted, 23, "one eviction per removed node");
+    match backend {
+        // The scheduler follows the plan (steering): no replacement lands on a node drained
+        // later, so no pod is moved twice.
+        Backend::Real => assert_eq!(accepted, 22, "one eviction per removed node"),
+        // ebb-sim calls no admission webhook: its scheduler places replacements by itself, some
+        // on nodes drained later.
+        Backend::Sim => assert!(accepted >= 22, "at least one eviction per removed node"),
+    }
     assert!(refused <= 2, "evictions wait for the budget rather than being refused: {refused}");
     let status = wait_status(&env.client, "pool", "the refusals in status", Duration::from_secs(10), |s| {
-        (s.removed_total == 23).then_some(s.evictions_refused_total)
+        (s.removed_total == 22).then_some(s.evictions_refused_total)
     })
     .await;
     assert_eq!(status, refused as i64, "status counts the refused evictions");
     // No busy loop: the drains waited for the budget without re-running the policy on a timer.
-    assert!(loops < 200, "{loops} loops for 23 drains");
+    assert!(loops < 200, "{loops} loops for 22 drains");
     let _ = ctl.kill().await;
     assert_scaledown_safe(env, &[&user]);
 }
@@ -1702,7 +1725,13 @@ async fn a_packed_pool_drains_with_every_replacement_on_its_planned_node() {
     c.add_nodes(&keep_nodes(6, "4", "16Gi")).await.unwrap();
     for i in 0..6 {
         let cpu = if i < 3 { "1" } else { "3" };
-        filler(&env.client, &format!("filler-{i}"), &format!("keep-{i}"), cpu).await;
+        filler(
+            &env.client,
+            &format!("filler-{i}"),
+            &format!("keep-{i}"),
+            cpu,
+        )
+        .await;
     }
     wait_running(&env.client, 12).await.unwrap();
 
@@ -1712,14 +1741,20 @@ async fn a_packed_pool_drains_with_every_replacement_on_its_planned_node() {
     create_policy(
         &env.client,
         "pool",
-        merged(fast_policy_spec("drain"), &json!({"maxBulkSoftTaintCount": 100})),
+        merged(
+            fast_policy_spec("drain"),
+            &json!({"maxBulkSoftTaintCount": 100}),
+        ),
     )
     .await
     .unwrap();
     wait_nodes_deleted(&env.client, "pool", &drain, Duration::from_secs(90)).await;
     wait_running(&env.client, 12).await.unwrap();
     let after = running_pods(&env.client).await;
-    for p in after.iter().filter(|p| !key(p).starts_with("default/filler-")) {
+    for p in after
+        .iter()
+        .filter(|p| !key(p).starts_with("default/filler-"))
+    {
         assert!(
             node_of(p).starts_with("keep-"),
             "{} runs on {}",

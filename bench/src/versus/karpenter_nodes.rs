@@ -21,11 +21,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 
-use ebb_e2e::harness::TestEnv;
-use ebb_e2e::karpenter::{self, Budget, Consolidation, Karpenter, PoolSpec};
 use crate::versus::Settings;
 use crate::versus::observe::Budget as PdbBudget;
 use crate::versus::scenario::{self, GROUP, GROUP_LABEL, NAMESPACE, Scenario};
+use ebb_e2e::harness::TestEnv;
+use ebb_e2e::karpenter::{self, Budget, Consolidation, Karpenter, PoolSpec};
 
 /// The NodePool (and KWOKNodeClass) of the variant; its nodes carry [`GROUP_LABEL`]` = `[`GROUP`]
 /// too, so that ebb's policy and the bench's node count select them as they select kwok nodes.

@@ -750,7 +750,8 @@ pub async fn run_on(
     drop(karpenter);
 
     let records = env.audit()?;
-    let after_start = |r: &ebb_e2e::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);
+    let after_start =
+        |r: &ebb_e2e::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);
     let mut m = Measured {
         nodes_before,
         nodes_after,

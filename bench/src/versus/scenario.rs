@@ -11,8 +11,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use ebb_e2e::harness::wait_for;
 use crate::versus::observe::Budget;
+use ebb_e2e::harness::wait_for;
 
 /// The namespace the workload runs in.
 pub const NAMESPACE: &str = "work";

@@ -900,15 +900,13 @@ impl EvictionObserver for Observer {
                     .apply(&self.node, DrainEvent::EvictionBlocked, now);
                 self.tracker.record_refusal(&self.policy);
             }
-            EvictionCall::Accepted => {
-                self.tracker.record_eviction(Evicted {
-                    policy: self.policy.clone(),
-                    node: self.node.clone(),
-                    pod: pod.clone(),
-                    object: self.objects.get(&pod.uid).cloned(),
-                    at: now,
-                })
-            }
+            EvictionCall::Accepted => self.tracker.record_eviction(Evicted {
+                policy: self.policy.clone(),
+                node: self.node.clone(),
+                pod: pod.clone(),
+                object: self.objects.get(&pod.uid).cloned(),
+                at: now,
+            }),
             EvictionCall::Gone | EvictionCall::Failed(_) => {}
         }
     }

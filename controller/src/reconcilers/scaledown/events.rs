@@ -316,6 +316,7 @@ mod tests {
             throttled: Some(ThrottledReason::MaxDrainParallelism),
             degraded: Some((DegradedReason::OverlappingPolicies, "x".into())),
             removals: BTreeMap::new(),
+            fallbacks: BTreeMap::new(),
         };
         assert!(transitions("p", &f, &f, &[]).is_empty());
     }
@@ -333,6 +334,7 @@ mod tests {
             throttled: Some(ThrottledReason::Budget),
             degraded: None,
             removals: BTreeMap::new(),
+            fallbacks: BTreeMap::new(),
         };
         let t0 = jiff::Timestamp::UNIX_EPOCH;
         let finished = vec![
