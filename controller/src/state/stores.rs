@@ -179,6 +179,50 @@ where
 
 /// The PodDisruptionBudget cache: `changes` ticks on every event, `rises` gets a unit when a
 /// budget allows more disruptions than before, appears, or the cache was re-listed.
+/// The node watch: marks the model and wakes the policy loops on a change of what they read
+/// (labels, taints, schedulability: [`node_fingerprint`]), or after a re-list.
+fn watch_nodes(
+    client: kube::Client,
+    lists: InitialList,
+    model: Arc<SharedModel>,
+    changes: mpsc::Sender<()>,
+) -> (Store<Node>, JoinHandle<()>) {
+    let seen = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
+    reflect(Api::<Node>::all(client), lists, "Node", move |c| {
+        mark(&model, &c, |m, _, name| m.node_changed(name));
+        let fresh = match c {
+            Changed::Applied(n) | Changed::Deleted(n) => {
+                let print = node_fingerprint(n);
+                seen.lock()
+                    .map(|mut seen| seen.insert(n.name_any(), print) != Some(print))
+                    .unwrap_or(true)
+            }
+            Changed::Relisted => true,
+        };
+        if fresh {
+            // Full channel: a wake-up is already pending, which is all we need.
+            let _ = changes.try_send(());
+        }
+    })
+}
+
+/// The pod watch: marks the model, ticks `changes`, and shows `on_pod` every pod applied.
+fn watch_pods(
+    client: kube::Client,
+    lists: InitialList,
+    model: Arc<SharedModel>,
+    changes: watch::Sender<u64>,
+    on_pod: impl Fn(&Pod) + Send + 'static,
+) -> (Store<Pod>, JoinHandle<()>) {
+    reflect(Api::<Pod>::all(client), lists, "Pod", move |c| {
+        mark(&model, &c, SharedModel::pod_changed);
+        if let Changed::Applied(p) = &c {
+            on_pod(p);
+        }
+        changes.send_modify(|v| *v = v.wrapping_add(1));
+    })
+}
+
 fn watch_budgets(
     client: kube::Client,
     lists: InitialList,
@@ -250,35 +294,10 @@ pub async fn start_seeing_pods(
     let (node_tx, node_changes) = mpsc::channel(1);
     let (pdb_tx, pdb_changes) = watch::channel(0u64);
     let (rise_tx, budget_rises) = mpsc::channel(1);
-    let seen_nodes = std::sync::Mutex::new(std::collections::HashMap::<String, u64>::new());
     let mut tasks = Vec::new();
-    let m = model.clone();
-    let (nodes, t) = reflect(Api::<Node>::all(client.clone()), lists, "Node", move |c| {
-        mark(&m, &c, |m, _, name| m.node_changed(name));
-        let fresh = match c {
-            Changed::Applied(n) | Changed::Deleted(n) => {
-                let print = node_fingerprint(n);
-                seen_nodes
-                    .lock()
-                    .map(|mut seen| seen.insert(n.name_any(), print) != Some(print))
-                    .unwrap_or(true)
-            }
-            Changed::Relisted => true,
-        };
-        if fresh {
-            // Full channel: a wake-up is already pending, which is all we need.
-            let _ = node_tx.try_send(());
-        }
-    });
+    let (nodes, t) = watch_nodes(client.clone(), lists, model.clone(), node_tx);
     tasks.push(t);
-    let m = model.clone();
-    let (pods, t) = reflect(Api::<Pod>::all(client.clone()), lists, "Pod", move |c| {
-        mark(&m, &c, SharedModel::pod_changed);
-        if let Changed::Applied(p) = &c {
-            on_pod(p);
-        }
-        pod_tx.send_modify(|v| *v = v.wrapping_add(1));
-    });
+    let (pods, t) = watch_pods(client.clone(), lists, model.clone(), pod_tx, on_pod);
     tasks.push(t);
     macro_rules! owners {
         ($kind:ident) => {{
