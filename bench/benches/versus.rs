@@ -2,8 +2,8 @@
 //! per scenario and column: `cargo bench -p ebb-bench --bench versus` (see docs/performance.md, "Versus
 //! Cluster Autoscaler and Karpenter").
 //!
-//! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`: Karpenter
-//! built, Cluster Autoscaler's binary checked) and the
+//! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`: Karpenter,
+//! and Cluster Autoscaler from `EBB_CA_SOURCE`, see e2e/k8s/README.md) and the
 //! controller (`cargo build --release -p ebb-controller`). `EBB_VERSUS_SCENARIOS` picks scenarios
 //! by name (comma-separated: mixed-60, pdb-paced, large-200); all by default.
 //! `EBB_VERSUS_COLUMNS` picks columns (comma-separated: ebb, cluster-autoscaler, ebb-karpenter,

@@ -636,3 +636,28 @@ impl Drop for RealCluster {
             .status();
     }
 }
+
+/// The status code of `GET path` on 127.0.0.1:`port` (HTTP/1.0), `None` when it does not answer.
+pub async fn http_status(port: u16, path: &str) -> Option<u16> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .ok()?;
+    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
+    let mut head = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut head))
+        .await
+        .ok()?
+        .ok()?;
+    let head = String::from_utf8_lossy(&head);
+    head.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The last `n` lines of `file`.
+pub fn tail(file: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(file).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}

@@ -34,6 +34,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use crate::harness::{TestEnv, wait_for};
+use crate::harness::{http_status, tail};
 
 /// The label Karpenter puts on the nodes (and NodeClaims) of a NodePool: its name.
 pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
@@ -244,31 +245,6 @@ fn free_port() -> anyhow::Result<u16> {
 /// A Go duration (`250ms`).
 fn go_duration(d: Duration) -> String {
     format!("{}ms", d.as_millis())
-}
-
-/// The status code of `GET path` on 127.0.0.1:`port` (HTTP/1.0), `None` when it does not answer.
-async fn http_status(port: u16, path: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut head = Vec::new();
-    tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut head))
-        .await
-        .ok()?
-        .ok()?;
-    let head = String::from_utf8_lossy(&head);
-    head.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// The last `n` lines of `file`.
-fn tail(file: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 impl Karpenter {

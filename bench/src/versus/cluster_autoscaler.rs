@@ -27,6 +27,7 @@ use serde_json::json;
 use super::Settings;
 use super::scenario::GROUP_LABEL;
 use ebb_e2e::harness::TestEnv;
+use ebb_e2e::harness::{http_status, tail};
 
 /// The commit of `kubernetes-sigs/cluster-autoscaler` the bench runs: the newest on Kubernetes
 /// 1.36 libraries (2026-08-10).
@@ -242,35 +243,6 @@ pub struct ClusterAutoscaler {
     log: PathBuf,
 }
 
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
-}
-
-/// The status code of `GET path` on 127.0.0.1:`port` (HTTP/1.0), `None` when it does not answer.
-async fn http_status(port: u16, path: &str) -> Option<u16> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .ok()?;
-    conn.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await
-        .ok()?;
-    let mut head = Vec::new();
-    tokio::time::timeout(Duration::from_secs(2), conn.read_to_end(&mut head))
-        .await
-        .ok()?
-        .ok()?;
-    let head = String::from_utf8_lossy(&head);
-    head.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn tail(file: &Path, n: usize) -> String {
-    let text = std::fs::read_to_string(file).unwrap_or_default();
-    let lines: Vec<&str> = text.lines().collect();
-    lines[lines.len().saturating_sub(n)..].join("\n")
-}
-
 impl ClusterAutoscaler {
     /// Creates the kwok provider's ConfigMap in [`NAMESPACE`] and starts `binary` against `env`
     /// (a control plane the suite started) as cluster-admin, with [`flags`]; its environment is
@@ -294,7 +266,7 @@ impl ClusterAutoscaler {
             .create(&PostParams::default(), &cm)
             .await
             .with_context(|| format!("cannot create ConfigMap {NAMESPACE}/{CONFIG_MAP}"))?;
-        let port = free_port()?;
+        let port = ebb_e2e::setup::free_port()?;
         let kubeconfig = real.kubeconfig();
         let args = flags(s, &kubeconfig, &format!("127.0.0.1:{port}"));
         if let Some(dir) = log.parent() {
