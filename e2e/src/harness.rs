@@ -427,7 +427,8 @@ pub struct RealCluster {
 /// One build at a time in this process (tests run on parallel threads).
 static BUILD: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn k8s_script(name: &str) -> PathBuf {
+/// A script of `e2e/k8s/` (`build.sh`, `cluster.sh`).
+pub fn k8s_script(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("k8s").join(name)
 }
 

@@ -317,15 +317,22 @@ fn clock_ticks() -> f64 {
 
 /// The directory of the peers' binaries (`e2e/k8s/build.sh peers`).
 pub fn peers_bin_dir() -> anyhow::Result<PathBuf> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("k8s")
-        .join("build.sh");
+    let script = ebb_e2e::harness::k8s_script("build.sh");
     let out = std::process::Command::new("bash")
         .arg(&script)
         .arg("--print-bin-dir")
         .output()
         .with_context(|| format!("cannot run {}", script.display()))?;
-    Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    let dir = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if !out.status.success() || dir.is_empty() {
+        anyhow::bail!(
+            "{} --print-bin-dir printed no directory ({}): {}",
+            script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(PathBuf::from(dir))
 }
 
 /// Why a column cannot run on this machine, if it can be known before trying (Karpenter's
