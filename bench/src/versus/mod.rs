@@ -565,6 +565,10 @@ pub async fn run_on(
         }
     };
     let client = env.client.clone();
+    // ebb's chart installs the steering webhook by default; so does the bench for ebb's columns.
+    if column.scaler == Scaler::Ebb {
+        ebb_e2e::setup::install_steering_webhook(&client).await?;
+    }
     let mut notes = Vec::new();
     let (budgets, mut karpenter, node_claims) = match column.nodes {
         Nodes::Kwok => (
