@@ -938,6 +938,40 @@ pub async fn controller_audit_user(env: &TestEnv, policy: &str) -> anyhow::Resul
     .await
 }
 
+/// The most pods among those named `prefix*` that were unavailable at once (terminating, or
+/// not yet Ready), in the watch's order, counted from the moment `total` of them were Ready.
+pub fn peak_unavailable(changes: &[PodChange], prefix: &str, total: usize) -> usize {
+    let mut ready: std::collections::BTreeSet<&String> = std::collections::BTreeSet::new();
+    let mut full = false;
+    let mut peak = 0;
+    for c in changes {
+        match c {
+            PodChange::Ready(p) if p.starts_with(prefix) => {
+                ready.insert(p);
+            }
+            PodChange::Terminating(p) if p.starts_with(prefix) => {
+                ready.remove(p);
+            }
+            _ => continue,
+        }
+        full |= ready.len() >= total;
+        if full {
+            peak = peak.max(total.saturating_sub(ready.len()));
+        }
+    }
+    peak
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc` (Linux).
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command (which may hold spaces) end with `)`.
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -953,5 +987,15 @@ mod tests {
         assert_eq!(cpu_milli("500m"), 500);
         assert_eq!(cpu_milli("2"), 2000);
         assert_eq!(cpu_milli("0.5"), 500);
+    }
+
+    #[test]
+    fn unavailable_pods_are_counted_in_watch_order() {
+        let r = |p: &str| PodChange::Ready(p.to_string());
+        let t = |p: &str| PodChange::Terminating(p.to_string());
+        let one_at_a_time = [r("a-1"), r("a-2"), t("a-1"), r("a-3"), t("a-2"), r("a-4")];
+        assert_eq!(peak_unavailable(&one_at_a_time, "a-", 2), 1);
+        let two_at_once = [r("a-1"), r("a-2"), r("b-1"), t("a-1"), t("a-2"), r("a-3")];
+        assert_eq!(peak_unavailable(&two_at_once, "a-", 2), 2);
     }
 }

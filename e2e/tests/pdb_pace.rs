@@ -1,0 +1,143 @@
+//! The pace of a PodDisruptionBudget-paced scale-down, timed: a test binary of its own so that
+//! no other test shares the machine while it is timed (cargo runs test binaries one at a time).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use ebb_api::ScaleDownPolicy;
+use ebb_e2e::AuditRecord;
+use ebb_e2e::harness::{Backend, wait_for};
+use ebb_e2e::pdb_safety;
+use ebb_e2e::setup::{
+    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, PodLog, controller_audit_user,
+    cpu_seconds, create_policy, fast_policy_spec, merged, node_of, nodes, peak_unavailable,
+    running_pods, wait_running,
+};
+use kube::api::Api;
+use serde_json::json;
+
+const CONTROLLER: &str = "ebb-controller";
+
+fn accepted_eviction(r: &AuditRecord) -> bool {
+    is_eviction(r) && r.code == 201
+}
+
+fn is_eviction(r: &AuditRecord) -> bool {
+    r.resource == "pods" && r.subresource == "eviction" && r.verb == "create"
+}
+
+ebb_e2e::on_both_backends! {
+
+/// The pace is the budget's, not the scan's: 24 nodes of 4 CPUs, one Deployment of 24 pods
+/// (250m, one per node), a PodDisruptionBudget with maxUnavailable 2, `unneededTime` 5 s and
+/// `maxDrainParallelism` 8, the controller at its defaults. The pool shrinks to the two nodes
+/// its pods need within 30 s on the real control plane,
+/// never with more than 2 of the pods unavailable, and evictions are not refused: each waits
+/// for the budget instead. The loop count and the controller's CPU time are printed (no busy
+/// loop while drains wait for the budget).
+async fn a_pool_under_a_pdb_shrinks_as_fast_as_the_budget_allows(backend) {
+    let c = Cluster::start(backend, 20.0).await.unwrap();
+    let env = &c.env;
+    let (pods, _w) = PodLog::watch(&env.client);
+    let pool = NodeGroup {
+        prefix: "pool-",
+        count: 24,
+        cpu: "4",
+        memory: "16Gi",
+        labels: json!({"pool": "drain"}),
+        taints: json!([]),
+    };
+    c.add_nodes(&pool).await.unwrap();
+    c.add_apps(&Apps {
+        prefix: "web-",
+        replicas: 24,
+        requests: json!({"cpu": "250m", "memory": "64Mi"}),
+        pdb: Some(json!({"maxUnavailable": 2})),
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    wait_running(&env.client, 24).await.unwrap();
+    let spread: BTreeSet<String> = running_pods(&env.client).await.iter().map(node_of).collect();
+    assert_eq!(spread.len(), 24, "one pod per node");
+
+    // The controller at its defaults, as users run it.
+    let mut ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
+    let t0 = std::time::Instant::now();
+    create_policy(
+        &env.client,
+        "pool",
+        merged(fast_policy_spec("drain"), &json!({"unneededTime": "5s", "scanInterval": "10s", "maxDrainParallelism": 8,
+               "maxScaleDownParallelism": 8, "evictionRetryInterval": "5s"})),
+    )
+    .await
+    .unwrap();
+    // 24 × 250m = 6 CPUs: two nodes of 4 hold them all. On the real control plane within 30 s
+    // of the policy: 5 s of unneeded time, then 22 drains paced two at a time by the budget.
+    // ebb-sim runs pods 20 times faster but the controller's own clock at its pace; its
+    // bound is looser.
+    let bound = match backend {
+        Backend::Real => Duration::from_secs(30),
+        Backend::Sim => Duration::from_secs(60),
+    };
+    let shrunk = wait_for("the pool down to two nodes", bound, || async {
+        let left = nodes(&env.client).await.into_keys().filter(|n| n.starts_with("pool-")).count();
+        (left == 2).then_some(())
+    })
+    .await;
+    let took = t0.elapsed();
+    // The pace, for the output: when each eviction and each node deletion was accepted.
+    let pace: Vec<String> = env.audit().unwrap()
+        .iter()
+        .filter(|r| {
+            (accepted_eviction(r) || (r.resource == "nodes" && r.verb == "delete"))
+                && (200..300).contains(&r.code)
+        })
+        .map(|r| format!("{} {} {}", r.time, r.verb, r.name))
+        .collect();
+    eprintln!("evictions and node deletions:\n  {}", pace.join("\n  "));
+    if let Err(e) = shrunk {
+        let status = Api::<ScaleDownPolicy>::all(env.client.clone()).get_opt("pool").await.ok().flatten().and_then(|p| p.status);
+        panic!("{e}; status: {}", serde_json::to_string_pretty(&status).unwrap_or_default());
+    }
+    wait_running(&env.client, 24).await.unwrap();
+    let loops = ctl.lines().iter().filter(|l| l.contains("loop done")).count();
+    let cpu = ctl.child.id().and_then(cpu_seconds);
+    eprintln!(
+        "pool of 24 under maxUnavailable 2: 22 nodes removed in {:.1} s with {loops} loops, \
+         controller CPU {cpu:?} s",
+        took.as_secs_f64()
+    );
+    let changes = pods.changes();
+    assert!(
+        peak_unavailable(&changes, "default/web-0-", 24) <= 2,
+        "never more than 2 of the budget's pods unavailable: {changes:?}"
+    );
+    let user = controller_audit_user(env, "pool").await.unwrap();
+    let audit = env.audit().unwrap();
+    let accepted = audit.iter().filter(|r| accepted_eviction(r)).count();
+    let refused = audit.iter().filter(|r| is_eviction(r) && r.code == 429).count();
+    match backend {
+        // The scheduler follows the plan (steering): no replacement lands on a node drained
+        // later, so no pod is moved twice.
+        Backend::Real => assert_eq!(accepted, 22, "one eviction per removed node"),
+        // ebb-sim calls no admission webhook: its scheduler places replacements by itself, some
+        // on nodes drained later.
+        Backend::Sim => assert!(accepted >= 22, "at least one eviction per removed node"),
+    }
+    assert!(refused <= 2, "evictions wait for the budget rather than being refused: {refused}");
+    let api = Api::<ScaleDownPolicy>::all(env.client.clone());
+    let status = wait_for("the refusals in status", Duration::from_secs(10), || async {
+        let s = api.get_opt("pool").await.ok()??.status?;
+        (s.removed_total == 22).then_some(s.evictions_refused_total)
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, refused as i64, "status counts the refused evictions");
+    // No busy loop: the drains waited for the budget without re-running the policy on a timer.
+    assert!(loops < 200, "{loops} loops for 22 drains");
+    let _ = ctl.kill().await;
+    pdb_safety::assert_safe(env, &[&user]);
+}
+
+}
