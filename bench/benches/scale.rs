@@ -1,4 +1,4 @@
-//! ebb's policy loop and a drain wave on a real control plane at scale: `cargo bench -p ebb-e2e
+//! ebb's policy loop and a drain wave on a real control plane at scale: `cargo bench -p ebb-bench
 //! --bench scale` creates kwok nodes and pre-bound pods, runs the controller and prints its start,
 //! loop and memory figures, the API requests per loop, and a DrainAndDelete wave's removal rate.
 //!
