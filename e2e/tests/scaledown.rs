@@ -222,13 +222,13 @@ async fn wait_audit(
     what: &str,
     timeout: Duration,
     check: impl Fn(&AuditRecord) -> bool,
-) {
+) -> AuditRecord {
     let check = &check;
     wait_for(what, timeout, || async move {
-        env.audit().ok()?.iter().any(check).then_some(())
+        env.audit().ok()?.into_iter().find(|r| check(r))
     })
     .await
-    .unwrap();
+    .unwrap()
 }
 
 // ---- reading the audit log ---------------------------------------------------------------
@@ -891,8 +891,10 @@ async fn sigkill_mid_drain_then_restart_completes(backend) {
     let mut first = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
     wait_audit(env, "a first eviction", Duration::from_secs(30), accepted_eviction).await;
-    first.kill().await.unwrap();
+    // Killed once it has reported (its status lists the drains in flight, which is what the
+    // next process counts removals from): drains start before a loop's status write.
     let user = controller_audit_user(env, "pool").await.unwrap();
+    first.kill().await.unwrap();
     let all = nodes(&env.client).await;
     let stuck: Vec<&String> = all
         .iter()
