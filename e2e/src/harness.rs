@@ -5,7 +5,7 @@
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
@@ -661,4 +661,38 @@ pub fn tail(file: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(file).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Waits until `GET path` on 127.0.0.1:`port` answers 200, for a process started out of
+/// cluster (`name`, writing to `log`); fails with the end of its log if it exits first or is
+/// not ready within `timeout`.
+pub async fn wait_http_ready(
+    child: &mut tokio::process::Child,
+    name: &str,
+    log: &Path,
+    port: u16,
+    path: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            bail!(
+                "{name} exited ({status}) before it was ready; the end of {}:\n{}",
+                log.display(),
+                tail(log, 30)
+            );
+        }
+        if http_status(port, path).await == Some(200) {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{name} not ready ({path} on port {port}) after {timeout:?}; the end of {}:\n{}",
+                log.display(),
+                tail(log, 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

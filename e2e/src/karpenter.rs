@@ -34,7 +34,7 @@ use kube::api::{
 use serde_json::{Value, json};
 
 use crate::harness::{TestEnv, wait_for};
-use crate::harness::{http_status, tail};
+use crate::harness::{tail, wait_http_ready};
 
 /// The label Karpenter puts on the nodes (and NodeClaims) of a NodePool: its name.
 pub const NODEPOOL_LABEL: &str = "karpenter.sh/nodepool";
@@ -319,29 +319,17 @@ impl Karpenter {
             metrics_port,
             health_port,
         };
-        let deadline = Instant::now() + settings.ready_timeout;
-        loop {
-            if let Some(status) = k.child.try_wait()? {
-                bail!(
-                    "karpenter-kwok exited ({status}) before it was ready; the end of {}:\n{}",
-                    k.log.display(),
-                    tail(&k.log, 30)
-                );
-            }
-            if http_status(health_port, "/readyz").await == Some(200) {
-                return Ok(k);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "karpenter-kwok not ready (/readyz on port {health_port}) after {:?}; the \
-                     end of {}:\n{}",
-                    settings.ready_timeout,
-                    k.log.display(),
-                    tail(&k.log, 30)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let log = k.log.clone();
+        wait_http_ready(
+            &mut k.child,
+            "karpenter-kwok",
+            &log,
+            health_port,
+            "/readyz",
+            settings.ready_timeout,
+        )
+        .await?;
+        Ok(k)
     }
 
     /// Its log file (`DIR/karpenter.log`, JSON lines).

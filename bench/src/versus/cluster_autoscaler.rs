@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -27,7 +27,7 @@ use serde_json::json;
 use super::Settings;
 use super::scenario::GROUP_LABEL;
 use ebb_e2e::harness::TestEnv;
-use ebb_e2e::harness::{http_status, tail};
+use ebb_e2e::harness::wait_http_ready;
 
 /// The commit of `kubernetes-sigs/cluster-autoscaler` the bench runs: the newest on Kubernetes
 /// 1.36 libraries (2026-08-10).
@@ -302,28 +302,17 @@ impl ClusterAutoscaler {
             child,
             log: log.to_path_buf(),
         };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = ca.child.try_wait()? {
-                bail!(
-                    "cluster-autoscaler exited ({status}) before it was ready; the end of {}:\n{}",
-                    ca.log.display(),
-                    tail(&ca.log, 30)
-                );
-            }
-            if http_status(port, "/health-check").await == Some(200) {
-                return Ok(ca);
-            }
-            if Instant::now() >= deadline {
-                bail!(
-                    "cluster-autoscaler not ready (/health-check on port {port}) after 60 s; the \
-                     end of {}:\n{}",
-                    ca.log.display(),
-                    tail(&ca.log, 30)
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        let log = ca.log.clone();
+        wait_http_ready(
+            &mut ca.child,
+            "cluster-autoscaler",
+            &log,
+            port,
+            "/health-check",
+            Duration::from_secs(60),
+        )
+        .await?;
+        Ok(ca)
     }
 
     pub fn pid(&self) -> Option<u32> {
