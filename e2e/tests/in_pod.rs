@@ -747,29 +747,20 @@ async fn assert_nothing_left(
     let c = cluster.client();
     let selector = format!("app.kubernetes.io/instance={RELEASE}");
     let lp = ListParams::default().labels(&selector);
-    assert!(
-        Api::<Deployment>::namespaced(c.clone(), NS)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+    assert_eq!(
+        count::<Deployment>(c, &lp).await,
+        0,
+        "the release's Deployments gone"
     );
-    assert!(
-        Api::<DaemonSet>::namespaced(c.clone(), NS)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+    assert_eq!(
+        count::<DaemonSet>(c, &lp).await,
+        0,
+        "the release's DaemonSets gone"
     );
-    assert!(
-        Api::<ServiceAccount>::namespaced(c.clone(), NS)
-            .list(&lp)
-            .await
-            .unwrap()
-            .items
-            .is_empty()
+    assert_eq!(
+        count::<ServiceAccount>(c, &lp).await,
+        0,
+        "the release's ServiceAccounts gone"
     );
     wait_for("the release's pods gone", WAIT, || async {
         Api::<Pod>::namespaced(c.clone(), NS)
@@ -851,4 +842,20 @@ async fn assert_nothing_left(
         .filter_map(|l| l.metadata.name)
         .collect();
     assert_eq!(leases, BTreeSet::from(["ebb-controller".to_string()]));
+}
+
+/// How many objects of kind `K` in the release's namespace `lp` selects.
+async fn count<K>(c: &kube::Client, lp: &ListParams) -> usize
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(c.clone(), NS)
+        .list(lp)
+        .await
+        .unwrap()
+        .items
+        .len()
 }
