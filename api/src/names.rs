@@ -82,8 +82,13 @@ pub const ANNOTATION_PLACED_ON: &str = "ebb.dev/placed-on";
 /// Pod annotation telling how a placement was made (`Pinned`, `Relaxed`, `Anywhere`, `Ungoverned`).
 pub const ANNOTATION_PLACEMENT: &str = "ebb.dev/placement";
 /// On a replacement pod steered at its creation: the node the plan put the pod it replaces on
-/// (the pod prefers it; the model counts the pod there until it is bound).
+/// (the pod prefers it). For people and tools to read: ebb itself trusts only the ticket
+/// ([`ANNOTATION_STEERING_TICKET`]) it handed out, never this value.
 pub const ANNOTATION_PLANNED_NODE: &str = "ebb.dev/planned-node";
+/// On a replacement pod steered at its creation: the unguessable ticket of the destination the
+/// webhook handed out. The controller counts the pod on its planned node, while it waits, only
+/// if it handed this ticket out, to a pod of this owner, and this pod is the first seen with it.
+pub const ANNOTATION_STEERING_TICKET: &str = "ebb.dev/steering-ticket";
 
 /// Field manager name used by the controller for server-side apply.
 pub const FIELD_MANAGER_CONTROLLER: &str = "ebb-controller";

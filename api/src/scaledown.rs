@@ -507,6 +507,11 @@ pub struct ReplacementsStatus {
     /// Planned destinations whose replacement has not been created yet.
     #[serde(default)]
     pub waiting: i64,
+    /// Destinations handed out when a replacement was being created, whose pod never appeared
+    /// (refused later in admission, for example by a quota, or a request that was not the API
+    /// server's); each was offered again.
+    #[serde(default, skip_serializing_if = "is_zero_i64")]
+    pub not_created: i64,
     /// Share of the decided replacements that landed on plan, in whole percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_plan_percent: Option<i32>,
@@ -525,6 +530,10 @@ pub struct FallbackCount {
 }
 
 fn is_zero(n: &i32) -> bool {
+    *n == 0
+}
+
+fn is_zero_i64(n: &i64) -> bool {
     *n == 0
 }
 

@@ -204,6 +204,9 @@ pub enum ReplacementOutcome {
     on_plan,
     /// Not steered although planned, or bound elsewhere; `reason` says why.
     fell_back,
+    /// Handed out at admission, but no such pod appeared (refused later in admission, or a
+    /// request that was not the API server's): offered again.
+    not_created,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]

@@ -3,6 +3,7 @@
 
 mod controller_fake;
 
+use ebb_controller::state::Leadership;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -52,8 +53,20 @@ fn pod_ref(name: &str, grace: Option<i64>) -> PodRef {
 
 /// Evicts `pod` through `api` for policy `p` with [`settings`], no budgets gating it.
 async fn evict_as_p(api: &FakeApi, pod: &PodRef, calls: &Calls, metrics: &Metrics) -> bool {
+    evict_within(api, pod, calls, metrics, &Leadership::default()).await
+}
+
+/// [`evict_as_p`] within `fence`.
+async fn evict_within(
+    api: &FakeApi,
+    pod: &PodRef,
+    calls: &Calls,
+    metrics: &Metrics,
+    fence: &Leadership,
+) -> bool {
     let gate = DisruptionGate::new(api.pod_store(), api.pod_changes());
     let ev = Evictor {
+        fence,
         client: api.client(),
         gate: &gate,
         metrics,
@@ -61,6 +74,32 @@ async fn evict_as_p(api: &FakeApi, pod: &PodRef, calls: &Calls, metrics: &Metric
         observer: calls,
     };
     evict_with_retry(&ev, pod, &settings(), &CancellationToken::new()).await
+}
+
+/// A replica whose Lease may be another's sends no Eviction at all.
+#[tokio::test(start_paused = true)]
+async fn a_fenced_replica_sends_no_eviction() {
+    let api = FakeApi::new();
+    api.add_pod(pod("web-1").on("n1").build());
+    let calls = Calls(Default::default());
+    let fence = Leadership::default();
+    fence.fence_now();
+    let evicted = evict_within(
+        &api,
+        &pod_ref("web-1", None),
+        &calls,
+        &Metrics::new(),
+        &fence,
+    )
+    .await;
+    assert!(!evicted);
+    assert!(calls.0.lock().unwrap().is_empty(), "an Eviction was sent");
+    assert!(
+        api.pod_store()
+            .state()
+            .iter()
+            .any(|p| p.metadata.name.as_deref() == Some("web-1"))
+    );
 }
 
 #[tokio::test(start_paused = true)]

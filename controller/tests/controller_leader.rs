@@ -7,6 +7,7 @@ mod controller_fake;
 use std::time::Duration;
 
 use controller_fake::FakeApi;
+use ebb_controller::state::Leadership;
 use ebb_controller::state::lease::{Leader, LeaderConfig};
 
 fn cfg(identity: &str) -> LeaderConfig {
@@ -21,15 +22,19 @@ fn cfg(identity: &str) -> LeaderConfig {
 async fn one_leader_at_a_time_and_loss_is_noticed() {
     let api = FakeApi::new();
     let mut known = false;
-    let a = Leader::acquire(api.client(), &cfg("a"), || known = true)
-        .await
-        .unwrap();
+    let a = Leader::acquire(api.client(), &cfg("a"), &Leadership::default(), || {
+        known = true
+    })
+    .await
+    .unwrap();
     assert!(known, "leadership known once the Lease was read");
     assert_eq!(api.lease_holder().as_deref(), Some("a"));
 
     // b campaigns while a renews: b does not lead.
     let client_b = api.client();
-    let b = tokio::spawn(async move { Leader::acquire(client_b, &cfg("b"), || {}).await });
+    let b = tokio::spawn(async move {
+        Leader::acquire(client_b, &cfg("b"), &Leadership::default(), || {}).await
+    });
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!b.is_finished(), "b must wait while a holds the Lease");
     assert_eq!(api.lease_holder().as_deref(), Some("a"));
@@ -54,7 +59,7 @@ async fn one_leader_at_a_time_and_loss_is_noticed() {
 #[tokio::test]
 async fn a_leader_that_cannot_confirm_its_lease_steps_down() {
     let api = FakeApi::new();
-    let mut a = Leader::acquire(api.client(), &cfg("a"), || {})
+    let mut a = Leader::acquire(api.client(), &cfg("a"), &Leadership::default(), || {})
         .await
         .unwrap();
     // Cut a off from its Lease: another replica may take it after expiry, so a must stop.
@@ -63,6 +68,11 @@ async fn a_leader_that_cannot_confirm_its_lease_steps_down() {
         .await
         .expect("a steps down when it cannot confirm its Lease");
     assert!(why.contains("not renewed"), "{why}");
+    // Asked again (at SIGTERM, for example): the same answer at once, no fresh deadline.
+    let again = tokio::time::timeout(Duration::from_millis(200), a.lost())
+        .await
+        .expect("lost() answers at once once lost");
+    assert_eq!(again, why);
 }
 
 /// The Lease still reads as ours, but renewals fail (etcd refuses writes): the leader must stop
@@ -70,10 +80,22 @@ async fn a_leader_that_cannot_confirm_its_lease_steps_down() {
 #[tokio::test]
 async fn a_leader_whose_renewals_fail_stops_before_its_lease_expires() {
     let api = FakeApi::new();
-    let mut a = Leader::acquire(api.client(), &cfg("a"), || {})
+    let leadership = Leadership::default();
+    let mut a = Leader::acquire(api.client(), &cfg("a"), &leadership, || {})
         .await
         .unwrap();
+    assert!(leadership.may_write(), "within the fence once acquired");
     api.lease_writes_down(true);
+    // The fence closes on its own, before anyone asks (start-up recovery, drains and the
+    // webhook's registration run before the main loop waits on `lost`).
+    let fenced_at = tokio::time::timeout(Duration::from_secs(10), async {
+        while leadership.may_write() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        jiff::Timestamp::now()
+    })
+    .await
+    .expect("the fence closes when renewals fail");
     let last_renewal = api.lease_renew_time().expect("a renewTime");
     let why = tokio::time::timeout(Duration::from_secs(10), a.lost())
         .await
@@ -91,4 +113,10 @@ async fn a_leader_whose_renewals_fail_stops_before_its_lease_expires() {
         "stopped at {stopped}, the Lease (renewed {renewed}) expires at {expiry}: {why}"
     );
     assert!(why.contains("not renewed"), "{why}");
+    assert!(fenced_at < expiry, "fenced at {fenced_at}, expiry {expiry}");
+    // Asked again (at SIGTERM, for example): the same answer at once, no fresh deadline.
+    let again = tokio::time::timeout(Duration::from_millis(200), a.lost())
+        .await
+        .expect("lost() answers at once once lost");
+    assert_eq!(again, why);
 }

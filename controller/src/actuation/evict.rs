@@ -109,6 +109,8 @@ pub fn pdb_answer(call: &EvictionCall) -> &'static str {
 
 /// Where an eviction is sent from: the client, the gate of the budgets, and who is told.
 pub struct Evictor<'a> {
+    /// No Eviction is sent outside this fence (the Lease may be another replica's).
+    pub fence: &'a crate::state::Leadership,
     pub client: kube::Client,
     pub gate: &'a DisruptionGate,
     pub metrics: &'a Metrics,
@@ -169,6 +171,11 @@ pub async fn evict_with_retry(
         let Some(reservation) = admitted(ev, pod, settings, cancel, deadline).await else {
             return false;
         };
+        if !ev.fence.may_write() {
+            ev.gate.settle(reservation, false);
+            tracing::warn!(pod = %pod.key(), "not evicting: the Lease may be another replica's");
+            return false;
+        }
         ev.observer.before_call(pod);
         let call = evict_once(&ev.client, pod, settings.grace_cap).await;
         ev.gate

@@ -12,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 use tokio_util::sync::CancellationToken;
@@ -29,10 +29,14 @@ pub const PATH: &str = "/steer";
 pub const MAX_BODY: usize = 4 << 20;
 /// A client that has not finished its TLS handshake by then is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A request whose headers have not arrived by then has its connection closed (the API server
+/// sends a request at once; it opens a new connection when an idle one was closed).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// A request body not received by then is answered 408 (the API server sends it at once).
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshaken connections waiting for the HTTP server.
-const ACCEPT_QUEUE: usize = 64;
+/// Connections served at once: the API server keeps a few per webhook; anything past this is
+/// someone else, closed at once.
+const MAX_CONNECTIONS: usize = 128;
 
 #[derive(Clone)]
 struct AppState {
@@ -99,7 +103,7 @@ async fn steer(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Res
         }
     };
     let patch = match review::created_pod(&request) {
-        Some(pod) if s.leadership.is_leader() => s.steering.admit(pod),
+        Some(pod) if s.leadership.is_leader() => s.steering.admit(pod, request.dry_run),
         _ => None,
     };
     let (answer, result) = review::answer(&request, patch);
@@ -108,37 +112,66 @@ async fn steer(State(s): State<AppState>, headers: HeaderMap, body: Body) -> Res
     axum::Json(answer).into_response()
 }
 
-/// TCP connections after their TLS handshake, each handshake on a task of its own (a slow
-/// client holds up no other).
-struct TlsListener {
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    local: SocketAddr,
+/// What one client may hold of the server, and for how long.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Connections served at once; one more is closed at once (the API server fails open).
+    pub connections: usize,
+    /// A client that has not finished its TLS handshake by then is dropped.
+    pub handshake: Duration,
+    /// A request whose headers have not all arrived by then (including the wait for the next
+    /// request on a kept-alive connection) has its connection closed.
+    pub headers: Duration,
 }
 
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(conn) => conn,
-            // The accepting task ended (stopped): no more connections.
-            None => std::future::pending().await,
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            connections: MAX_CONNECTIONS,
+            handshake: HANDSHAKE_TIMEOUT,
+            headers: HEADER_TIMEOUT,
         }
     }
+}
 
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
+/// Serves one handshaken connection with `app` until it ends, the client stalls, or `stop`.
+async fn serve_connection(
+    tls: TlsStream<TcpStream>,
+    app: Router,
+    limits: Limits,
+    stop: CancellationToken,
+) {
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.headers)
+        .keep_alive(true);
+    let conn = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        done = conn.as_mut() => {
+            if let Err(e) = done {
+                tracing::debug!(error = %e, "steering webhook: connection ended");
+            }
+        }
+        _ = stop.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(BODY_TIMEOUT, conn.as_mut()).await;
+        }
     }
 }
 
-/// Accepts on `tcp` and hands handshaken connections to the listener until `stop`.
-fn accept_tls(
+/// Accepts on `tcp` until `stop`: at most `limits.connections` at once (the rest are closed
+/// unread), each handshaken and served on a task of its own (a slow client holds up no other).
+fn accept(
     tcp: TcpListener,
     acceptor: TlsAcceptor,
-    ready: mpsc::Sender<(TlsStream<TcpStream>, SocketAddr)>,
+    app: Router,
+    limits: Limits,
     stop: CancellationToken,
 ) {
+    let slots = Arc::new(Semaphore::new(limits.connections));
     tokio::spawn(async move {
         loop {
             let (stream, peer) = tokio::select! {
@@ -153,13 +186,16 @@ fn accept_tls(
                     }
                 },
             };
-            let acceptor = acceptor.clone();
-            let ready = ready.clone();
+            let Ok(permit) = slots.clone().try_acquire_owned() else {
+                tracing::warn!(%peer, limit = limits.connections, "steering webhook: too many connections; closing this one");
+                drop(stream);
+                continue;
+            };
+            let (acceptor, app, stop) = (acceptor.clone(), app.clone(), stop.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => {
-                        let _ = ready.send((tls, peer)).await;
-                    }
+                let _permit = permit;
+                match tokio::time::timeout(limits.handshake, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => serve_connection(tls, app, limits, stop).await,
                     Ok(Err(e)) => {
                         tracing::debug!(%peer, error = %e, "steering webhook: TLS handshake failed")
                     }
@@ -170,26 +206,28 @@ fn accept_tls(
     });
 }
 
-/// Binds `addr` and serves `app` over TLS with `tls` until `stop`; returns the bound address.
+/// Binds `addr` and serves `app` over TLS with `tls` until `stop`, within the default
+/// [`Limits`]; returns the bound address.
 pub async fn serve(
     addr: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     app: Router,
     stop: CancellationToken,
 ) -> std::io::Result<SocketAddr> {
+    serve_within(addr, tls, app, Limits::default(), stop).await
+}
+
+/// [`serve`] within `limits`.
+pub async fn serve_within(
+    addr: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    limits: Limits,
+    stop: CancellationToken,
+) -> std::io::Result<SocketAddr> {
     let tcp = TcpListener::bind(addr).await?;
     let local = tcp.local_addr()?;
-    let (tx, rx) = mpsc::channel(ACCEPT_QUEUE);
-    accept_tls(tcp, TlsAcceptor::from(tls), tx, stop.clone());
-    let listener = TlsListener { ready: rx, local };
-    tokio::spawn(async move {
-        let served = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "steering webhook server stopped");
-        }
-    });
+    accept(tcp, TlsAcceptor::from(tls), app, limits, stop);
     Ok(local)
 }
 
@@ -374,6 +412,81 @@ mod tests {
             text.contains("ebb_steering_admissions_total{result=\"error\"} 3"),
             "{text}"
         );
+        stop.cancel();
+    }
+
+    /// A server within `limits`, and a client that trusts it.
+    async fn start_within(limits: Limits) -> (SocketAddr, ServingCert, CancellationToken) {
+        let names = vec!["127.0.0.1".to_string()];
+        let cert = ServingCert::generate(&names).unwrap();
+        let stop = CancellationToken::new();
+        let addr = serve_within(
+            "127.0.0.1:0".parse().unwrap(),
+            cert.server_config().unwrap(),
+            router(Steering::default(), Leadership::default(), Metrics::new()),
+            limits,
+            stop.clone(),
+        )
+        .await
+        .unwrap();
+        (addr, cert, stop)
+    }
+
+    #[tokio::test]
+    async fn a_client_that_sends_no_headers_is_cut_off() {
+        let limits = Limits {
+            headers: Duration::from_millis(300),
+            ..Limits::default()
+        };
+        let (addr, cert, stop) = start_within(limits).await;
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1".to_string()).unwrap();
+        let mut tls = client(&cert).connect(name, tcp).await.unwrap();
+        // Half a request line, then nothing.
+        tls.write_all(b"POST /ste").await.unwrap();
+        let mut buf = Vec::new();
+        let closed = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut buf)).await;
+        assert!(
+            closed.is_ok(),
+            "the connection was held past the header timeout"
+        );
+        // And one that sends nothing at all after its handshake.
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("127.0.0.1".to_string()).unwrap();
+        let mut tls = client(&cert).connect(name, tcp).await.unwrap();
+        let closed = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut buf)).await;
+        assert!(closed.is_ok(), "an idle connection was held");
+        stop.cancel();
+    }
+
+    #[tokio::test]
+    async fn connections_past_the_limit_are_closed_and_the_rest_served() {
+        let limits = Limits {
+            connections: 3,
+            ..Limits::default()
+        };
+        let (addr, cert, stop) = start_within(limits).await;
+        // Three clients hold a connection each without finishing a handshake.
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            held.push(TcpStream::connect(addr).await.unwrap());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A fourth is closed at once.
+        let refused = call(addr, &cert, "127.0.0.1", post(&review_body())).await;
+        assert!(refused.is_err(), "served past the limit: {refused:?}");
+        // Once one lets go, requests are served again.
+        drop(held.pop());
+        let served = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                if let Ok((200, _)) = call(addr, &cert, "127.0.0.1", post(&review_body())).await {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(served.is_ok(), "not served after a connection closed");
         stop.cancel();
     }
 

@@ -311,7 +311,9 @@ pub async fn serve(
         }
         None => Webhook::off("--steering=false"),
     };
-    let Some(mut leader) = campaign(&clients.api, &settings, &readiness, &stop).await? else {
+    let Some(mut leader) =
+        campaign(&clients.api, &settings, &leadership, &readiness, &stop).await?
+    else {
         return Ok(Exit::Stopped);
     };
     let shared = Shared {
@@ -332,7 +334,34 @@ pub async fn serve(
     if !wait_for_policy_cache(&scaledown.ctx, &shared.stop).await? {
         return Ok(Exit::Stopped);
     }
-    recover_at_start(&scaledown.ctx).await;
+    // From here every actor is under the fence the Lease task keeps (see `Leader::acquire`):
+    // recovery's writes and the drains it resumes check it, and a Lease lost meanwhile ends
+    // recovery at once.
+    let recovered = match leader.as_mut() {
+        Some(l) => tokio::select! {
+            _ = recover_at_start(&scaledown.ctx) => None,
+            why = l.lost() => Some(why),
+        },
+        None => {
+            recover_at_start(&scaledown.ctx).await;
+            None
+        }
+    };
+    if let Some(why) = recovered {
+        tracing::error!(%why, "leadership lost during start-up recovery");
+        shared.leadership.set(false);
+        scaledown.ctx.actuator.abort_all();
+        shared.stop.cancel();
+        scaledown
+            .shut_down(
+                Exit::LostLeadership,
+                leader,
+                &shared.leadership,
+                settings.shutdown_timeout,
+            )
+            .await;
+        return Ok(Exit::LostLeadership);
+    }
     let client = scaledown.ctx.client.clone();
     let _placement_tasks = AbortOnDrop(placement::start(
         client.clone(),
@@ -346,13 +375,19 @@ pub async fn serve(
     ));
     shared.leadership.set(true);
     tracing::info!("acting");
-    webhook.lead().await;
+    // Registration in a task of its own: a slow API server delays no drain.
+    let webhook = std::sync::Arc::new(webhook);
+    let registering = {
+        let w = webhook.clone();
+        AbortOnDrop(vec![tokio::spawn(async move { w.lead().await })])
+    };
     let exit = until_exit(leader.as_mut(), &shared.stop).await;
     if exit == Exit::LostLeadership {
         // Another leader may act already: not one more write, drains stop where they are.
         shared.leadership.set(false);
         scaledown.ctx.actuator.abort_all();
     }
+    drop(registering);
     // The webhook's Service stops routing here (the only write after a lost Lease: this
     // replica's own Pod label).
     webhook.step_down().await;
@@ -421,10 +456,18 @@ async fn sync_caches(
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<stores::Watches>> {
     let seen = steering.clone();
-    let watches = stores::start_seeing_pods(client.clone(), sources, lists, move |p| {
-        seen.observe(p);
-    })
-    .await;
+    // Steered pods still pending count on their planned node in this model (see
+    // `Steering::observe`).
+    let model = std::sync::Arc::new(crate::state::shared_model::SharedModel::default());
+    steering.set_model(model.clone());
+    let watches =
+        stores::start_seeing_pods(client.clone(), sources, lists, model, move |p| match p {
+            stores::PodSeen::Applied(p) => {
+                seen.observe(p);
+            }
+            stores::PodSeen::Deleted(p) => seen.observe_deleted(p),
+        })
+        .await;
     tracing::info!(initial_list = ?lists, "waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
@@ -447,6 +490,7 @@ async fn sync_caches(
 async fn campaign(
     client: &kube::Client,
     settings: &Settings,
+    leadership: &Leadership,
     readiness: &Readiness,
     stop: &CancellationToken,
 ) -> anyhow::Result<Option<Option<Leader>>> {
@@ -456,7 +500,7 @@ async fn campaign(
     };
     let ready = readiness.clone();
     tokio::select! {
-        l = Leader::acquire(client.clone(), cfg, move || ready.set_leadership_known(true)) => Ok(Some(Some(l?))),
+        l = Leader::acquire(client.clone(), cfg, leadership, move || ready.set_leadership_known(true)) => Ok(Some(Some(l?))),
         _ = stop.cancelled() => Ok(None),
     }
 }
@@ -545,6 +589,7 @@ impl ScaleDown {
         .with_recheck_delay(settings.recheck_delay)
         .with_remover(remover)
         .with_stop(shared.stop.clone())
+        .with_leadership(shared.leadership.clone())
         .with_steering(shared.steering.clone())
         .notify_finished(finished_tx);
         let policies: Api<ScaleDownPolicy> = Api::all(client.clone());

@@ -127,6 +127,8 @@ pub struct LiveCluster {
     /// With the node each is bound to (`spec.nodeName` as written).
     bad_pods: BTreeMap<PodKey, (Option<String>, SnapshotError)>,
     bad_pdbs: BTreeMap<(String, String), SnapshotError>,
+    /// Pending pods ebb steered, counted on their planned node (see [`super::SteeredPods`]).
+    steered: super::SteeredPods,
 }
 
 impl Default for LiveCluster {
@@ -153,6 +155,7 @@ impl Default for LiveCluster {
             bad_volumes: None,
             bad_pods: BTreeMap::new(),
             bad_pdbs: BTreeMap::new(),
+            steered: Default::default(),
         }
     }
 }
@@ -208,6 +211,14 @@ fn pvc_claims(pod: &Pod) -> Vec<String> {
 }
 
 impl LiveCluster {
+    /// An empty model that counts the pending pods `steered` vouches for on their planned node.
+    pub fn with_steered(steered: super::SteeredPods) -> Self {
+        LiveCluster {
+            steered,
+            ..LiveCluster::default()
+        }
+    }
+
     /// The model of `objects`, built by applying them as events.
     pub fn from_objects(objects: &ClusterObjects) -> Self {
         let mut live = LiveCluster::default();
@@ -393,7 +404,8 @@ impl LiveCluster {
         let key = pod_key(pod);
         self.remove_pod(&key);
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        let (info, req) = match parse_pod(pod, &self.volumes) {
+        let planned = self.steered.planned(&key);
+        let (info, req) = match parse_pod(pod, &self.volumes, planned.as_deref()) {
             Ok(parsed) => parsed,
             Err(e) => {
                 self.bad_pods.insert(key.clone(), (bound, e));

@@ -9,6 +9,7 @@ pub mod machines;
 pub mod predicates;
 pub mod quantity;
 pub mod snapshot;
+pub mod steered;
 pub mod types;
 pub mod undo;
 
@@ -17,6 +18,7 @@ pub use incremental::UpdateError;
 pub use live::{ClusterEvent, LiveCluster};
 pub use predicates::{PredicateChecker, Unfit};
 pub use snapshot::ClusterSnapshot;
+pub use steered::SteeredPods;
 pub use types::{ClassId, NodeId, NodeInfo, PodId, PodInfo, Resources};
 pub use undo::UndoLog;
 

@@ -534,9 +534,12 @@ mod tests {
     #[test]
     fn added_pods_disappear_on_revert() {
         let mut s = snapshot([node("a").cpu("4")], [pod("p1").on("a").cpu("1")]);
-        let (info, req) =
-            crate::cluster::build::parse_pod(&pod("new").cpu("1").build(), &Default::default())
-                .unwrap();
+        let (info, req) = crate::cluster::build::parse_pod(
+            &pod("new").cpu("1").build(),
+            &Default::default(),
+            None,
+        )
+        .unwrap();
         s.fork();
         let id = s.add_pod(info, req);
         s.place(id, s.node_id("a"));

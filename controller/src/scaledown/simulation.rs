@@ -183,7 +183,7 @@ impl<'a> Sim<'a> {
         let mut pending = false;
         let no_volumes = VolumeIndex::new();
         for e in evictions {
-            let Ok((mut info, req)) = parse_pod(&e.pod, &no_volumes) else {
+            let Ok((mut info, req)) = parse_pod(&e.pod, &no_volumes, None) else {
                 tracing::warn!(pod = ?e.pod.metadata.name, "recently evicted pod cannot be parsed; ignored");
                 continue;
             };

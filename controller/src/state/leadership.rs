@@ -1,12 +1,44 @@
-//! Whether this process may act: set by the Lease holder task (or always true without leader
-//! election), read by both reconcilers before every write.
+//! Whether this process may act: the Lease holder's acting flag (set after start-up recovery)
+//! and its fence (the moment the Lease may have passed to another replica), read before writes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
 
-/// Whether this process may act (holds the Lease, or runs without leader election).
-#[derive(Clone, Default)]
-pub struct Leadership(Arc<AtomicBool>);
+/// No deadline: leader election off, or the fence not armed yet.
+const NO_DEADLINE: u64 = u64::MAX;
+
+/// Whether this process may act (holds the Lease, or runs without leader election). Cheap to
+/// clone; every clone sees the same state.
+#[derive(Clone)]
+pub struct Leadership(Arc<Inner>);
+
+struct Inner {
+    acting: AtomicBool,
+    /// Milliseconds after `base` until which this replica may still write (the fence), or
+    /// [`NO_DEADLINE`].
+    valid_until_ms: AtomicU64,
+    base: Instant,
+}
+
+impl Default for Leadership {
+    fn default() -> Self {
+        Leadership(Arc::new(Inner {
+            acting: AtomicBool::new(false),
+            valid_until_ms: AtomicU64::new(NO_DEADLINE),
+            base: Instant::now(),
+        }))
+    }
+}
+
+impl std::fmt::Debug for Leadership {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leadership")
+            .field("acting", &self.0.acting.load(Ordering::SeqCst))
+            .field("may_write", &self.may_write())
+            .finish()
+    }
+}
 
 impl Leadership {
     /// Always the leader (leader election off).
@@ -15,10 +47,64 @@ impl Leadership {
         l.set(true);
         l
     }
+
+    /// Starts (after start-up recovery) or stops acting: reconcilers and the webhook.
     pub fn set(&self, leader: bool) {
-        self.0.store(leader, Ordering::SeqCst);
+        self.0.acting.store(leader, Ordering::SeqCst);
     }
+
+    /// Acting, and within the fence.
     pub fn is_leader(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
+        self.0.acting.load(Ordering::SeqCst) && self.may_write()
+    }
+
+    /// Within the fence: the Lease this replica holds cannot have passed to another replica
+    /// yet (always true without leader election). Drains check this before each write, from
+    /// the moment the Lease is acquired (start-up recovery included).
+    pub fn may_write(&self) -> bool {
+        let until = self.0.valid_until_ms.load(Ordering::SeqCst);
+        until == NO_DEADLINE || self.now_ms() < until
+    }
+
+    /// The fence moves to `until` (the last renewal seen plus the Lease's duration, less a
+    /// margin).
+    pub fn fence_at(&self, until: Instant) {
+        let ms = until.saturating_duration_since(self.0.base).as_millis();
+        let ms = u64::try_from(ms)
+            .unwrap_or(NO_DEADLINE - 1)
+            .min(NO_DEADLINE - 1);
+        self.0.valid_until_ms.store(ms, Ordering::SeqCst);
+    }
+
+    /// Deposed: nothing more may be written, at once.
+    pub fn fence_now(&self) {
+        self.0.acting.store(false, Ordering::SeqCst);
+        self.0.valid_until_ms.store(0, Ordering::SeqCst);
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.0.base.elapsed().as_millis()).unwrap_or(NO_DEADLINE - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_fence_closes_at_its_deadline_and_when_deposed() {
+        let l = Leadership::default();
+        assert!(!l.is_leader() && l.may_write(), "no fence before a Lease");
+        l.set(true);
+        assert!(l.is_leader());
+        l.fence_at(Instant::now() + Duration::from_secs(60));
+        assert!(l.is_leader() && l.may_write());
+        l.fence_at(Instant::now() - Duration::from_millis(1));
+        assert!(!l.may_write() && !l.is_leader(), "past its deadline");
+        l.fence_at(Instant::now() + Duration::from_secs(60));
+        let clone = l.clone();
+        clone.fence_now();
+        assert!(!l.may_write() && !l.is_leader(), "every clone is fenced");
     }
 }

@@ -4,6 +4,8 @@
 use std::time::Duration;
 
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError, LeaseParams};
+
+use super::Leadership;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -55,9 +57,20 @@ pub enum LeaderError {
 
 /// Held while this replica is the leader.
 pub struct Leader {
-    state: watch::Receiver<bool>,
     task: JoinHandle<Result<kube_lease_manager::LeaseManager, LeaseManagerError>>,
-    fence: Fence,
+    /// Why leadership was lost, once it is (set by the one fence task started at acquisition).
+    lost: watch::Receiver<Option<String>>,
+    fence_task: FenceTask,
+}
+
+/// The fence task, aborted when its [`Leader`] is dropped: it holds the election's last
+/// receiver, and the Lease is released once that is gone.
+struct FenceTask(JoinHandle<()>);
+
+impl Drop for FenceTask {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Self-fencing: the leader reads its Lease every `every` and counts itself deposed when another
@@ -110,9 +123,11 @@ fn read_lease(
 }
 
 impl Fence {
-    async fn deposed(&self) -> String {
-        // Just acquired (or confirmed): valid for `valid_for` from now at most.
-        let mut valid_until = tokio::time::Instant::now() + self.valid_for;
+    /// Reads the Lease until it deposes this holder, moving `leadership`'s fence to each
+    /// renewal seen; `acquired` is when the Lease was won (its renewTime was written then).
+    async fn deposed(&self, leadership: &Leadership, acquired: tokio::time::Instant) -> String {
+        let mut valid_until = acquired + self.valid_for;
+        leadership.fence_at(valid_until.into_std());
         loop {
             let read = tokio::time::timeout(self.every, self.api.get_opt(&self.name)).await;
             match read {
@@ -121,6 +136,7 @@ impl Fence {
                         LeaseRead::Held(age) => {
                             valid_until =
                                 tokio::time::Instant::now() + self.valid_for.saturating_sub(age);
+                            leadership.fence_at(valid_until.into_std());
                         }
                         LeaseRead::Deposed(why) => return why,
                     }
@@ -150,10 +166,13 @@ const FENCE_POLL: Duration = Duration::from_secs(1);
 
 impl Leader {
     /// Campaign until this replica holds the Lease. `on_known` is called once the Lease has
-    /// been read (leadership is known, whether or not we hold it).
+    /// been read (leadership is known, whether or not we hold it). From the moment it is held,
+    /// one fence task keeps `leadership`'s fence at the last renewal seen plus the Lease's
+    /// duration less a margin, and closes it when the Lease is lost: every write checks it.
     pub async fn acquire(
         client: kube::Client,
         cfg: &LeaderConfig,
+        leadership: &Leadership,
         on_known: impl FnOnce(),
     ) -> Result<Self, LeaderError> {
         // The builder panics unless 0 < grace < duration: keep the values in range.
@@ -182,6 +201,9 @@ impl Leader {
             })?;
         on_known();
         let (mut state, task) = manager.watch().await;
+        // Armed before the first look at the state: a replica that wins the Lease is fenced
+        // from the first moment it may act.
+        leadership.fence_at(std::time::Instant::now() + fence.valid_for);
         let mut waited = 0u64;
         while !*state.borrow_and_update() {
             tokio::select! {
@@ -197,35 +219,62 @@ impl Leader {
             }
         }
         tracing::info!(identity = %cfg.identity, lease = %cfg.lease_name, "became the leader");
-        Ok(Self { state, task, fence })
+        let acquired = tokio::time::Instant::now();
+        let (lost_tx, lost) = watch::channel(None);
+        let fenced = leadership.clone();
+        let fence_task = tokio::spawn(async move {
+            let election = async {
+                loop {
+                    if !*state.borrow_and_update() {
+                        return "the election reports another holder".to_string();
+                    }
+                    if state.changed().await.is_err() {
+                        return "the election task ended".to_string();
+                    }
+                }
+            };
+            let why = tokio::select! {
+                why = election => why,
+                why = fence.deposed(&fenced, acquired) => why,
+            };
+            fenced.fence_now();
+            let _ = lost_tx.send(Some(why));
+            // The election's receiver is kept until the Lease is released (see `release`).
+            std::future::pending::<()>().await;
+        });
+        Ok(Self {
+            task,
+            lost,
+            fence_task: FenceTask(fence_task),
+        })
     }
 
     /// Resolves, with why, when leadership is lost: the election says so, the election task
-    /// ends, or the Lease cannot be confirmed (see the fence).
+    /// ends, or the Lease cannot be confirmed (see the fence). The same answer however often it
+    /// is asked: one fence task decides, from the moment the Lease was acquired.
     pub async fn lost(&mut self) -> String {
-        let fence = self.fence.clone();
-        let state = &mut self.state;
-        let election = async move {
-            loop {
-                if !*state.borrow_and_update() {
-                    return "the election reports another holder".to_string();
-                }
-                if state.changed().await.is_err() {
-                    return "the election task ended".to_string();
-                }
+        loop {
+            if let Some(why) = self.lost.borrow_and_update().clone() {
+                return why;
             }
-        };
-        tokio::select! {
-            why = election => why,
-            why = fence.deposed() => why,
+            if self.lost.changed().await.is_err() {
+                return "the fence task ended".to_string();
+            }
         }
     }
 
     /// Give the Lease up (graceful shutdown: its holder is cleared, so a standby acquires it at
     /// once), within `bound` (at least a second).
     pub async fn release(self, bound: Duration) {
-        let Leader { state, task, .. } = self;
-        drop(state); // the manager releases the Lease when its receivers are gone
+        let Leader {
+            task,
+            mut fence_task,
+            ..
+        } = self;
+        // The manager releases the Lease when its receivers are gone: the fence task holds the
+        // last one.
+        fence_task.0.abort();
+        let _ = (&mut fence_task.0).await;
         match tokio::time::timeout(bound.max(Duration::from_secs(1)), task).await {
             Ok(Ok(Ok(_))) => tracing::info!("Lease released"),
             Ok(Ok(Err(e))) => tracing::warn!(error = %e, "releasing the Lease"),

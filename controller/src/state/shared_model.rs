@@ -115,6 +115,8 @@ pub struct Catchup {
 pub struct SharedModel {
     dirty: Mutex<Dirty>,
     live: Mutex<LiveCluster>,
+    /// Pending pods ebb steered, vouched for by the steering book (read by the model).
+    steered: crate::cluster::SteeredPods,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -171,6 +173,17 @@ impl SharedModel {
         self.mark(|d| d.volumes = true);
     }
 
+    /// The steering book vouches (`Some(node)`) that the pending pod `namespace/name` is a
+    /// replacement it steered to `node`, or withdraws that (`None`): the model counts it there.
+    pub fn steered_pending(&self, namespace: &str, name: &str, node: Option<&str>) {
+        if self
+            .steered
+            .set((namespace.to_string(), name.to_string()), node)
+        {
+            self.pod_changed(namespace, name);
+        }
+    }
+
     /// A cache was listed again: the next reader rebuilds the model.
     pub fn relisted(&self) {
         *lock(&self.dirty) = Dirty::default();
@@ -214,7 +227,7 @@ impl SharedModel {
             }
         }
         let t = Instant::now();
-        let (model, objects) = build(stores);
+        let (model, objects) = build(stores, &self.steered);
         *live = model;
         tracing::info!(
             objects,
@@ -234,8 +247,8 @@ impl SharedModel {
 
 /// The model of what the caches hold, read in place (no object is copied), in the order
 /// [`LiveCluster::from_objects`] applies them; with the number of objects read.
-fn build(stores: &Caches<'_>) -> (LiveCluster, usize) {
-    let mut live = LiveCluster::default();
+fn build(stores: &Caches<'_>, steered: &crate::cluster::SteeredPods) -> (LiveCluster, usize) {
+    let mut live = LiveCluster::with_steered(steered.clone());
     let mut owners = crate::cluster::build::OwnerIndex::new();
     let mut add = |o: crate::cluster::types::OwnerInfo| {
         owners.insert((o.kind.clone(), o.namespace.clone(), o.name.clone()), o);

@@ -346,3 +346,106 @@ fn placement_sees_its_own_pins_on_a_fork_and_leaves_the_model_as_it_was() {
         "the pin is not written into the shared model"
     );
 }
+
+/// Pods on `node` in the model, by name.
+fn on_node(c: &Caches, node: &str) -> Vec<String> {
+    let (live, _) = c.stores.model();
+    let snap = live.model();
+    let Some(id) = snap.node_id(node) else {
+        return vec![];
+    };
+    let mut names: Vec<String> = snap
+        .pods_on(id)
+        .iter()
+        .map(|p| snap.pod(*p).name.clone())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn only_replacements_ebb_steered_count_on_their_planned_node() {
+    use crate::steering::{OwnerKey, Slot, Steering};
+    use ebb_api::names::{ANNOTATION_PLANNED_NODE, ANNOTATION_STEERING_TICKET};
+    let mut c = Caches::new();
+    c.node(node("n1").cpu("4").build(), false);
+    c.node(node("n2").cpu("4").build(), false);
+    let steering = Steering::default();
+    steering.set_model(c.stores.model.clone());
+    let web = OwnerKey {
+        kind: "ReplicaSet".into(),
+        namespace: "default".into(),
+        name: "web".into(),
+    };
+    steering.open(
+        web.clone(),
+        Slot {
+            node: "n2".into(),
+            policy: "pool".into(),
+            from: "n1".into(),
+            evicted: "default/web-old".into(),
+            opened: jiff::Timestamp::now(),
+            trace: Default::default(),
+        },
+    );
+    // As the watch shows a pod: steering first, then the model's mark.
+    let seen = |c: &mut Caches, p: Pod| {
+        steering.observe(&p);
+        c.pod(p, false);
+    };
+    // A tenant's pending pods with ebb's annotations written by hand (one held by a gate of
+    // its own): never counted anywhere.
+    let forged = |name: &str| {
+        pod(name)
+            .owned_by_rs("web")
+            .cpu("1")
+            .annotation(ANNOTATION_PLANNED_NODE, "n2")
+            .annotation(
+                ANNOTATION_STEERING_TICKET,
+                "00000000000000000000000000000000",
+            )
+    };
+    let mut gated = forged("tenant-gated").build();
+    if let Some(s) = gated.spec.as_mut() {
+        s.scheduling_gates =
+            serde_json::from_value(serde_json::json!([{"name": "tenant.example/hold"}])).ok();
+    }
+    seen(&mut c, gated);
+    seen(&mut c, forged("tenant-plain").build());
+    assert_eq!(on_node(&c, "n2"), Vec::<String>::new());
+
+    // The replacement, as the API server admits it: steered, then seen pending.
+    let created = pod("web-new").owned_by_rs("web").cpu("1").build();
+    let patch = steering
+        .admit(&created, false)
+        .expect("a replacement is steered");
+    let mut doc = serde_json::to_value(&created).unwrap();
+    json_patch::patch(&mut doc, &patch).unwrap();
+    let created: Pod = serde_json::from_value(doc).unwrap();
+    let ticket = created.metadata.annotations.clone().unwrap_or_default()
+        [ANNOTATION_STEERING_TICKET]
+        .clone();
+    seen(&mut c, created.clone());
+    assert_eq!(on_node(&c, "n2"), vec!["web-new".to_string()]);
+    assert_eq!(steering.tally("pool").0.steered, 1);
+
+    // A copy of its ticket on another pod claims nothing.
+    let copy = pod("tenant-copy")
+        .owned_by_rs("web")
+        .cpu("1")
+        .annotation(ANNOTATION_PLANNED_NODE, "n2")
+        .annotation(ANNOTATION_STEERING_TICKET, &ticket)
+        .build();
+    seen(&mut c, copy);
+    assert_eq!(on_node(&c, "n2"), vec!["web-new".to_string()]);
+    assert_eq!(steering.tally("pool").0.steered, 1, "counted once");
+
+    // A dry run changes nothing and is not steered.
+    let other = pod("web-dry").owned_by_rs("web").cpu("1").build();
+    assert!(steering.admit(&other, true).is_none());
+
+    // Once gone, it counts no more.
+    steering.observe_deleted(&created);
+    c.pod(created, true);
+    assert_eq!(on_node(&c, "n2"), Vec::<String>::new());
+}

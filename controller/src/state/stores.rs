@@ -206,19 +206,29 @@ fn watch_nodes(
     })
 }
 
-/// The pod watch: marks the model, ticks `changes`, and shows `on_pod` every pod applied.
+/// What the pod watch shows `on_pod`: a pod applied, or deleted.
+#[derive(Clone, Copy, Debug)]
+pub enum PodSeen<'a> {
+    Applied(&'a Pod),
+    Deleted(&'a Pod),
+}
+
+/// The pod watch: shows `on_pod` every pod applied or deleted (before the model reads it, so
+/// what `on_pod` tells the model is in the same change), marks the model, ticks `changes`.
 fn watch_pods(
     client: kube::Client,
     lists: InitialList,
     model: Arc<SharedModel>,
     changes: watch::Sender<u64>,
-    on_pod: impl Fn(&Pod) + Send + 'static,
+    on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
 ) -> (Store<Pod>, JoinHandle<()>) {
     reflect(Api::<Pod>::all(client), lists, "Pod", move |c| {
-        mark(&model, &c, SharedModel::pod_changed);
-        if let Changed::Applied(p) = &c {
-            on_pod(p);
+        match &c {
+            Changed::Applied(p) => on_pod(PodSeen::Applied(p)),
+            Changed::Deleted(p) => on_pod(PodSeen::Deleted(p)),
+            Changed::Relisted => {}
         }
+        mark(&model, &c, SharedModel::pod_changed);
         changes.send_modify(|v| *v = v.wrapping_add(1));
     })
 }
@@ -279,17 +289,18 @@ pub async fn start(
     providers: &ProviderSources,
     lists: InitialList,
 ) -> Watches {
-    start_seeing_pods(client, providers, lists, |_| {}).await
+    start_seeing_pods(client, providers, lists, Default::default(), |_| {}).await
 }
 
-/// [`start`], with `on_pod` seeing every pod the pod watch applies (after its cache holds it).
+/// [`start`], with `on_pod` seeing every pod the pod watch applies or deletes (after its cache
+/// holds it); `model` is the model the watches keep current.
 pub async fn start_seeing_pods(
     client: kube::Client,
     providers: &ProviderSources,
     lists: InitialList,
-    on_pod: impl Fn(&Pod) + Send + 'static,
+    model: Arc<SharedModel>,
+    on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
 ) -> Watches {
-    let model = Arc::new(SharedModel::default());
     let (pod_tx, pod_changes) = watch::channel(0u64);
     let (node_tx, node_changes) = mpsc::channel(1);
     let (pdb_tx, pdb_changes) = watch::channel(0u64);

@@ -297,7 +297,7 @@ fn pod_readings(p: &Pod) -> Vec<String> {
     };
     let arc = [Arc::new(p.clone())];
     vec![
-        format!("{:?}", parse_pod(p, &volumes)),
+        format!("{:?}", parse_pod(p, &volumes, None)),
         format!("{:?}", Termination::from_pod(p, false, false)),
         format!("{:?}", Termination::from_pod(p, true, true)),
         format!(

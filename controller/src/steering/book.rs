@@ -65,7 +65,7 @@ impl Fallback {
 /// What the book answers for a pod being created.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Assignment {
-    /// Prefer this node (the slot is now the pod's).
+    /// Prefer this node (the slot is held for the pod until the watch sees it).
     Steer { node: String, policy: String },
     /// Its owner has planned destinations, but none can take it: the scheduler chooses.
     FellBack { policy: String, reason: Fallback },
@@ -85,9 +85,11 @@ pub struct Tally {
     pub steered: u64,
     /// Steered replacements bound to their planned node.
     pub on_plan: u64,
-    /// Replacements bound elsewhere, or not steered although their owner had planned
-    /// destinations, by reason.
+    /// Replacements bound elsewhere, or planned destinations dropped unused, by reason.
     pub fell_back: BTreeMap<Fallback, u64>,
+    /// Destinations handed out at admission whose pod never appeared (refused after the
+    /// webhook answered, or a request that was not the API server's): offered again.
+    pub not_created: u64,
 }
 
 impl Tally {
@@ -103,20 +105,69 @@ impl Tally {
     }
 }
 
-/// A slot handed to a replacement, waiting to see where it is bound.
+/// The key of a pod: (namespace, name).
+pub type PodKey = (String, String);
+
+/// A slot handed out at admission under a ticket, until a pod carrying that ticket is seen.
 #[derive(Clone, Debug)]
-struct Given {
+struct Held {
+    owner: OwnerKey,
     slot: Slot,
     at: Timestamp,
 }
 
-/// Planned destinations per owner, open and given, with each policy's tally.
+/// A slot whose replacement the pod watch has seen, until it is bound (or forgotten).
+#[derive(Clone, Debug)]
+struct Given {
+    ticket: String,
+    slot: Slot,
+    at: Timestamp,
+}
+
+/// What the pod watch learns of a pod carrying a ticket.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Claim {
+    /// The planned node of the slot the pod holds.
+    pub node: String,
+    pub policy: String,
+    /// First time this pod was seen with the ticket (counted as steered now).
+    pub new: bool,
+}
+
+/// Planned destinations per owner: open, held by a ticket an admission handed out, given to
+/// the pod seen carrying that ticket; with each policy's tally.
+///
+/// Only the pod watch counts: an admission takes a slot tentatively (a pod refused after the
+/// webhook answered, a dry run or a request that was not the API server's never appears, and
+/// its slot is offered again after [`HOLD_TTL`]); a ticket is claimed by the first pod seen
+/// carrying it, of the owner the slot was opened for, and by no other.
 #[derive(Clone, Debug, Default)]
 pub struct SteeringBook {
     open: BTreeMap<OwnerKey, VecDeque<Slot>>,
-    given: BTreeMap<OwnerKey, Vec<Given>>,
+    held: BTreeMap<String, Held>,
+    given: BTreeMap<PodKey, Given>,
     tallies: BTreeMap<String, Tally>,
 }
+
+/// What one sweep ([`SteeringBook::expire`]) did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Pods whose slots were forgotten (the model stops counting them).
+    pub forgotten: Vec<PodKey>,
+    /// The policy of each held slot whose pod never appeared.
+    pub not_created: Vec<String>,
+    /// Open slots dropped, with their policy and why.
+    pub dropped: Vec<(String, Fallback)>,
+}
+
+/// How long a destination handed out at admission is kept from another replacement of its
+/// owner that finds none open: a real replacement is seen by the pod watch well within this.
+pub const HOLD_STEAL: SignedDuration = SignedDuration::from_secs(5);
+
+/// How long a slot handed out at admission waits for its pod to be seen before it is offered
+/// again (the API server stores a pod within its request timeout; the watch reports it within
+/// seconds).
+pub const HOLD_TTL: SignedDuration = SignedDuration::from_secs(30);
 
 impl SteeringBook {
     /// A pod of `owner` was evicted; the plan put it on `slot.node`.
@@ -144,48 +195,79 @@ impl SteeringBook {
         self.open.get(owner).is_some_and(|q| !q.is_empty())
     }
 
-    /// A replacement of `owner` is being created at `now`: the first of its owner's open slots
-    /// whose node can take pods (`unusable` says why one cannot), oldest first. Slots whose node cannot are dropped (counted as
-    /// fallbacks). `None` when the owner has no open slot (not a replacement ebb planned).
-    pub fn assign(
+    /// A replacement of `owner` is being created at `now`: the oldest of its owner's open slots
+    /// whose node can take pods (`unusable` says why one cannot) is held under `ticket` until
+    /// a pod carrying it is seen. Slots whose node cannot take pods stay open (the sweep in
+    /// [`SteeringBook::expire`] drops and counts them): an admission counts nothing. `None`
+    /// when the owner has no open slot (not a replacement ebb planned).
+    pub fn hold(
         &mut self,
         owner: &OwnerKey,
+        ticket: &str,
         now: Timestamp,
         unusable: &dyn Fn(&str) -> Option<Fallback>,
     ) -> Option<Assignment> {
-        let queue = self.open.get_mut(owner)?;
-        let mut dropped: Vec<(String, Fallback)> = Vec::new();
-        let mut taken = None;
-        while let Some(slot) = queue.pop_front() {
-            match unusable(&slot.node) {
-                None => {
-                    taken = Some(slot);
-                    break;
+        let mut reason = None;
+        let mut taken: Option<Slot> = None;
+        if let Some(queue) = self.open.get_mut(owner) {
+            let mut usable = None;
+            for (i, slot) in queue.iter().enumerate() {
+                match unusable(&slot.node) {
+                    None => {
+                        usable = Some(i);
+                        break;
+                    }
+                    Some(r) => {
+                        reason.get_or_insert((slot.policy.clone(), r));
+                    }
                 }
-                Some(reason) => dropped.push((slot.policy, reason)),
             }
+            taken = usable.and_then(|i| queue.remove(i));
         }
         self.drop_empty(owner);
-        for (policy, reason) in &dropped {
-            self.count_fallback(policy, *reason);
-        }
-        match taken {
-            Some(slot) => {
-                let a = Assignment::Steer {
-                    node: slot.node.clone(),
-                    policy: slot.policy.clone(),
+        // None open: a destination held longer than [`HOLD_STEAL`] by a ticket no pod carried
+        // (a request not followed by a pod) goes to this one.
+        let slot = match taken {
+            Some(slot) => slot,
+            None => {
+                let stale = self
+                    .held
+                    .iter()
+                    .filter(|(_, h)| {
+                        &h.owner == owner
+                            && h.at < now - HOLD_STEAL
+                            && unusable(&h.slot.node).is_none()
+                    })
+                    .min_by_key(|(_, h)| h.at)
+                    .map(|(t, _)| t.clone());
+                let Some(held) = stale.and_then(|t| self.held.remove(&t)) else {
+                    return reason.map(|(policy, reason)| Assignment::FellBack { policy, reason });
                 };
-                self.tallies.entry(slot.policy.clone()).or_default().steered += 1;
-                self.given
-                    .entry(owner.clone())
+                self.tallies
+                    .entry(held.slot.policy.clone())
                     .or_default()
-                    .push(Given { slot, at: now });
-                Some(a)
+                    .not_created += 1;
+                held.slot
             }
-            None => dropped
-                .pop()
-                .map(|(policy, reason)| Assignment::FellBack { policy, reason }),
-        }
+        };
+        let a = Assignment::Steer {
+            node: slot.node.clone(),
+            policy: slot.policy.clone(),
+        };
+        self.held.insert(
+            ticket.to_string(),
+            Held {
+                owner: owner.clone(),
+                slot,
+                at: now,
+            },
+        );
+        Some(a)
+    }
+
+    /// Whether `owner` has destinations waiting: open, or held by a ticket no pod carried yet.
+    pub fn has_waiting(&self, owner: &OwnerKey) -> bool {
+        self.has_open(owner) || self.held.values().any(|h| &h.owner == owner)
     }
 
     fn drop_empty(&mut self, owner: &OwnerKey) {
@@ -204,21 +286,62 @@ impl SteeringBook {
             .or_insert(0) += 1;
     }
 
-    /// A replacement of `owner` steered to `planned` was bound to `actual`: the slot is closed
-    /// and counted. `None` when no such slot was given (bound before, or not ebb's).
+    /// The pod watch saw `pod` (of `owner`) carrying `ticket`: the slot held under the ticket is
+    /// now the pod's, counted as steered once. `None` when the ticket is not one this book
+    /// handed out, was claimed by another pod, or was handed out for another owner.
+    pub fn claim(
+        &mut self,
+        ticket: &str,
+        pod: &PodKey,
+        owner: &OwnerKey,
+        now: Timestamp,
+    ) -> Option<Claim> {
+        if let Some(g) = self.given.get(pod) {
+            return (g.ticket == ticket).then(|| Claim {
+                node: g.slot.node.clone(),
+                policy: g.slot.policy.clone(),
+                new: false,
+            });
+        }
+        if self.held.get(ticket).is_none_or(|h| &h.owner != owner) {
+            return None;
+        }
+        let held = self.held.remove(ticket)?;
+        self.tallies
+            .entry(held.slot.policy.clone())
+            .or_default()
+            .steered += 1;
+        let claim = Claim {
+            node: held.slot.node.clone(),
+            policy: held.slot.policy.clone(),
+            new: true,
+        };
+        self.given.insert(
+            pod.clone(),
+            Given {
+                ticket: ticket.to_string(),
+                slot: held.slot,
+                at: now,
+            },
+        );
+        Some(claim)
+    }
+
+    /// The replacement `pod`, holding `ticket`, was bound to `actual`: its slot is closed and
+    /// counted on plan or with the reason it is elsewhere. `None` when the pod holds no slot
+    /// under that ticket (bound before, or not ebb's).
     pub fn landed(
         &mut self,
-        owner: &OwnerKey,
-        planned: &str,
+        pod: &PodKey,
+        ticket: &str,
         actual: &str,
         unusable: &dyn Fn(&str) -> Option<Fallback>,
     ) -> Option<(Slot, Landing)> {
-        let given = self.given.get_mut(owner)?;
-        let i = given.iter().position(|g| g.slot.node == planned)?;
-        let g = given.remove(i);
-        if given.is_empty() {
-            self.given.remove(owner);
+        if self.given.get(pod).is_none_or(|g| g.ticket != ticket) {
+            return None;
         }
+        let g = self.given.remove(pod)?;
+        let planned = g.slot.node.as_str();
         let landing = if planned == actual {
             self.tallies
                 .entry(g.slot.policy.clone())
@@ -233,26 +356,81 @@ impl SteeringBook {
         Some((g.slot, landing))
     }
 
-    /// Open slots older than `ttl` are dropped (their replacements never came, or came before
-    /// the slot opened), counted as `Expired`; given slots whose pod has not been seen bound
-    /// within `ttl` are forgotten.
-    pub fn expire(&mut self, now: Timestamp, ttl: SignedDuration) {
+    /// The pod `pod` was deleted before it was bound: its slot is forgotten.
+    pub fn deleted(&mut self, pod: &PodKey) -> bool {
+        self.given.remove(pod).is_some()
+    }
+
+    /// The pod holding a slot under `ticket`, if the watch has seen it.
+    pub fn holder(&self, pod: &PodKey) -> Option<&str> {
+        self.given.get(pod).map(|g| g.slot.node.as_str())
+    }
+
+    /// The sweep, once per loop:
+    /// - slots held longer than [`HOLD_TTL`] whose pod never appeared are offered again (first
+    ///   in their owner's queue) and counted `notCreated`;
+    /// - open slots whose node cannot take pods any more are dropped, counted by reason;
+    /// - open slots older than `ttl` are dropped (their replacements never came, or came before
+    ///   the slot opened), counted as `Expired`;
+    /// - given slots whose pod has not been seen bound within `ttl` are forgotten.
+    ///
+    /// Returns what it did, for metrics and the model.
+    pub fn expire(
+        &mut self,
+        now: Timestamp,
+        ttl: SignedDuration,
+        unusable: &dyn Fn(&str) -> Option<Fallback>,
+    ) -> Swept {
         let cutoff = now - ttl;
-        let mut expired: Vec<String> = Vec::new();
-        for q in self.open.values_mut() {
-            while q.front().is_some_and(|s| s.opened < cutoff) {
-                if let Some(s) = q.pop_front() {
-                    expired.push(s.policy);
-                }
+        let hold_cutoff = now - HOLD_TTL;
+        let stale: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.at < hold_cutoff)
+            .map(|(t, _)| t.clone())
+            .collect();
+        let mut not_created = Vec::new();
+        for ticket in stale {
+            if let Some(h) = self.held.remove(&ticket) {
+                self.tallies
+                    .entry(h.slot.policy.clone())
+                    .or_default()
+                    .not_created += 1;
+                not_created.push(h.slot.policy.clone());
+                self.open.entry(h.owner).or_default().push_front(h.slot);
             }
         }
-        self.open.retain(|_, q| !q.is_empty());
-        for g in self.given.values_mut() {
-            g.retain(|g| g.at >= cutoff);
+        let mut dropped: Vec<(String, Fallback)> = Vec::new();
+        for q in self.open.values_mut() {
+            q.retain(|s| {
+                let reason = if s.opened < cutoff {
+                    Some(Fallback::Expired)
+                } else {
+                    unusable(&s.node)
+                };
+                if let Some(r) = reason {
+                    dropped.push((s.policy.clone(), r));
+                }
+                reason.is_none()
+            });
         }
-        self.given.retain(|_, g| !g.is_empty());
-        for p in expired {
-            self.count_fallback(&p, Fallback::Expired);
+        self.open.retain(|_, q| !q.is_empty());
+        let forgotten: Vec<PodKey> = self
+            .given
+            .iter()
+            .filter(|(_, g)| g.at < cutoff)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &forgotten {
+            self.given.remove(k);
+        }
+        for (p, r) in &dropped {
+            self.count_fallback(p, *r);
+        }
+        Swept {
+            forgotten,
+            not_created,
+            dropped,
         }
     }
 
@@ -261,20 +439,15 @@ impl SteeringBook {
         self.tallies.get(policy).cloned().unwrap_or_default()
     }
 
-    /// Open slots of `policy` (waiting for their replacements).
+    /// Slots of `policy` waiting for their replacement: open, or held by an admission whose
+    /// pod has not been seen yet.
     pub fn open_count(&self, policy: &str) -> usize {
         self.open
             .values()
             .flatten()
+            .chain(self.held.values().map(|h| &h.slot))
             .filter(|s| s.policy == policy)
             .count()
-    }
-
-    /// Planned nodes of the open slots, for the model: each counts where its pod will go.
-    pub fn open_slots(&self) -> impl Iterator<Item = (&OwnerKey, &Slot)> {
-        self.open
-            .iter()
-            .flat_map(|(o, q)| q.iter().map(move |s| (o, s)))
     }
 }
 
@@ -330,6 +503,19 @@ mod tests {
         }
     }
 
+    fn key(name: &str) -> PodKey {
+        ("default".into(), name.into())
+    }
+
+    /// Holds the next destination of `web` under `ticket` and has the watch see `pod` carry it.
+    fn steer(b: &mut SteeringBook, ticket: &str, pod: &str, at: i64) -> Option<String> {
+        match b.hold(&web(), ticket, ts(at), &|n| all_up().unusable(n))? {
+            Assignment::Steer { .. } => {}
+            Assignment::FellBack { .. } => return None,
+        }
+        b.claim(ticket, &key(pod), &web(), ts(at)).map(|c| c.node)
+    }
+
     #[test]
     fn replacements_take_their_owners_destinations_in_order_once_each() {
         let mut b = SteeringBook::default();
@@ -340,11 +526,11 @@ mod tests {
             ..web()
         };
         assert_eq!(
-            b.assign(&other, ts(2), &|n| all_up().unusable(n)),
+            b.hold(&other, "t0", ts(2), &|n| all_up().unusable(n)),
             None,
             "not a replacement"
         );
-        let first = b.assign(&web(), ts(2), &|n| all_up().unusable(n));
+        let first = b.hold(&web(), "t1", ts(2), &|n| all_up().unusable(n));
         assert_eq!(
             first,
             Some(Assignment::Steer {
@@ -352,19 +538,66 @@ mod tests {
                 policy: "pool".into()
             })
         );
-        let second = b.assign(&web(), ts(2), &|n| all_up().unusable(n));
+        let second = b.hold(&web(), "t2", ts(2), &|n| all_up().unusable(n));
         assert!(matches!(second, Some(Assignment::Steer { node, .. }) if node == "keep-1"));
         assert_eq!(
-            b.assign(&web(), ts(3), &|n| all_up().unusable(n)),
+            b.hold(&web(), "t3", ts(3), &|n| all_up().unusable(n)),
             None,
             "each slot once"
         );
         assert!(b.is_empty());
-        assert_eq!(b.tally("pool").steered, 2);
+        assert_eq!(
+            b.tally("pool").steered,
+            0,
+            "nothing counts before a pod is seen"
+        );
+        assert_eq!(b.open_count("pool"), 2, "held slots still wait");
     }
 
     #[test]
-    fn a_destination_that_cannot_take_pods_falls_back_at_once() {
+    fn only_the_first_pod_seen_with_a_ticket_of_its_owner_claims_it() {
+        let mut b = SteeringBook::default();
+        b.open(web(), slot("keep-0", 0));
+        assert!(matches!(
+            b.hold(&web(), "t1", ts(1), &|n| all_up().unusable(n)),
+            Some(Assignment::Steer { .. })
+        ));
+        let db = OwnerKey {
+            name: "db".into(),
+            ..web()
+        };
+        assert_eq!(b.claim("forged", &key("web-a"), &web(), ts(2)), None);
+        assert_eq!(
+            b.claim("t1", &key("db-a"), &db, ts(2)),
+            None,
+            "another owner"
+        );
+        let c = b.claim("t1", &key("web-a"), &web(), ts(2));
+        assert_eq!(
+            c,
+            Some(Claim {
+                node: "keep-0".into(),
+                policy: "pool".into(),
+                new: true
+            })
+        );
+        assert_eq!(
+            b.claim("t1", &key("web-a"), &web(), ts(3)).map(|c| c.new),
+            Some(false),
+            "seen again: same slot, counted once"
+        );
+        assert_eq!(
+            b.claim("t1", &key("web-copy"), &web(), ts(3)),
+            None,
+            "a copied ticket"
+        );
+        assert_eq!(b.holder(&key("web-a")), Some("keep-0"));
+        assert_eq!(b.holder(&key("web-copy")), None);
+        assert_eq!(b.tally("pool").steered, 1);
+    }
+
+    #[test]
+    fn a_destination_that_cannot_take_pods_is_skipped_then_dropped_by_the_sweep() {
         let mut b = SteeringBook::default();
         b.open(web(), slot("gone", 0));
         b.open(web(), slot("cordoned", 0));
@@ -373,42 +606,58 @@ mod tests {
             gone: ["gone"].into(),
             cordoned: ["cordoned"].into(),
         };
-        let a = b.assign(&web(), ts(1), &|n| nodes.unusable(n));
+        let a = b.hold(&web(), "t1", ts(1), &|n| nodes.unusable(n));
         assert!(matches!(a, Some(Assignment::Steer { node, .. }) if node == "keep-0"));
-        let t = b.tally("pool");
-        assert_eq!(t.fell_back.get(&Fallback::NodeGone), Some(&1));
-        assert_eq!(t.fell_back.get(&Fallback::NodeUnavailable), Some(&1));
-        // Nothing usable left: the scheduler chooses, and the reason is given.
-        b.open(web(), slot("gone", 2));
         assert_eq!(
-            b.assign(&web(), ts(3), &|n| nodes.unusable(n)),
+            b.tally("pool").fell_back_total(),
+            0,
+            "an admission counts nothing"
+        );
+        // Nothing usable left: the scheduler chooses, and the reason is given.
+        assert_eq!(
+            b.hold(&web(), "t2", ts(2), &|n| nodes.unusable(n)),
             Some(Assignment::FellBack {
                 policy: "pool".into(),
                 reason: Fallback::NodeGone
             })
         );
+        b.expire(ts(3), SignedDuration::from_mins(10), &|n| nodes.unusable(n));
+        let t = b.tally("pool");
+        assert_eq!(t.fell_back.get(&Fallback::NodeGone), Some(&1));
+        assert_eq!(t.fell_back.get(&Fallback::NodeUnavailable), Some(&1));
+        assert!(!b.has_open(&web()));
     }
 
     #[test]
-    fn landings_are_counted_on_plan_or_with_the_reason() {
+    fn landings_are_counted_for_the_pod_that_holds_the_slot() {
         let mut b = SteeringBook::default();
-        for n in ["keep-0", "keep-1", "keep-2"] {
+        for (i, n) in ["keep-0", "keep-1", "keep-2"].iter().enumerate() {
             b.open(web(), slot(n, 0));
-            b.assign(&web(), ts(1), &|n| all_up().unusable(n));
+            assert_eq!(
+                steer(&mut b, &format!("t{i}"), &format!("web-{i}"), 1).as_deref(),
+                Some(*n)
+            );
         }
-        let landed = |b: &mut SteeringBook, planned: &str, actual: &str, nodes: &Nodes| {
-            b.landed(&web(), planned, actual, &|n| nodes.unusable(n))
-                .map(|(slot, landing)| (slot.policy, landing))
-        };
+        let landed =
+            |b: &mut SteeringBook, pod: &str, ticket: &str, actual: &str, nodes: &Nodes| {
+                b.landed(&key(pod), ticket, actual, &|n| nodes.unusable(n))
+                    .map(|(slot, landing)| (slot.node, landing))
+            };
+        // Another pod's binding (or a forged ticket) never closes web-0's slot.
+        assert_eq!(landed(&mut b, "web-1", "t0", "keep-0", &all_up()), None);
         assert_eq!(
-            landed(&mut b, "keep-0", "keep-0", &all_up()),
-            Some(("pool".into(), Landing::OnPlan))
+            landed(&mut b, "web-0", "t0", "keep-0", &all_up()),
+            Some(("keep-0".into(), Landing::OnPlan))
         );
-        assert_eq!(landed(&mut b, "keep-0", "keep-0", &all_up()), None, "once");
         assert_eq!(
-            landed(&mut b, "keep-1", "keep-9", &all_up()),
+            landed(&mut b, "web-0", "t0", "keep-0", &all_up()),
+            None,
+            "once"
+        );
+        assert_eq!(
+            landed(&mut b, "web-1", "t1", "keep-9", &all_up()),
             Some((
-                "pool".into(),
+                "keep-1".into(),
                 Landing::Elsewhere(Fallback::SchedulerChoseAnother)
             ))
         );
@@ -417,8 +666,8 @@ mod tests {
             cordoned: BTreeSet::new(),
         };
         assert_eq!(
-            landed(&mut b, "keep-2", "keep-9", &gone),
-            Some(("pool".into(), Landing::Elsewhere(Fallback::NodeGone)))
+            landed(&mut b, "web-2", "t2", "keep-9", &gone),
+            Some(("keep-2".into(), Landing::Elsewhere(Fallback::NodeGone)))
         );
         let t = b.tally("pool");
         assert_eq!((t.steered, t.on_plan, t.fell_back_total()), (3, 1, 2));
@@ -426,18 +675,79 @@ mod tests {
     }
 
     #[test]
+    fn a_held_slot_whose_pod_never_appears_is_offered_again_and_counted() {
+        let mut b = SteeringBook::default();
+        b.open(web(), slot("keep-0", 0));
+        b.open(web(), slot("keep-1", 0));
+        // A forged review, a dry run that slipped through, or a pod a quota refused.
+        assert!(matches!(
+            b.hold(&web(), "never", ts(1), &|n| all_up().unusable(n)),
+            Some(Assignment::Steer { node, .. }) if node == "keep-0"
+        ));
+        b.expire(
+            ts(1) + HOLD_TTL - SignedDuration::from_secs(1),
+            SignedDuration::from_mins(10),
+            &|n| all_up().unusable(n),
+        );
+        assert_eq!(b.tally("pool").not_created, 0, "still within the hold");
+        b.expire(ts(2) + HOLD_TTL, SignedDuration::from_mins(10), &|n| {
+            all_up().unusable(n)
+        });
+        let t = b.tally("pool");
+        assert_eq!((t.not_created, t.steered, t.fell_back_total()), (1, 0, 0));
+        assert_eq!(
+            b.claim("never", &key("late"), &web(), ts(40)),
+            None,
+            "its ticket is void"
+        );
+        // The real replacement gets the same destination, first in line again.
+        assert_eq!(
+            steer(&mut b, "real", "web-a", 41).as_deref(),
+            Some("keep-0")
+        );
+    }
+
+    #[test]
+    fn a_destination_held_by_a_request_no_pod_followed_goes_to_the_next_replacement() {
+        let mut b = SteeringBook::default();
+        b.open(web(), slot("keep-0", 0));
+        let up = |n: &str| all_up().unusable(n);
+        assert!(b.hold(&web(), "forged", ts(1), &up).is_some());
+        // Within HOLD_STEAL a real replacement finds nothing (the scheduler chooses)...
+        assert_eq!(b.hold(&web(), "early", ts(2), &up), None);
+        // ...after it, the destination is its.
+        let later = ts(1) + HOLD_STEAL + SignedDuration::from_secs(1);
+        assert!(matches!(
+            b.hold(&web(), "real", later, &up),
+            Some(Assignment::Steer { node, .. }) if node == "keep-0"
+        ));
+        assert_eq!(b.claim("forged", &key("x"), &web(), later), None, "void");
+        assert_eq!(
+            b.claim("real", &key("web-a"), &web(), later)
+                .map(|c| c.node),
+            Some("keep-0".to_string())
+        );
+        let t = b.tally("pool");
+        assert_eq!((t.steered, t.not_created), (1, 1));
+    }
+
+    #[test]
     fn slots_nobody_took_expire() {
         let mut b = SteeringBook::default();
         b.open(web(), slot("keep-0", 0));
         b.open(web(), slot("keep-1", 50));
-        b.expire(ts(70), SignedDuration::from_secs(60));
+        b.expire(ts(70), SignedDuration::from_secs(60), &|n| {
+            all_up().unusable(n)
+        });
         assert_eq!(b.open_count("pool"), 1);
         assert_eq!(b.tally("pool").fell_back.get(&Fallback::Expired), Some(&1));
-        let a = b.assign(&web(), ts(71), &|n| all_up().unusable(n));
-        assert!(matches!(a, Some(Assignment::Steer { node, .. }) if node == "keep-1"));
-        b.expire(ts(200), SignedDuration::from_secs(60));
+        assert_eq!(steer(&mut b, "t1", "web-a", 71).as_deref(), Some("keep-1"));
+        let swept = b.expire(ts(200), SignedDuration::from_secs(60), &|n| {
+            all_up().unusable(n)
+        });
+        assert_eq!(swept.forgotten, vec![key("web-a")]);
         assert!(
-            b.landed(&web(), "keep-1", "keep-1", &|n| all_up().unusable(n))
+            b.landed(&key("web-a"), "t1", "keep-1", &|n| all_up().unusable(n))
                 .is_none(),
             "forgotten"
         );
@@ -451,7 +761,7 @@ mod tests {
         b.withdraw(&web(), "default/web-keep-0");
         let nodes = all_up();
         assert_eq!(
-            b.assign(&web(), ts(2), &|n| nodes.unusable(n)),
+            b.hold(&web(), "t", ts(2), &|n| nodes.unusable(n)),
             Some(Assignment::Steer {
                 node: "keep-1".into(),
                 policy: "pool".into()
@@ -460,5 +770,15 @@ mod tests {
         b.withdraw(&web(), "default/web-unknown");
         assert!(!b.has_open(&web()), "nothing left to give");
         assert!(b.is_empty());
+    }
+
+    #[test]
+    fn a_pod_deleted_before_binding_gives_up_its_slot() {
+        let mut b = SteeringBook::default();
+        b.open(web(), slot("keep-0", 0));
+        assert!(steer(&mut b, "t", "web-a", 1).is_some());
+        assert!(b.deleted(&key("web-a")));
+        assert!(!b.deleted(&key("web-a")));
+        assert_eq!(b.holder(&key("web-a")), None);
     }
 }

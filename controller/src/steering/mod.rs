@@ -3,6 +3,7 @@
 
 pub mod book;
 pub mod patch;
+mod ticket;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
@@ -10,7 +11,12 @@ use ebb_api::names;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-pub use book::{Assignment, Fallback, Landing, OwnerKey, Slot, SteeringBook, Tally};
+pub use book::{
+    Assignment, Claim, Fallback, HOLD_TTL, Landing, OwnerKey, PodKey, Slot, SteeringBook, Swept,
+    Tally,
+};
+
+use crate::state::shared_model::SharedModel;
 
 /// How long a planned destination waits for its replacement (and a steered replacement for its
 /// binding) before it is forgotten.
@@ -22,6 +28,8 @@ pub struct Steering {
     book: Arc<Mutex<SteeringBook>>,
     /// The node cache: whether a planned node can still take pods (set once the caches run).
     nodes: Arc<OnceLock<Store<Node>>>,
+    /// The shared model, told which pending pods ebb steered (set once the caches run).
+    model: Arc<OnceLock<Arc<SharedModel>>>,
     metrics: Option<crate::metrics::Metrics>,
 }
 
@@ -73,6 +81,12 @@ impl Steering {
         let _ = self.nodes.set(nodes);
     }
 
+    /// The model in which steered pods still pending count on their planned node (the first
+    /// one given is kept).
+    pub fn set_model(&self, model: Arc<SharedModel>) {
+        let _ = self.model.set(model);
+    }
+
     fn count(&self, policy: &str, outcome: crate::metrics::ReplacementOutcome, reason: &str) {
         if let Some(m) = &self.metrics {
             m.replacement(policy, outcome, reason);
@@ -104,61 +118,121 @@ impl Steering {
     }
 
     /// The JSON patch to apply to `pod` as it is created, or `None` to leave it unchanged: a
-    /// replacement of an owner with planned destinations prefers the next one that can take it.
-    /// Fast (no API calls): it reads the book and the node cache.
-    pub fn admit(&self, pod: &Pod) -> Option<json_patch::Patch> {
+    /// replacement of an owner with planned destinations prefers the next one that can take it,
+    /// and carries a fresh ticket that ties the destination to it once the pod watch sees it.
+    /// A dry run changes nothing and gets no patch. Fast (no API calls): it reads the book and
+    /// the node cache. Nothing is counted here: a request that is not followed by a pod (a
+    /// forged one, or a pod refused later in admission) only holds a destination for a while.
+    pub fn admit(&self, pod: &Pod, dry_run: bool) -> Option<json_patch::Patch> {
+        if dry_run {
+            return None;
+        }
         let owner = owner_of(pod)?;
         if patch::gated_by_placement(pod) {
             // A PlacementHistory places this pod (warm data first); never both.
             return None;
         }
         let now = jiff::Timestamp::now();
+        let ticket = ticket::new()?;
         let assignment = {
             let mut book = self.book();
-            if !book.has_open(&owner) {
+            if !book.has_waiting(&owner) {
                 return None;
             }
-            book.assign(&owner, now, &|n| self.unusable(n, Some(pod)))?
+            book.hold(&owner, &ticket, now, &|n| self.unusable(n, Some(pod)))?
         };
         match assignment {
             Assignment::Steer { node, policy } => {
                 tracing::debug!(%policy, owner = %owner.name, %node, "replacement steered");
-                self.count(&policy, crate::metrics::ReplacementOutcome::steered, "");
-                Some(patch::prefer_node(pod, &node))
+                Some(patch::prefer_node(pod, &node, &ticket))
             }
             Assignment::FellBack { policy, reason } => {
                 tracing::info!(%policy, owner = %owner.name, reason = reason.as_str(), "replacement not steered");
-                self.count(
-                    &policy,
-                    crate::metrics::ReplacementOutcome::fell_back,
-                    reason.as_str(),
-                );
                 None
             }
         }
     }
 
-    /// The pod watch saw `pod`: a steered replacement now bound is counted on plan or not,
-    /// and traced under the drain that evicted the pod it replaces.
+    /// The pod watch saw `pod` applied: a replacement carrying a ticket this book handed out
+    /// claims its destination (counted as steered once), counts on its planned node in the
+    /// model while it waits unbound and ungated, and once bound is counted on plan or not and
+    /// traced under the drain that evicted the pod it replaces.
     pub fn observe(&self, pod: &Pod) -> Option<Landed> {
-        let planned = pod
+        let key = pod_key(pod);
+        let Some(ticket) = pod
             .metadata
             .annotations
-            .as_ref()?
-            .get(names::ANNOTATION_PLANNED_NODE)?;
-        let actual = pod.spec.as_ref()?.node_name.as_deref()?;
+            .as_ref()
+            .and_then(|a| a.get(names::ANNOTATION_STEERING_TICKET))
+        else {
+            self.unvouch(&key);
+            return None;
+        };
         let owner = owner_of(pod)?;
+        let now = jiff::Timestamp::now();
+        let claim = self.book().claim(ticket, &key, &owner, now);
+        let Some(claim) = claim else {
+            // A ticket this book did not hand out to this pod: never counted anywhere.
+            self.unvouch(&key);
+            return None;
+        };
+        if claim.new {
+            self.count(
+                &claim.policy,
+                crate::metrics::ReplacementOutcome::steered,
+                "",
+            );
+        }
+        let actual = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty());
+        let Some(actual) = actual else {
+            let waiting = pod.metadata.deletion_timestamp.is_none()
+                && !patch::gated(pod)
+                && !matches!(
+                    pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+                    Some("Succeeded" | "Failed")
+                );
+            if waiting {
+                self.vouch(&key, &claim.node);
+            } else {
+                self.unvouch(&key);
+            }
+            return None;
+        };
+        self.unvouch(&key);
         let (slot, landing) = self
             .book()
-            .landed(&owner, planned, actual, &|n| self.unusable(n, None))?;
+            .landed(&key, ticket, actual, &|n| self.unusable(n, None))?;
+        Some(self.report_landing(&key, slot, actual, landing))
+    }
+
+    /// The pod watch saw `pod` deleted: a slot it held is forgotten.
+    pub fn observe_deleted(&self, pod: &Pod) {
+        let key = pod_key(pod);
+        self.book().deleted(&key);
+        self.unvouch(&key);
+    }
+
+    fn vouch(&self, key: &PodKey, node: &str) {
+        if let Some(m) = self.model.get() {
+            m.steered_pending(&key.0, &key.1, Some(node));
+        }
+    }
+
+    fn unvouch(&self, key: &PodKey) {
+        if let Some(m) = self.model.get() {
+            m.steered_pending(&key.0, &key.1, None);
+        }
+    }
+
+    fn report_landing(&self, key: &PodKey, slot: Slot, actual: &str, landing: Landing) -> Landed {
         let landed = Landed {
             policy: slot.policy.clone(),
-            pod: format!(
-                "{}/{}",
-                pod.metadata.namespace.as_deref().unwrap_or_default(),
-                pod.metadata.name.as_deref().unwrap_or_default()
-            ),
-            planned: planned.clone(),
+            pod: format!("{}/{}", key.0, key.1),
+            planned: slot.node.clone(),
             actual: actual.to_string(),
             landing: landing.clone(),
         };
@@ -193,12 +267,29 @@ impl Steering {
         );
         slot.trace.adopt(&span);
         span.in_scope(|| tracing::info!("replacement bound"));
-        Some(landed)
+        landed
     }
 
-    /// Forgets slots older than [`SLOT_TTL`].
+    /// The sweep of [`SteeringBook::expire`] with [`SLOT_TTL`]: destinations whose pod never
+    /// appeared are offered again, unusable and old ones dropped, forgotten pods no longer
+    /// counted in the model.
     pub fn expire(&self, now: jiff::Timestamp) {
-        self.book().expire(now, SLOT_TTL);
+        let swept = self
+            .book()
+            .expire(now, SLOT_TTL, &|n| self.unusable(n, None));
+        for key in &swept.forgotten {
+            self.unvouch(key);
+        }
+        for policy in &swept.not_created {
+            self.count(policy, crate::metrics::ReplacementOutcome::not_created, "");
+        }
+        for (policy, reason) in &swept.dropped {
+            self.count(
+                policy,
+                crate::metrics::ReplacementOutcome::fell_back,
+                reason.as_str(),
+            );
+        }
     }
 
     /// The counts of `policy`'s replacements, and its slots still waiting.
@@ -206,4 +297,15 @@ impl Steering {
         let book = self.book();
         (book.tally(policy), book.open_count(policy))
     }
+}
+
+/// A pod's key as the model reads it (namespace "default" when unset).
+fn pod_key(pod: &Pod) -> PodKey {
+    (
+        pod.metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        pod.metadata.name.clone().unwrap_or_default(),
+    )
 }

@@ -14,9 +14,9 @@ fn pointer_key(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
 }
 
-/// The patch that makes `pod` prefer `node` and says so in an annotation. It only adds: the
-/// pod's own affinity and annotations are kept.
-pub fn prefer_node(pod: &Pod, node: &str) -> json_patch::Patch {
+/// The patch that makes `pod` prefer `node` and says so in annotations (the node, and the
+/// `ticket` of the destination). It only adds: the pod's own affinity and annotations are kept.
+pub fn prefer_node(pod: &Pod, node: &str, ticket: &str) -> json_patch::Patch {
     let term = json!({
         "weight": PREFERENCE_WEIGHT,
         "preference": {"matchFields": [
@@ -25,10 +25,19 @@ pub fn prefer_node(pod: &Pod, node: &str) -> json_patch::Patch {
     let mut ops: Vec<Value> = Vec::new();
     match pod.metadata.annotations.as_ref() {
         None => ops.push(json!({"op": "add", "path": "/metadata/annotations",
-            "value": {names::ANNOTATION_PLANNED_NODE: node}})),
-        Some(_) => ops.push(json!({"op": "add",
-            "path": format!("/metadata/annotations/{}", pointer_key(names::ANNOTATION_PLANNED_NODE)),
-            "value": node})),
+            "value": {names::ANNOTATION_PLANNED_NODE: node,
+                      names::ANNOTATION_STEERING_TICKET: ticket}})),
+        Some(_) => {
+            // `add` replaces a value the pod's creator may have set: ebb's own values win.
+            for (key, value) in [
+                (names::ANNOTATION_PLANNED_NODE, node),
+                (names::ANNOTATION_STEERING_TICKET, ticket),
+            ] {
+                ops.push(json!({"op": "add",
+                    "path": format!("/metadata/annotations/{}", pointer_key(key)),
+                    "value": value}));
+            }
+        }
     }
     let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
     let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
@@ -51,6 +60,14 @@ pub fn prefer_node(pod: &Pod, node: &str) -> json_patch::Patch {
     ops.push(op);
     // Built from literals above: always a valid patch document.
     serde_json::from_value(Value::Array(ops)).unwrap_or_default()
+}
+
+/// Whether `pod` waits for any scheduling gate (it is not on its way to any node).
+pub fn gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
 }
 
 /// Whether `pod` waits for a PlacementHistory (its scheduling gate `ebb.dev/placement`).
@@ -133,33 +150,38 @@ mod tests {
     #[test]
     fn the_patch_adds_a_preference_and_the_annotation_and_keeps_what_is_there() {
         let bare = pod("web-1").build();
-        let p = applied(&bare, &prefer_node(&bare, "keep-0"));
+        let p = applied(&bare, &prefer_node(&bare, "keep-0", "t0"));
         assert_eq!(preferred(&p), vec![(100, "keep-0".to_string())]);
-        assert_eq!(
-            p.metadata.annotations.unwrap_or_default()[names::ANNOTATION_PLANNED_NODE],
-            "keep-0"
-        );
+        let ann = p.metadata.annotations.unwrap_or_default();
+        assert_eq!(ann[names::ANNOTATION_PLANNED_NODE], "keep-0");
+        assert_eq!(ann[names::ANNOTATION_STEERING_TICKET], "t0");
         // A pod with its own preference and annotations keeps them.
-        let mut own = pod("web-2").annotation("team", "a").build();
+        // A creator's own (forged) ticket and planned node are overwritten by ebb's.
+        let mut own = pod("web-2")
+            .annotation("team", "a")
+            .annotation(names::ANNOTATION_STEERING_TICKET, "forged")
+            .annotation(names::ANNOTATION_PLANNED_NODE, "elsewhere")
+            .build();
         let mine = json!({"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
             {"weight": 5, "preference": {"matchExpressions": [
                 {"key": "disk", "operator": "In", "values": ["ssd"]}]}}]}});
         if let Some(s) = own.spec.as_mut() {
             s.affinity = serde_json::from_value(mine).ok();
         }
-        let p = applied(&own, &prefer_node(&own, "keep-1"));
+        let p = applied(&own, &prefer_node(&own, "keep-1", "t1"));
         let terms = preferred(&p);
         assert_eq!(terms.len(), 2, "{terms:?}");
         assert_eq!(terms[1], (100, "keep-1".to_string()));
         let ann = p.metadata.annotations.unwrap_or_default();
         assert_eq!(ann["team"], "a");
         assert_eq!(ann[names::ANNOTATION_PLANNED_NODE], "keep-1");
+        assert_eq!(ann[names::ANNOTATION_STEERING_TICKET], "t1");
         // Affinity without node affinity (pod anti-affinity only).
         let mut anti = pod("web-3").build();
         if let Some(s) = anti.spec.as_mut() {
             s.affinity = serde_json::from_value(json!({"podAntiAffinity": {}})).ok();
         }
-        let p = applied(&anti, &prefer_node(&anti, "keep-2"));
+        let p = applied(&anti, &prefer_node(&anti, "keep-2", "t2"));
         assert_eq!(preferred(&p), vec![(100, "keep-2".to_string())]);
         assert!(
             p.spec
@@ -206,5 +228,12 @@ mod tests {
                 serde_json::from_value(json!([{"name": "ebb.dev/placement"}])).ok();
         }
         assert!(gated_by_placement(&p));
+        assert!(gated(&p));
+        let mut other = pod("x").build();
+        assert!(!gated(&other));
+        if let Some(s) = other.spec.as_mut() {
+            s.scheduling_gates = serde_json::from_value(json!([{"name": "tenant/hold"}])).ok();
+        }
+        assert!(gated(&other) && !gated_by_placement(&other));
     }
 }

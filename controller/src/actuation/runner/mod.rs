@@ -105,6 +105,8 @@ pub struct Actuator {
     finished: Option<mpsc::UnboundedSender<String>>,
     tasks: Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     shutdown: Shutdown,
+    /// The Lease's fence: no taint, eviction or removal is written outside it.
+    leadership: crate::state::Leadership,
 }
 
 impl Actuator {
@@ -134,6 +136,22 @@ impl Actuator {
             finished: None,
             tasks: Arc::default(),
             shutdown: Shutdown::default(),
+            leadership: Default::default(),
+        }
+    }
+
+    /// Writes only within `leadership`'s fence (the Lease held and not possibly passed on).
+    pub fn with_leadership(mut self, leadership: crate::state::Leadership) -> Self {
+        self.leadership = leadership;
+        self
+    }
+
+    /// `Err(Fenced)` once this replica may no longer write (its Lease may be another's).
+    fn fenced(&self) -> Result<(), GiveUpReason> {
+        if self.leadership.may_write() {
+            Ok(())
+        } else {
+            Err(GiveUpReason::Cancelled)
         }
     }
 
@@ -210,7 +228,10 @@ impl Actuator {
                 node: order.node,
             });
         }
-        if self.tracker.get(&order.node).is_some() || self.shutdown.stopping.is_cancelled() {
+        if self.tracker.get(&order.node).is_some()
+            || self.shutdown.stopping.is_cancelled()
+            || !self.leadership.may_write()
+        {
             return Ok(None);
         }
         let now = jiff::Timestamp::now();
@@ -269,7 +290,13 @@ impl Actuator {
                     .tracker
                     .get(&order.node)
                     .is_some_and(|d| d.phase == ebb_api::reasons::DrainPhase::WaitingForRemoval);
-                if !handed_off {
+                if !self.leadership.may_write() {
+                    // Fenced: another replica may hold the Lease and act on this node; leave it
+                    // as a killed process would (tainted, for the next leader).
+                    tracing::warn!(
+                        "the Lease may be another replica's; node left for the next leader"
+                    );
+                } else if !handed_off {
                     self.roll_back(&order.node).await;
                 }
                 Outcome::GaveUp(reason)
@@ -378,6 +405,7 @@ impl Actuator {
             destinations: order.destinations.clone(),
         };
         let evictor = Evictor {
+            fence: &self.leadership,
             client: self.client.clone(),
             gate: &self.gate,
             metrics: &self.metrics,
@@ -402,6 +430,7 @@ impl Actuator {
             return Err(GiveUpReason::EvictionTimeout { pods: failed });
         }
         for ds in &on_node.daemon_set {
+            self.fenced()?;
             let call = evict_once(&self.client, ds, order.settings.grace_cap).await;
             tracing::debug!(pod = %ds.key(), ?call, "DaemonSet pod evicted best-effort");
         }
@@ -450,6 +479,7 @@ impl Actuator {
             );
             self.step(node, DrainEvent::RecheckPassed);
             self.step(node, DrainEvent::PodsGone);
+            self.fenced()?;
             return self.remove(order).await;
         }
         let snapshot = self.rechecked(order).await?;
@@ -464,6 +494,7 @@ impl Actuator {
         self.settle_arrivals(order, began).await?;
 
         // Deleting.
+        self.fenced()?;
         if order.mode == ScaleDownMode::DrainAndDelete {
             return self.remove(order).await;
         }

@@ -58,8 +58,10 @@ impl Actuator {
             tainted_for = tainted_for.max(Duration::try_from(wall).unwrap_or_default());
         }
         if let Some(wait) = window.checked_sub(tainted_for).filter(|w| !w.is_zero()) {
+            // Past its last eviction: the controller's stop alone does not stop it (it finishes
+            // within the shutdown bound, as `abandoned` says).
             tokio::select! {
-                _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
+                _ = self.abandoned(order) => return Err(GiveUpReason::Cancelled),
                 _ = tokio::time::sleep(wait) => {}
             }
         }

@@ -228,7 +228,7 @@ impl Interned {
         volumes: &VolumeIndex,
         node_ids: &HashMap<String, NodeId>,
     ) -> Result<(), SnapshotError> {
-        let (mut info, req) = parse_pod(pod, volumes)?;
+        let (mut info, req) = parse_pod(pod, volumes, None)?;
         if self.seen_uids.contains(&info.uid) {
             return Ok(()); // the same pod listed twice
         }

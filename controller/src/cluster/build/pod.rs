@@ -21,10 +21,13 @@ struct VolumeFacts {
     local_volume: Option<LocalVolume>,
 }
 
-/// Parses a Pod into what the planner keeps and what the scheduler looks at.
+/// Parses a Pod into what the planner keeps and what the scheduler looks at. `steered`: the
+/// node ebb planned for it when ebb steered it at its creation and vouches for it (never read
+/// from the pod itself: an annotation is anyone's to write).
 pub fn parse_pod(
     pod: &Pod,
     volumes: &VolumeIndex,
+    steered: Option<&str>,
 ) -> Result<(PodInfo, SchedRequirements), SnapshotError> {
     let meta = &pod.metadata;
     let namespace = meta.namespace.clone().unwrap_or_else(|| "default".into());
@@ -46,7 +49,7 @@ pub fn parse_pod(
             &mut req,
         );
     }
-    let info = pod_info(pod, namespace, name, object, vols);
+    let info = pod_info(pod, namespace, name, object, vols, steered);
     Ok((info, req))
 }
 
@@ -256,6 +259,7 @@ fn pod_info(
     name: String,
     object: String,
     vols: VolumeFacts,
+    steered: Option<&str>,
 ) -> PodInfo {
     let meta = &pod.metadata;
     let status = pod.status.as_ref();
@@ -289,16 +293,18 @@ fn pod_info(
         .and_then(|s| s.node_name.clone())
         .filter(|n| !n.is_empty());
     // On its way to a node: the scheduler nominated it (preemption, or binding in progress
-    // since Kubernetes 1.35), or ebb steered it there at its creation (a replacement). It
-    // counts as there until it is bound.
-    let nominated = match (&bound, terminal || terminating) {
+    // since Kubernetes 1.35), or ebb steered it there at its creation (a replacement ebb
+    // vouches for; the pod's own annotations count for nothing). It counts as there until it
+    // is bound. A pod held by a scheduling gate is on its way nowhere.
+    let gated = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
+    let nominated = match (&bound, terminal || terminating || gated) {
         (None, false) => status
             .and_then(|s| s.nominated_node_name.clone())
-            .or_else(|| {
-                annotations
-                    .get(ebb_api::names::ANNOTATION_PLANNED_NODE)
-                    .cloned()
-            })
+            .or_else(|| steered.map(str::to_string))
             .filter(|n| !n.is_empty()),
         _ => None,
     };

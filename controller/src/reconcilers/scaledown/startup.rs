@@ -61,6 +61,10 @@ async fn untaint(ctx: &Context, nodes: &[String], taint: EbbTaint) -> usize {
     let writer = ctx.actuator.node_writer();
     let mut done = 0;
     for n in nodes {
+        if !ctx.leadership.may_write() {
+            tracing::warn!("start-up: the Lease may be another replica's; no more taints removed");
+            break;
+        }
         match writer.remove_taint(n, taint).await {
             Ok(_) => done += 1,
             Err(e) => {

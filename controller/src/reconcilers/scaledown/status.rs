@@ -58,6 +58,7 @@ pub fn replacements(
         on_plan: tally.on_plan as i64,
         fell_back: tally.fell_back_total() as i64,
         waiting: waiting as i64,
+        not_created: tally.not_created as i64,
         on_plan_percent: tally.on_plan_percent().map(|p| p.round() as i32),
         fallbacks: tally
             .fell_back
