@@ -8,7 +8,7 @@ use ebb_api::ScaleDownMode;
 use ebb_api::conditions::{self, Condition, Time};
 use ebb_api::reasons::{ThrottledReason, UnremovableReason};
 use ebb_api::scaledown::{
-    CandidateStatus, DrainingNodeStatus, FallbackCount, LoopStatus, ReasonCount,
+    CandidateStatus, CostStatus, DrainingNodeStatus, FallbackCount, LoopStatus, ReasonCount,
     ReplacementsStatus, STATUS_LIST_CAP, ScaleDownPolicyStatus, UnremovableNodeStatus,
 };
 
@@ -139,6 +139,18 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
             timed_out: stats.timed_out,
         },
         replacements: f.replacements.clone(),
+        cost: f.plan.and_then(|p| p.cost).map(cost_row),
+    }
+}
+
+/// The plan's hourly costs as the status shows them (rounded to 1/10000: the status is not
+/// rewritten for noise).
+fn cost_row(c: crate::scaledown::pricing::CostSummary) -> CostStatus {
+    let round = |v: f64| (v * 10_000.0).round() / 10_000.0;
+    CostStatus {
+        removed_per_hour: round(c.removed_per_hour),
+        kept_per_hour: round(c.kept_per_hour),
+        unpriced_nodes: c.unpriced as i32,
     }
 }
 
@@ -346,6 +358,7 @@ mod tests {
     fn candidate(name: &str, moves: usize) -> Candidate {
         Candidate {
             group_min: 0,
+            hourly_cost: None,
             node: name.into(),
             since: ts(100),
             empty: moves == 0,
