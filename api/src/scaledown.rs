@@ -552,6 +552,10 @@ pub struct CostStatus {
     /// Governed nodes without a known price, counted in neither figure.
     #[serde(default)]
     pub unpriced_nodes: i32,
+    /// Governed nodes whose `ebb.dev/hourly-cost` annotation is not a number of at least 0 (at
+    /// most 50 listed): it is ignored until fixed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalid_cost_annotations: Vec<String>,
 }
 
 /// The replacements of a policy's evicted pods: steered to the node the plan put them on (a

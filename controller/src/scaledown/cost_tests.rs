@@ -163,6 +163,20 @@ fn the_annotation_prices_a_node_and_unpriced_nodes_are_counted() {
     );
     let (_, sel) = run(&mut s, &budget_of_one(false));
     assert_eq!(sel.empty, ["b"], "a priced node before an unpriced one");
+    // An unreadable annotation is ignored, and named; the order stays today's.
+    let mut s = snapshot(
+        [
+            node("a").cpu("4"),
+            node("b").cpu("4").annotation(ANNOTATION_HOURLY_COST, "$3"),
+        ],
+        Vec::<PodBuilder>::new(),
+    );
+    let (p, sel) = run(&mut s, &budget_of_one(false));
+    assert_eq!(sel.empty, ["a"]);
+    let cost = p.cost.expect("reported");
+    assert_eq!(cost.invalid_annotations, ["b"]);
+    assert_eq!(cost.unpriced, 2);
+    assert!(close(cost.removed_per_hour, 0.0));
 }
 
 /// A random CPU pool: node sizes (cpu) and pods (cpu in halves, first fit).

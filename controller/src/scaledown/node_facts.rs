@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::config::PlannerConfig;
 use super::eligibility::{Load, being_deleted, load};
-use super::pricing::hourly_cost;
+use super::pricing::{hourly_cost, invalid_cost_annotation};
 use crate::cluster::types::TaintEffect;
 use crate::cluster::{ClusterSnapshot, NodeId};
 
@@ -17,7 +17,10 @@ pub(super) struct NodeFacts {
     pub loads: Vec<Load>,
     /// Hourly cost per node, where known.
     pub cost: Vec<Option<f64>>,
-    /// Some governed node has a known hourly cost: removals are ordered by what they save.
+    /// Governed nodes whose cost annotation cannot be read, by name.
+    pub invalid_cost: Vec<String>,
+    /// Some governed node has a known hourly cost, or a cost annotation that cannot be read:
+    /// costs are reported, and removals ordered by what they save.
     pub priced: bool,
     pub groups: Vec<Option<String>>,
     pub governed: Vec<NodeId>,
@@ -92,11 +95,20 @@ impl NodeFacts {
                     .or_insert(0) += 1;
             }
         }
-        let priced = governed.iter().any(|n| cost[*n as usize].is_some());
+        let mut invalid_cost: Vec<String> = governed
+            .iter()
+            .map(|n| snap.node(*n))
+            .filter(|n| invalid_cost_annotation(n))
+            .map(|n| n.name.clone())
+            .collect();
+        invalid_cost.sort();
+        let priced =
+            !invalid_cost.is_empty() || governed.iter().any(|n| cost[*n as usize].is_some());
         NodeFacts {
             util,
             loads,
             cost,
+            invalid_cost,
             priced,
             groups,
             governed,

@@ -115,7 +115,7 @@ fn pods_to_evict(snap: &ClusterSnapshot, node: NodeId) -> usize {
 }
 
 /// Hourly cost of the candidate set and of the governed nodes that stay (not candidates, not
-/// being deleted), or `None` when no governed node has a known price.
+/// being deleted), or `None` when no governed node has a known price (nor an unreadable one).
 fn cost_summary(
     snap: &ClusterSnapshot,
     facts: &NodeFacts,
@@ -126,7 +126,10 @@ fn cost_summary(
         return None;
     }
     let removed: BTreeSet<&str> = candidates.iter().map(|c| c.node.as_str()).collect();
-    let mut sum = CostSummary::default();
+    let mut sum = CostSummary {
+        invalid_annotations: facts.invalid_cost.clone(),
+        ..CostSummary::default()
+    };
     for &n in &facts.governed {
         let name = snap.node(n).name.as_str();
         match facts.cost[n as usize] {

@@ -48,6 +48,14 @@ pub fn parse_cost(s: &str) -> Option<f64> {
     s.trim().parse::<f64>().ok().filter(|v| valid(*v))
 }
 
+/// Whether the node carries an `ebb.dev/hourly-cost` annotation that is not a number of at
+/// least 0 (it is ignored, and reported).
+pub fn invalid_cost_annotation(node: &NodeInfo) -> bool {
+    node.annotations
+        .get(names::ANNOTATION_HOURLY_COST)
+        .is_some_and(|v| parse_cost(v).is_none())
+}
+
 /// The node's hourly cost: its `ebb.dev/hourly-cost` annotation when it holds a number of at
 /// least 0, else the price of its label value in `table`; `None` when neither is known.
 pub fn hourly_cost(node: &NodeInfo, table: Option<&PriceTable>) -> Option<f64> {
@@ -87,12 +95,15 @@ pub fn by_saving(a: Option<f64>, b: Option<f64>) -> std::cmp::Ordering {
 }
 
 /// Hourly cost of the candidate set and of the governed nodes that stay, where known.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct CostSummary {
     pub removed_per_hour: f64,
     pub kept_per_hour: f64,
     /// Governed nodes without a known price.
     pub unpriced: usize,
+    /// Governed nodes whose `ebb.dev/hourly-cost` annotation is not a number of at least 0, by
+    /// name.
+    pub invalid_annotations: Vec<String>,
 }
 
 #[cfg(test)]
@@ -119,7 +130,7 @@ mod tests {
         assert_eq!(hourly_cost(&typed("m5.large").info(), None), None);
         assert_eq!(hourly_cost(&typed("c5.xlarge").info(), Some(&t)), None);
         let annotated = typed("p4d.24xlarge").annotation(names::ANNOTATION_HOURLY_COST, "20.5");
-        assert_eq!(hourly_cost(&annotated.info(), Some(&t)), Some(20.5));
+        assert_eq!(hourly_cost(&annotated.clone().info(), Some(&t)), Some(20.5));
         assert_eq!(
             hourly_cost(
                 &node("n")
@@ -129,8 +140,11 @@ mod tests {
             ),
             Some(1.25)
         );
+        assert!(!invalid_cost_annotation(&annotated.info()));
+        assert!(!invalid_cost_annotation(&typed("m5.large").info()));
         for bad in ["-1", "NaN", "inf", "three dollars", ""] {
             let n = typed("m5.large").annotation(names::ANNOTATION_HOURLY_COST, bad);
+            assert!(invalid_cost_annotation(&n.clone().info()), "`{bad}`");
             assert_eq!(
                 hourly_cost(&n.info(), Some(&t)),
                 Some(0.096),

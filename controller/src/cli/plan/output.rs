@@ -77,6 +77,9 @@ pub struct CostOut {
     pub removed_per_hour: f64,
     pub kept_per_hour: f64,
     pub unpriced_nodes: usize,
+    /// Nodes whose `ebb.dev/hourly-cost` annotation is not a number of at least 0 (ignored).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invalid_cost_annotations: Vec<String>,
 }
 
 /// The whole document.
@@ -145,10 +148,11 @@ impl PlanOut {
                 nodes_evaluated: plan.simulation.nodes_evaluated,
                 timed_out: plan.simulation.timed_out,
             },
-            cost: plan.cost.map(|c| CostOut {
+            cost: plan.cost.as_ref().map(|c| CostOut {
                 removed_per_hour: c.removed_per_hour,
                 kept_per_hour: c.kept_per_hour,
                 unpriced_nodes: c.unpriced,
+                invalid_cost_annotations: c.invalid_annotations.clone(),
             }),
         }
     }
@@ -216,7 +220,7 @@ pub fn table(plan: &Plan, sel: &Selection) -> String {
         if plan.simulation.timed_out { ", timed out" } else { "" },
         if sel.throttled.is_empty() { "" } else { "; throttled" },
     ));
-    if let Some(c) = plan.cost {
+    if let Some(c) = &plan.cost {
         out.push_str(&format!(
             "hourly cost: {:.2} removed, {:.2} kept{}\n",
             c.removed_per_hour,
@@ -227,6 +231,12 @@ pub fn table(plan: &Plan, sel: &Selection) -> String {
                 String::new()
             },
         ));
+        if !c.invalid_annotations.is_empty() {
+            out.push_str(&format!(
+                "ebb.dev/hourly-cost is not a number of at least 0 on {} (ignored)\n",
+                c.invalid_annotations.join(", ")
+            ));
+        }
     }
     out
 }
