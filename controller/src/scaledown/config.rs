@@ -72,7 +72,8 @@ impl PlannerConfig {
             .prices
             .as_ref()
             .map(PriceTable::from_spec)
-            .transpose()?;
+            .transpose()
+            .map_err(|(field, why)| PolicyError::Invalid { field, why })?;
         if spec.max_scale_down_parallelism < 1 {
             return Err(PolicyError::Invalid {
                 field: "maxScaleDownParallelism",

@@ -290,3 +290,25 @@ proptest! {
         prop_assert!((cost.removed_per_hour - total).abs() < 1e-6);
     }
 }
+
+#[test]
+fn a_policy_read_from_a_file_with_a_negative_price_is_refused_naming_the_field() {
+    let spec: ebb_api::ScaleDownPolicySpec =
+        serde_json::from_value(serde_json::json!({"prices": {"perHour": {"m5.large": -1.0}}}))
+            .unwrap();
+    let e = PlannerConfig::from_spec(&spec).err().map(|e| e.to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.starts_with("spec.prices.perHour: `m5.large`")),
+        "{e:?}"
+    );
+    let spec: ebb_api::ScaleDownPolicySpec =
+        serde_json::from_value(serde_json::json!({"acceleratorUtilizationThreshold": 1.5}))
+            .unwrap();
+    let e = PlannerConfig::from_spec(&spec).err().map(|e| e.to_string());
+    assert!(
+        e.as_deref()
+            .is_some_and(|e| e.starts_with("spec.acceleratorUtilizationThreshold")),
+        "{e:?}"
+    );
+}

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use ebb_api::names;
 use ebb_api::scaledown::Prices;
 
-use super::config::PolicyError;
 use crate::cluster::NodeInfo;
 
 /// The policy's `prices`, checked.
@@ -18,19 +17,16 @@ pub struct PriceTable {
 
 impl PriceTable {
     /// Refuses a price that is not a finite number of at least 0 (the schema refuses them too;
-    /// this guards policies read from files).
-    pub fn from_spec(p: &Prices) -> Result<Self, PolicyError> {
+    /// this guards policies read from files): the field and why.
+    pub fn from_spec(p: &Prices) -> Result<Self, (&'static str, String)> {
         if p.label.is_empty() {
-            return Err(PolicyError::Invalid {
-                field: "prices.label",
-                why: "must name a node label".into(),
-            });
+            return Err(("prices.label", "must name a node label".into()));
         }
         if let Some((value, price)) = p.per_hour.iter().find(|(_, v)| !valid(**v)) {
-            return Err(PolicyError::Invalid {
-                field: "prices.perHour",
-                why: format!("`{value}`: {price} is not a number of at least 0"),
-            });
+            return Err((
+                "prices.perHour",
+                format!("`{value}`: {price} is not a number of at least 0"),
+            ));
         }
         Ok(PriceTable {
             label: p.label.clone(),
@@ -160,10 +156,10 @@ mod tests {
                 label: "l".into(),
                 per_hour: BTreeMap::from([("x".into(), bad)]),
             };
-            let e = PriceTable::from_spec(&p).err().map(|e| e.to_string());
+            let e = PriceTable::from_spec(&p).err();
             assert!(
-                e.as_deref()
-                    .is_some_and(|e| e.contains("prices.perHour") && e.contains("`x`")),
+                e.as_ref()
+                    .is_some_and(|(field, why)| *field == "prices.perHour" && why.contains("`x`")),
                 "{bad}: {e:?}"
             );
         }
