@@ -15,6 +15,9 @@ pub const LABEL_DRAINED: &str = "ebb.dev/drained";
 
 /// Node annotation that keeps a node out of scale-down (`"true"`).
 pub const ANNOTATION_SCALE_DOWN_DISABLED: &str = "ebb.dev/scale-down-disabled";
+/// Node annotation: the node's hourly cost, a decimal number of at least 0 (`"3.06"`), in the
+/// unit of the policy's `prices`. It takes precedence over `prices`.
+pub const ANNOTATION_HOURLY_COST: &str = "ebb.dev/hourly-cost";
 /// Cluster Autoscaler's node annotation with the same meaning.
 pub const CA_ANNOTATION_SCALE_DOWN_DISABLED: &str =
     "cluster-autoscaler.kubernetes.io/scale-down-disabled";

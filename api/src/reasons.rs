@@ -40,7 +40,7 @@ reason_enum! {
         ScaleDownDisabledAnnotation,
         /// Removing it would take its node group below `minNodesPerGroup`.
         NodeGroupMinSizeReached,
-        /// Requested cpu or memory is above `utilizationThreshold`.
+        /// Requested cpu or memory is above `utilizationThreshold` (a node without accelerators).
         NotUnderutilized,
         /// The node is removable but has not been so for `unneededTime` yet.
         NotUnneededLongEnough,
@@ -80,6 +80,10 @@ reason_enum! {
         /// binding in progress), or bound to it in the last few seconds. The status message
         /// names them. It is not removed until they have settled.
         PodsArriving,
+        /// The node has accelerators (`acceleratorResources`, for example `nvidia.com/gpu`) and
+        /// their requested share is at or above `acceleratorUtilizationThreshold`. Its cpu and
+        /// memory do not count: the node is kept for what it is for.
+        AcceleratorsInUse,
     }
 }
 

@@ -258,6 +258,45 @@ pub struct ScaleDownPolicySpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 50))]
     pub budgets: Vec<Budget>,
+    /// Extended resources that make a node an accelerator node (GPUs and the like). A node
+    /// with allocatable of any of them is judged by their requested share alone, against
+    /// `acceleratorUtilizationThreshold`; its cpu and memory do not count. Empty: every node is
+    /// judged by cpu and memory.
+    #[serde(default = "defaults::accelerator_resources")]
+    #[schemars(
+        length(max = 16),
+        inner(regex(
+            pattern = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+        ))
+    )]
+    pub accelerator_resources: Vec<String>,
+    /// An accelerator node is underutilized when the largest requested share of its
+    /// `acceleratorResources`, over allocatable, is below this fraction (Cluster Autoscaler's
+    /// `--scale-down-gpu-utilization-threshold`).
+    #[serde(default = "defaults::accelerator_utilization_threshold")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub accelerator_utilization_threshold: f64,
+    /// Hourly prices of nodes by the value of a node label. A node's `ebb.dev/hourly-cost`
+    /// annotation takes precedence. With prices, removals that save the most per hour (and per
+    /// evicted pod) go first, and the status shows the hourly cost removed and kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<Prices>,
+}
+
+/// Hourly node prices by the value of a node label.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Prices {
+    /// Node label whose value names the price (for example the instance type).
+    #[serde(default = "defaults::price_label")]
+    #[schemars(length(min = 1, max = 317))]
+    pub label: String,
+    /// Price per hour of a node, by label value: a number of at least 0 (any currency, the
+    /// same for every node). Nodes whose value is not listed (and which have no
+    /// `ebb.dev/hourly-cost` annotation) are unpriced.
+    #[serde(default)]
+    #[schemars(extend("maxProperties" = 1000, "additionalProperties" = {"type": "number", "minimum": 0.0, "maximum": 1000000.0}))]
+    pub per_hour: std::collections::BTreeMap<String, f64>,
 }
 
 /// Defaults of [`ScaleDownPolicySpec`], shared by serde and the CRD schema.
@@ -307,6 +346,15 @@ pub mod defaults {
     }
     pub fn removal_timeout() -> KubeDuration {
         KubeDuration::from_secs(900)
+    }
+    pub fn accelerator_resources() -> Vec<String> {
+        vec!["nvidia.com/gpu".to_string(), "amd.com/gpu".to_string()]
+    }
+    pub fn accelerator_utilization_threshold() -> f64 {
+        0.5
+    }
+    pub fn price_label() -> String {
+        "node.kubernetes.io/instance-type".to_string()
     }
 }
 
@@ -485,6 +533,29 @@ pub struct ScaleDownPolicyStatus {
     /// controller started).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replacements: Option<ReplacementsStatus>,
+    /// Hourly cost of the governed nodes, when a price is known for any (`prices`, or the
+    /// `ebb.dev/hourly-cost` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostStatus>,
+}
+
+/// Hourly cost of a policy's nodes, from the last loop, in the prices' unit.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CostStatus {
+    /// Hourly cost of the candidate set: what removing the nodes the plan removes saves.
+    #[serde(default)]
+    pub removed_per_hour: f64,
+    /// Hourly cost of the governed nodes that stay (neither candidates nor being deleted).
+    #[serde(default)]
+    pub kept_per_hour: f64,
+    /// Governed nodes without a known price, counted in neither figure.
+    #[serde(default)]
+    pub unpriced_nodes: i32,
+    /// Governed nodes whose `ebb.dev/hourly-cost` annotation is not a number of at least 0 (at
+    /// most 50 listed): it is ignored until fixed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub invalid_cost_annotations: Vec<String>,
 }
 
 /// The replacements of a policy's evicted pods: steered to the node the plan put them on (a

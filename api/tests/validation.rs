@@ -299,7 +299,68 @@ fn minimal_scale_down_policy_gets_documented_defaults() {
     assert_eq!(secs(spec.max_pod_eviction_time), 120);
     assert!(spec.skip_nodes_with_local_storage && spec.skip_nodes_with_system_pods);
     assert!(spec.budgets.is_empty());
+    assert_eq!(
+        spec.accelerator_resources,
+        ["nvidia.com/gpu", "amd.com/gpu"],
+        "GPU nodes are judged by their GPUs unless told otherwise"
+    );
+    assert_eq!(spec.accelerator_utilization_threshold, 0.5);
+    assert_eq!(spec.prices, None, "no prices: today's order");
     assert_eq!(ScaleDownPolicySpec::default(), spec);
+}
+
+/// The apiserver refuses prices below 0 (JSON has no NaN or infinity), bad resource names and
+/// thresholds outside 0..1 through the schema; these are the constraints it applies.
+#[test]
+fn prices_and_accelerators_are_constrained_by_the_schema() {
+    let schema = schema_of("ScaleDownPolicy");
+    let at = |p: &str| {
+        schema
+            .pointer(&format!("/properties/spec/properties/{p}"))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {p} in the schema"))
+    };
+    let price = at("prices/properties/perHour/additionalProperties");
+    assert_eq!(price["type"], "number");
+    assert_eq!(price["minimum"], 0.0);
+    assert!(price["maximum"].as_f64().is_some_and(|m| m.is_finite()));
+    assert!(
+        at("prices/properties/perHour")["maxProperties"]
+            .as_u64()
+            .is_some()
+    );
+    assert_eq!(
+        at("prices/properties/label")["default"],
+        "node.kubernetes.io/instance-type"
+    );
+    let threshold = at("acceleratorUtilizationThreshold");
+    assert_eq!(
+        (threshold["minimum"].as_f64(), threshold["maximum"].as_f64()),
+        (Some(0.0), Some(1.0))
+    );
+    let resources = at("acceleratorResources");
+    assert!(
+        resources["items"]["pattern"]
+            .as_str()
+            .is_some_and(|p| p.contains('/')),
+        "an extended resource has a domain"
+    );
+    assert!(resources["maxItems"].as_u64().is_some());
+    // A well-formed table reads; a negative or non-numeric price does not even deserialize
+    // as a number (the schema refuses the negative one at the apiserver).
+    let spec: ScaleDownPolicySpec = serde_json::from_value(
+        json!({"prices": {"perHour": {"p4d.24xlarge": 32.77, "m5.large": 0.096}}}),
+    )
+    .unwrap();
+    let prices = spec.prices.unwrap();
+    assert_eq!(prices.label, "node.kubernetes.io/instance-type");
+    assert_eq!(prices.per_hour["p4d.24xlarge"], 32.77);
+    assert!(
+        serde_json::from_value::<ScaleDownPolicySpec>(
+            json!({"prices": {"perHour": {"x": "cheap"}}})
+        )
+        .is_err()
+    );
 }
 
 #[test]

@@ -17,7 +17,7 @@ use ebb_controller::cluster::{
     ClusterObjects, ClusterSnapshot, NodeId, PredicateChecker, build_snapshot,
 };
 use ebb_controller::scaledown::drainability::pods_to_move;
-use ebb_controller::scaledown::eligibility::check_node;
+use ebb_controller::scaledown::eligibility::{self, check_node};
 use ebb_controller::scaledown::pdb::PdbTracker;
 use ebb_controller::scaledown::{InstantStopwatch, Plan, PlannerConfig, PlannerState, plan};
 use ebb_controller::testkit::{node, objects, pdb_min_available, pod};
@@ -159,15 +159,14 @@ fn baseline(snap: &ClusterSnapshot, limit: Option<usize>) -> (usize, usize) {
     let mut removable = 0;
     let mut evaluated = 0;
     for n in 0..snap.node_count() as NodeId {
-        if check_node(
+        let load = eligibility::load(
             snap,
             n,
-            &deleted,
-            cfg.utilization_threshold,
             cfg.utilization,
-        )
-        .is_err()
-        {
+            cfg.utilization_threshold,
+            &cfg.accelerators,
+        );
+        if check_node(snap, n, &deleted, load).is_err() {
             continue;
         }
         if limit.is_some_and(|l| evaluated >= l) {

@@ -2,6 +2,7 @@
 //! Every reason label is the name of an `ebb_api::reasons` enum value.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
@@ -244,6 +245,8 @@ pub struct Metrics {
     pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
     pub steering_admissions: Family<SteeringAdmissionLabels, Counter>,
     pub replacements: Family<ReplacementLabels, Counter>,
+    pub cost_removed_per_hour: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
+    pub cost_kept_per_hour: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
 }
 
 impl Default for Metrics {
@@ -275,6 +278,8 @@ impl Metrics {
             reconcile_errors: Family::<ReconcileErrorLabels, Counter>::default(),
             steering_admissions: Family::<SteeringAdmissionLabels, Counter>::default(),
             replacements: Family::<ReplacementLabels, Counter>::default(),
+            cost_removed_per_hour: Family::default(),
+            cost_kept_per_hour: Family::default(),
         };
         let mut registry = Registry::with_prefix("ebb");
         m.register_all(&mut registry);
@@ -364,6 +369,16 @@ impl Metrics {
             "replacements",
             "Replacements of evicted pods: steered to their planned node, bound there (on_plan), or not (fell_back, with the reason), by policy",
             self.replacements.clone(),
+        );
+        r.register(
+            "cost_removed_per_hour",
+            "Hourly cost of the candidate set (what removing it saves), by policy; 0 without prices",
+            self.cost_removed_per_hour.clone(),
+        );
+        r.register(
+            "cost_kept_per_hour",
+            "Hourly cost of the governed nodes that stay (priced ones), by policy; 0 without prices",
+            self.cost_kept_per_hour.clone(),
         );
     }
 

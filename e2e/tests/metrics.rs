@@ -14,6 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Every metric of the controller, with its type.
 const CONTROLLER: &[(&str, &str)] = &[
+    ("ebb_cost_kept_per_hour", "gauge"),
+    ("ebb_cost_removed_per_hour", "gauge"),
     ("ebb_drain_duration_seconds", "histogram"),
     ("ebb_drains_in_progress", "gauge"),
     ("ebb_evictions", "counter"),
@@ -258,6 +260,8 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
         })
         .inc();
     m.drains_in_progress.get_or_create(&policy()).set(1);
+    m.cost_removed_per_hour.get_or_create(&policy()).set(32.77);
+    m.cost_kept_per_hour.get_or_create(&policy()).set(4.5);
     m.throttled.get_or_create(&reason()).set(1);
     m.observe(Function::plan, Duration::from_millis(3));
     m.drain_duration

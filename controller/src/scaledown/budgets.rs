@@ -132,6 +132,8 @@ pub struct Removable {
     pub group_min: i64,
     /// Disruptions its drain needs, per PodDisruptionBudget.
     pub needs: Needs,
+    /// Hourly cost saved per pod its drain evicts, when its price is known.
+    pub saving: Option<f64>,
 }
 
 /// Limits that apply to one selection.
@@ -183,7 +185,8 @@ pub struct Selection {
     pub next_due: Option<Timestamp>,
 }
 
-/// Picks the nodes to start deleting, in the order given (empty nodes first).
+/// Picks the nodes to start deleting: empty nodes first, each kind in the order given; when
+/// any node's saving is known, the largest saving first (ties as without).
 /// `group_sizes`: governed nodes per group; `selected`: nodes the policy selects (for percent
 /// budgets); `ignore_unneeded_time`: treat every node as removable for long enough.
 #[allow(clippy::too_many_arguments)]
@@ -204,10 +207,14 @@ pub fn select(
     let mut started = 0i64;
     let mut drains = 0i64;
     let mut pdbs = in_flight.pdbs.clone();
-    let ordered = removable
+    let mut ordered: Vec<&Removable> = removable
         .iter()
         .filter(|r| r.empty)
-        .chain(removable.iter().filter(|r| !r.empty));
+        .chain(removable.iter().filter(|r| !r.empty))
+        .collect();
+    if ordered.iter().any(|r| r.saving.is_some()) {
+        ordered.sort_by(|a, b| super::pricing::by_saving(a.saving, b.saving));
+    }
     for r in ordered {
         if !ignore_unneeded_time {
             let (need, reason) = if r.ready {
@@ -273,6 +280,7 @@ mod tests {
             group: None,
             group_min: 0,
             needs: Needs::new(),
+            saving: None,
         }
     }
 

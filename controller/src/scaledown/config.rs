@@ -8,7 +8,8 @@ use thiserror::Error;
 
 use super::budgets::{Budgets, Limits, parse_budgets};
 use super::drainability::DrainRules;
-use super::eligibility::UtilizationRules;
+use super::eligibility::{Accelerators, UtilizationRules};
+use super::pricing::PriceTable;
 use crate::cluster::build::selector_from;
 use crate::cluster::types::Selector;
 
@@ -28,6 +29,10 @@ pub struct PlannerConfig {
     pub node_group_label: Option<String>,
     pub utilization_threshold: f64,
     pub utilization: UtilizationRules,
+    /// The extended resources that make a node an accelerator node, and their threshold.
+    pub accelerators: Accelerators,
+    /// Hourly prices by node label (the `ebb.dev/hourly-cost` annotation takes precedence).
+    pub prices: Option<PriceTable>,
     pub rules: DrainRules,
     pub limits: Limits,
     pub simulation_timeout: Duration,
@@ -54,6 +59,21 @@ impl PlannerConfig {
                 why: format!("{} is not between 0 and 1", spec.utilization_threshold),
             });
         }
+        if !(0.0..=1.0).contains(&spec.accelerator_utilization_threshold) {
+            return Err(PolicyError::Invalid {
+                field: "acceleratorUtilizationThreshold",
+                why: format!(
+                    "{} is not between 0 and 1",
+                    spec.accelerator_utilization_threshold
+                ),
+            });
+        }
+        let prices = spec
+            .prices
+            .as_ref()
+            .map(PriceTable::from_spec)
+            .transpose()
+            .map_err(|(field, why)| PolicyError::Invalid { field, why })?;
         if spec.max_scale_down_parallelism < 1 {
             return Err(PolicyError::Invalid {
                 field: "maxScaleDownParallelism",
@@ -76,6 +96,11 @@ impl PlannerConfig {
                 ignore_daemon_sets: spec.ignore_daemon_sets_utilization,
                 ignore_mirror_pods: spec.ignore_mirror_pods_utilization,
             },
+            accelerators: Accelerators {
+                resources: spec.accelerator_resources.clone(),
+                threshold: spec.accelerator_utilization_threshold,
+            },
+            prices,
             rules: DrainRules {
                 skip_nodes_with_local_storage: spec.skip_nodes_with_local_storage,
                 skip_nodes_with_system_pods: spec.skip_nodes_with_system_pods,

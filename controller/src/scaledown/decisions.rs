@@ -31,6 +31,8 @@ pub struct Candidate {
     /// Fewest nodes its group keeps.
     pub group_min: i64,
     pub moves: Vec<Move>,
+    /// Its hourly cost, when known.
+    pub hourly_cost: Option<f64>,
 }
 
 /// A governed node that is not a candidate.
@@ -70,6 +72,8 @@ pub struct Plan {
     /// Governed nodes per node group.
     pub group_sizes: BTreeMap<Option<String>, i64>,
     pub simulation: SimulationStats,
+    /// Hourly cost removed and kept, when some governed node has a known price.
+    pub cost: Option<super::pricing::CostSummary>,
 }
 
 impl Unremovable {

@@ -1,5 +1,5 @@
 //! Whether a node may be considered for removal at all (before any simulation), and its
-//! utilisation: the larger of requested cpu and memory over allocatable.
+//! utilisation: its accelerators' requested share, else the larger of cpu and memory's.
 
 use std::collections::BTreeSet;
 
@@ -33,6 +33,112 @@ pub fn utilization(snap: &ClusterSnapshot, node: NodeId, rules: UtilizationRules
     ratio(cpu, alloc.cpu_milli).max(ratio(mem, alloc.memory))
 }
 
+/// The extended resources that make a node an accelerator node (`acceleratorResources`) and
+/// the threshold such a node is judged against (`acceleratorUtilizationThreshold`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Accelerators {
+    pub resources: Vec<String>,
+    pub threshold: f64,
+}
+
+impl Default for Accelerators {
+    fn default() -> Self {
+        Accelerators {
+            resources: ebb_api::scaledown::defaults::accelerator_resources(),
+            threshold: ebb_api::scaledown::defaults::accelerator_utilization_threshold(),
+        }
+    }
+}
+
+/// How busy a node is, and against which threshold it is judged.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Load {
+    /// Requested over allocatable: of its accelerators for an accelerator node, else the larger
+    /// of cpu and memory.
+    pub share: f64,
+    pub threshold: f64,
+    /// Judged by its accelerators (it has allocatable of one of `acceleratorResources`).
+    pub accelerator: bool,
+}
+
+impl Load {
+    /// Below its threshold: worth simulating.
+    pub fn underutilized(&self) -> bool {
+        self.share < self.threshold
+    }
+
+    /// The reason a node at or above its threshold stays.
+    pub fn busy_reason(&self) -> UnremovableReason {
+        if self.accelerator {
+            UnremovableReason::AcceleratorsInUse
+        } else {
+            UnremovableReason::NotUnderutilized
+        }
+    }
+}
+
+/// The largest requested share of the node's accelerators (requested over allocatable, per
+/// resource of `acc` the node has), or `None` when it has none. Pods count as in [`utilization`].
+pub fn accelerator_share(
+    snap: &ClusterSnapshot,
+    node: NodeId,
+    rules: UtilizationRules,
+    acc: &Accelerators,
+) -> Option<f64> {
+    let alloc = &snap.node(node).allocatable;
+    let present: Vec<(&str, i64)> = acc
+        .resources
+        .iter()
+        .map(|r| (r.as_str(), alloc.extended(r)))
+        .filter(|(_, a)| *a > 0)
+        .collect();
+    if present.is_empty() {
+        return None;
+    }
+    let mut used = vec![0i64; present.len()];
+    for &p in snap.pods_on(node) {
+        let info = snap.pod(p);
+        if (rules.ignore_daemon_sets && info.is_daemonset())
+            || (rules.ignore_mirror_pods && info.mirror)
+        {
+            continue;
+        }
+        let req = &snap.class_of(p).req.requests;
+        for (u, (r, _)) in used.iter_mut().zip(&present) {
+            *u += req.extended(r);
+        }
+    }
+    Some(
+        used.iter()
+            .zip(&present)
+            .map(|(u, (_, a))| *u as f64 / *a as f64)
+            .fold(0.0, f64::max),
+    )
+}
+
+/// The node's [`Load`]: by its accelerators when it has any of `acc`, else by cpu and memory
+/// against `threshold`.
+pub fn load(
+    snap: &ClusterSnapshot,
+    node: NodeId,
+    rules: UtilizationRules,
+    threshold: f64,
+    acc: &Accelerators,
+) -> Load {
+    match accelerator_share(snap, node, rules, acc) {
+        Some(share) => Load {
+            share,
+            threshold: acc.threshold,
+            accelerator: true,
+        },
+        None => Load {
+            share: utilization(snap, node, rules),
+            threshold,
+            accelerator: false,
+        },
+    }
+}
+
 /// Whether the node is being deleted: in the deleted set, tainted `ebb.dev/to-be-deleted`, or
 /// with a deletion timestamp.
 pub fn being_deleted(snap: &ClusterSnapshot, node: NodeId, deleted: &BTreeSet<String>) -> bool {
@@ -41,14 +147,13 @@ pub fn being_deleted(snap: &ClusterSnapshot, node: NodeId, deleted: &BTreeSet<St
 }
 
 /// Node-level reasons, in order: being deleted, being disrupted by Karpenter, scale-down disabled by annotation (ebb's, Cluster
-/// Autoscaler's or Karpenter's), cordoned by someone else, utilisation at or above the
-/// threshold (skipped for unready nodes, which are removable whatever they request).
+/// Autoscaler's or Karpenter's), cordoned by someone else, `load` at or above its threshold
+/// (skipped for unready nodes, which are removable whatever they request).
 pub fn check_node(
     snap: &ClusterSnapshot,
     node: NodeId,
     deleted: &BTreeSet<String>,
-    threshold: f64,
-    rules: UtilizationRules,
+    load: Load,
 ) -> Result<(), UnremovableReason> {
     let n = snap.node(node);
     if being_deleted(snap, node, deleted) {
@@ -67,8 +172,8 @@ pub fn check_node(
     if n.unschedulable {
         return Err(UnremovableReason::Unschedulable);
     }
-    if n.ready && utilization(snap, node, rules) >= threshold {
-        return Err(UnremovableReason::NotUnderutilized);
+    if n.ready && !load.underutilized() {
+        return Err(load.busy_reason());
     }
     Ok(())
 }
@@ -126,7 +231,13 @@ mod tests {
             ],
         );
         let deleted = deleted.iter().map(|s| s.to_string()).collect();
-        check_node(&s, 0, &deleted, 0.5, UtilizationRules::default())
+        let rules = UtilizationRules::default();
+        check_node(
+            &s,
+            0,
+            &deleted,
+            load(&s, 0, rules, 0.5, &Accelerators::default()),
+        )
     }
 
     fn n1() -> NodeBuilder {

@@ -11,6 +11,7 @@ mod node_facts;
 pub mod pdb;
 pub mod pdb_coverage;
 pub mod planner;
+pub mod pricing;
 pub mod recheck;
 pub mod removal_method;
 mod simulation;
@@ -23,6 +24,10 @@ pub use planner::{deleting, plan, select_deletions};
 pub use recheck::{Refusal, recheck};
 pub use stopwatch::{InstantStopwatch, StepStopwatch, Stopwatch};
 
+#[cfg(test)]
+mod accelerator_tests;
+#[cfg(test)]
+mod cost_tests;
 #[cfg(test)]
 mod pacing_tests;
 #[cfg(test)]

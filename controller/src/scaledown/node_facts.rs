@@ -1,17 +1,27 @@
-//! What one loop knows of every node before it simulates: utilisation, node groups and their
-//! minimums, the governed nodes, which nodes may receive pods and in which order.
+//! What one loop knows of every node before it simulates: utilisation, hourly cost, node groups
+//! and their minimums, the governed nodes, which nodes may receive pods and in which order.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::config::PlannerConfig;
-use super::eligibility::{being_deleted, utilization};
+use super::eligibility::{Load, being_deleted, load};
+use super::pricing::{hourly_cost, invalid_cost_annotation};
 use crate::cluster::types::TaintEffect;
 use crate::cluster::{ClusterSnapshot, NodeId};
 
 /// What one loop knows of every node before it simulates: utilisation, node group, which
 /// nodes the policy governs, and the governed nodes per group (all, and being deleted).
 pub(super) struct NodeFacts {
+    /// Requested share per node ([`Load::share`]), and the threshold it is judged against.
     pub util: Vec<f64>,
+    pub loads: Vec<Load>,
+    /// Hourly cost per node, where known.
+    pub cost: Vec<Option<f64>>,
+    /// Governed nodes whose cost annotation cannot be read, by name.
+    pub invalid_cost: Vec<String>,
+    /// Some governed node has a known hourly cost, or a cost annotation that cannot be read:
+    /// costs are reported, and removals ordered by what they save.
+    pub priced: bool,
     pub groups: Vec<Option<String>>,
     pub governed: Vec<NodeId>,
     pub group_sizes: BTreeMap<Option<String>, i64>,
@@ -45,9 +55,22 @@ impl NodeFacts {
         deleted: &BTreeSet<String>,
     ) -> Self {
         let nodes = 0..snap.node_count() as NodeId;
-        let util = nodes
+        let loads: Vec<Load> = nodes
             .clone()
-            .map(|n| utilization(snap, n, cfg.utilization))
+            .map(|n| {
+                load(
+                    snap,
+                    n,
+                    cfg.utilization,
+                    cfg.utilization_threshold,
+                    &cfg.accelerators,
+                )
+            })
+            .collect();
+        let util = loads.iter().map(|l| l.share).collect();
+        let cost: Vec<Option<f64>> = nodes
+            .clone()
+            .map(|n| hourly_cost(snap.node(n), cfg.prices.as_ref()))
             .collect();
         let governed: Vec<NodeId> = nodes
             .clone()
@@ -72,8 +95,21 @@ impl NodeFacts {
                     .or_insert(0) += 1;
             }
         }
+        let mut invalid_cost: Vec<String> = governed
+            .iter()
+            .map(|n| snap.node(*n))
+            .filter(|n| invalid_cost_annotation(n))
+            .map(|n| n.name.clone())
+            .collect();
+        invalid_cost.sort();
+        let priced =
+            !invalid_cost.is_empty() || governed.iter().any(|n| cost[*n as usize].is_some());
         NodeFacts {
             util,
+            loads,
+            cost,
+            invalid_cost,
+            priced,
             groups,
             governed,
             group_sizes,
@@ -96,11 +132,14 @@ impl NodeFacts {
 
     /// Destinations: nodes with fewer PreferNoSchedule taints first (the scheduler's
     /// TaintToleration score steers pods away from them, ebb's own deletion-candidate taint
-    /// included: most pods tolerate none); then nodes this policy will keep (not governed, or
-    /// above the threshold) before underutilised ones it may remove next, so that pods do not
-    /// land on a node only to hold it back for another round and another `unneededTime`; then
-    /// fullest first (binpacking from the other end of the list).
-    pub(super) fn destination_order(&self, snap: &ClusterSnapshot, threshold: f64) -> Vec<NodeId> {
+    /// included: most pods tolerate none); then nodes without accelerators before accelerator
+    /// nodes (pods that need an accelerator fit only on the latter; the others go there only
+    /// when no other node has room, so they do not hold an expensive node back); then nodes
+    /// this policy will keep (not governed, or above the threshold) before underutilised ones
+    /// it may remove next, so that pods do not land on a node only to hold it back for another
+    /// round and another `unneededTime`; then fullest first (binpacking from the other end of
+    /// the list).
+    pub(super) fn destination_order(&self, snap: &ClusterSnapshot) -> Vec<NodeId> {
         let soft_taints: Vec<usize> = (0..snap.node_count() as NodeId)
             .map(|n| {
                 snap.node(n)
@@ -113,22 +152,24 @@ impl NodeFacts {
         let util = &self.util;
         let mut removable_later = vec![false; snap.node_count()];
         for &n in &self.governed {
-            removable_later[n as usize] = util[n as usize] < threshold;
+            removable_later[n as usize] = self.loads[n as usize].underutilized();
         }
         // Sort keys side by side; names (unique) break ties, so the order is total.
-        let mut keyed: Vec<(usize, bool, f64, NodeId)> = (0..snap.node_count() as NodeId)
+        let mut keyed: Vec<(usize, bool, bool, f64, NodeId)> = (0..snap.node_count() as NodeId)
             .map(|n| {
                 let i = n as usize;
-                (soft_taints[i], removable_later[i], util[i], n)
+                let accelerator = self.loads[i].accelerator;
+                (soft_taints[i], accelerator, removable_later[i], util[i], n)
             })
             .collect();
         keyed.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0)
                 .then_with(|| a.1.cmp(&b.1))
-                .then_with(|| b.2.total_cmp(&a.2))
-                .then_with(|| snap.node(a.3).name.cmp(&snap.node(b.3).name))
+                .then_with(|| a.2.cmp(&b.2))
+                .then_with(|| b.3.total_cmp(&a.3))
+                .then_with(|| snap.node(a.4).name.cmp(&snap.node(b.4).name))
         });
-        keyed.into_iter().map(|k| k.3).collect()
+        keyed.into_iter().map(|k| k.4).collect()
     }
 }
 

@@ -400,6 +400,7 @@ proptest! {
                 group: None,
                 group_min: 0,
                 needs: n.clone(),
+                saving: None,
             })
             .collect();
         let in_flight = InFlight { drains: running.len() as i64, pdbs: pacing, ..Default::default() };

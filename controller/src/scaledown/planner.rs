@@ -15,6 +15,7 @@ use super::eligibility::{self, check_node};
 use super::memory::PlannerState;
 use super::node_facts::{NodeFacts, by_util, not_destinations};
 use super::pdb::{PdbTracker, PdbView};
+use super::pricing::{CostSummary, by_saving, saving_per_pod};
 use super::removal_method;
 use super::simulation::{Greedy, Inputs, Sim};
 use super::stopwatch::Stopwatch;
@@ -31,7 +32,9 @@ pub fn deleting(snap: &ClusterSnapshot, in_flight: &BTreeSet<String>) -> BTreeSe
 }
 
 /// Step 3: the governed nodes that may be removed (node checks, then whether the policy's
-/// removal method applies), previous candidates first, then least utilised. The others are recorded as unremovable (all of them while pods are pending).
+/// removal method applies). The others are recorded as unremovable (all of them while pods
+/// are pending). Order: without prices, previous candidates first, then least utilised; with
+/// prices, the largest hourly saving per pod to evict first, then as without.
 fn eligible_nodes(
     snap: &ClusterSnapshot,
     facts: &NodeFacts,
@@ -44,13 +47,18 @@ fn eligible_nodes(
     let mut eligible: Vec<NodeId> = Vec::new();
     let mut unremovable = Vec::new();
     for &n in &facts.governed {
-        let check = check_node(snap, n, deleted, cfg.utilization_threshold, cfg.utilization)
-            .and_then(|()| match cfg.removal {
-                Some(method) => {
-                    removal_method::target(method, snap.node(n).machine.as_ref()).map(drop)
-                }
-                None => Ok(()),
-            });
+        // On the snapshot as re-placed (pods of nodes being deleted, recent evictions).
+        let load = eligibility::load(
+            snap,
+            n,
+            cfg.utilization,
+            cfg.utilization_threshold,
+            &cfg.accelerators,
+        );
+        let check = check_node(snap, n, deleted, load).and_then(|()| match cfg.removal {
+            Some(method) => removal_method::target(method, snap.node(n).machine.as_ref()).map(drop),
+            None => Ok(()),
+        });
         match check {
             Ok(()) if pending => unremovable.push(Unremovable::node(
                 snap,
@@ -70,13 +78,68 @@ fn eligible_nodes(
             Err(reason) => unremovable.push(Unremovable::node(snap, n, reason)),
         }
     }
-    eligible.sort_by(|a, b| {
-        let was = |n: &NodeId| !previous.contains_key(&snap.node(*n).name);
-        was(a)
-            .cmp(&was(b))
-            .then_with(|| by_util(snap, &facts.util, *a, *b))
-    });
+    let was = |n: &NodeId| !previous.contains_key(&snap.node(*n).name);
+    if facts.priced {
+        let saving: BTreeMap<NodeId, Option<f64>> = eligible
+            .iter()
+            .map(|&n| {
+                (
+                    n,
+                    saving_per_pod(facts.cost[n as usize], pods_to_evict(snap, n)),
+                )
+            })
+            .collect();
+        eligible.sort_by(|a, b| {
+            by_saving(saving[a], saving[b])
+                .then_with(|| was(a).cmp(&was(b)))
+                .then_with(|| by_util(snap, &facts.util, *a, *b))
+        });
+    } else {
+        eligible.sort_by(|a, b| {
+            was(a)
+                .cmp(&was(b))
+                .then_with(|| by_util(snap, &facts.util, *a, *b))
+        });
+    }
     (eligible, unremovable)
+}
+
+/// Pods a drain of `node` would evict, as far as known before simulating: all but DaemonSet,
+/// mirror, finished and terminating pods.
+fn pods_to_evict(snap: &ClusterSnapshot, node: NodeId) -> usize {
+    snap.pods_on(node)
+        .iter()
+        .map(|p| snap.pod(*p))
+        .filter(|p| !p.mirror && !p.is_daemonset() && !p.terminal && !p.terminating)
+        .count()
+}
+
+/// Hourly cost of the candidate set and of the governed nodes that stay (not candidates, not
+/// being deleted), or `None` when no governed node has a known price (nor an unreadable one).
+fn cost_summary(
+    snap: &ClusterSnapshot,
+    facts: &NodeFacts,
+    candidates: &[super::Candidate],
+    deleted: &BTreeSet<String>,
+) -> Option<CostSummary> {
+    if !facts.priced {
+        return None;
+    }
+    let removed: BTreeSet<&str> = candidates.iter().map(|c| c.node.as_str()).collect();
+    let mut sum = CostSummary {
+        invalid_annotations: facts.invalid_cost.clone(),
+        ..CostSummary::default()
+    };
+    for &n in &facts.governed {
+        let name = snap.node(n).name.as_str();
+        match facts.cost[n as usize] {
+            None => sum.unpriced += 1,
+            Some(c) if removed.contains(name) => sum.removed_per_hour += c,
+            Some(_) if eligibility::being_deleted(snap, n, deleted) => {}
+            Some(c) => sum.kept_per_hour += c,
+        }
+    }
+    Some(sum)
 }
 
 /// One planner loop (`UpdateUnneededNodes`). The snapshot is forked and left exactly as it was;
@@ -93,7 +156,7 @@ pub fn plan(
 ) -> Plan {
     let deleted = deleting(snap, in_flight);
     let facts = NodeFacts::gather(snap, cfg, &deleted);
-    let dest_order = facts.destination_order(snap, cfg.utilization_threshold);
+    let dest_order = facts.destination_order(snap);
     let not_dest = not_destinations(snap, &deleted);
 
     snap.fork();
@@ -135,7 +198,9 @@ pub fn plan(
     drop(sim);
 
     greedy.unremovable.sort_by(|a, b| a.node.cmp(&b.node));
+    let cost = cost_summary(snap, &facts, &greedy.candidates, &deleted);
     let out = Plan {
+        cost,
         governed: facts.governed.len(),
         group_sizes: facts.group_sizes,
         pending_reschedule: pending,
@@ -211,6 +276,7 @@ pub fn select_deletions(
                 .node_id(&c.node)
                 .map(|n| pdbs.needs(n, &cfg.rules))
                 .unwrap_or_default(),
+            saving: saving_per_pod(c.hourly_cost, c.moves.len()),
         })
         .collect();
     budgets::select(

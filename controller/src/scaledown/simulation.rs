@@ -433,6 +433,7 @@ impl Greedy {
             group_min: inputs.facts.group_min(&group, inputs.cfg),
             group,
             moves: Vec::with_capacity(d.moves.len()),
+            hourly_cost: inputs.facts.cost[node as usize],
             node: name,
         };
         if !d.moves.is_empty() && !sim.new_hints.contains_key(&candidate.node) {

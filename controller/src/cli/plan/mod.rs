@@ -191,3 +191,57 @@ pub fn run(args: PlanArgs) -> anyhow::Result<()> {
         .context("writing to stdout")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testkit::{node, objects, pod};
+
+    /// A policy with a price table, as a user writes it, through to both outputs.
+    #[test]
+    fn prices_in_the_policy_show_in_both_outputs() {
+        let objs = objects(
+            [
+                node("gpu-1")
+                    .cpu("96")
+                    .resource("nvidia.com/gpu", "8")
+                    .label("node.kubernetes.io/instance-type", "p4d.24xlarge"),
+                node("cpu-1")
+                    .cpu("16")
+                    .label("node.kubernetes.io/instance-type", "m5.4xlarge"),
+                node("other").cpu("16"),
+            ],
+            [
+                pod("api").on("gpu-1").cpu("2").owned_by_rs("api"),
+                pod("db").on("cpu-1").cpu("10").owned_by_rs("db"),
+                pod("batch").on("other").cpu("10").owned_by_rs("batch"),
+            ],
+        );
+        let spec: ebb_api::ScaleDownPolicySpec = serde_json::from_value(serde_json::json!({
+            "prices": {"perHour": {"p4d.24xlarge": 32.77, "m5.4xlarge": 0.768}}
+        }))
+        .unwrap();
+        let now: Timestamp = "2026-11-22T06:00:00Z".parse().unwrap();
+        let report = plan_objects(&objs, &spec, now).unwrap();
+        let doc = serde_json::to_value(&report.document).unwrap();
+        // gpu-1 (no GPU requested) goes; its cpu pod moves to cpu-1 or other.
+        assert_eq!(doc["candidates"][0]["node"], "gpu-1");
+        assert_eq!(doc["candidates"][0]["hourlyCost"], 32.77);
+        assert_eq!(doc["cost"]["removedPerHour"], 32.77);
+        assert_eq!(doc["cost"]["keptPerHour"], 0.768);
+        assert_eq!(doc["cost"]["unpricedNodes"], 1, "`other` has no price");
+        assert!(
+            report
+                .table
+                .ends_with("hourly cost: 32.77 removed, 0.77 kept (1 nodes unpriced)\n"),
+            "{}",
+            report.table
+        );
+        // Without prices, neither output speaks of cost.
+        let report = plan_objects(&objs, &ebb_api::ScaleDownPolicySpec::default(), now).unwrap();
+        let doc = serde_json::to_value(&report.document).unwrap();
+        assert!(doc.get("cost").is_none(), "{doc}");
+        assert!(doc["candidates"][0].get("hourlyCost").is_none());
+        assert!(!report.table.contains("hourly cost"));
+    }
+}

@@ -15,10 +15,14 @@ pub struct MoveOut {
 }
 
 /// A node of the candidate set.
-#[derive(Debug, Serialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
 pub struct CandidateOut {
     pub node: String,
     pub empty: bool,
+    /// Its hourly cost, when known (`prices`, or the `ebb.dev/hourly-cost` annotation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hourly_cost: Option<f64>,
     pub moves: Vec<MoveOut>,
     /// The limit that holds this candidate back now (`ebb_api::reasons::ThrottledReason`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -65,8 +69,21 @@ pub struct SimulationOut {
     pub timed_out: bool,
 }
 
+/// Hourly cost removed (the candidate set) and kept (the other governed nodes, those being
+/// deleted aside), where prices are known.
+#[derive(Debug, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CostOut {
+    pub removed_per_hour: f64,
+    pub kept_per_hour: f64,
+    pub unpriced_nodes: usize,
+    /// Nodes whose `ebb.dev/hourly-cost` annotation is not a number of at least 0 (ignored).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub invalid_cost_annotations: Vec<String>,
+}
+
 /// The whole document.
-#[derive(Debug, Serialize, PartialEq, Eq)]
+#[derive(Debug, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct PlanOut {
     pub candidates: Vec<CandidateOut>,
@@ -74,6 +91,9 @@ pub struct PlanOut {
     pub unremovable: Vec<UnremovableOut>,
     pub throttled: bool,
     pub simulation: SimulationOut,
+    /// Only when some governed node has a known price.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CostOut>,
 }
 
 impl PlanOut {
@@ -85,6 +105,7 @@ impl PlanOut {
                 .map(|c| CandidateOut {
                     node: c.node.clone(),
                     empty: c.empty,
+                    hourly_cost: c.hourly_cost,
                     moves: c
                         .moves
                         .iter()
@@ -127,6 +148,12 @@ impl PlanOut {
                 nodes_evaluated: plan.simulation.nodes_evaluated,
                 timed_out: plan.simulation.timed_out,
             },
+            cost: plan.cost.as_ref().map(|c| CostOut {
+                removed_per_hour: c.removed_per_hour,
+                kept_per_hour: c.kept_per_hour,
+                unpriced_nodes: c.unpriced,
+                invalid_cost_annotations: c.invalid_annotations.clone(),
+            }),
         }
     }
 }
@@ -193,5 +220,23 @@ pub fn table(plan: &Plan, sel: &Selection) -> String {
         if plan.simulation.timed_out { ", timed out" } else { "" },
         if sel.throttled.is_empty() { "" } else { "; throttled" },
     ));
+    if let Some(c) = &plan.cost {
+        out.push_str(&format!(
+            "hourly cost: {:.2} removed, {:.2} kept{}\n",
+            c.removed_per_hour,
+            c.kept_per_hour,
+            if c.unpriced > 0 {
+                format!(" ({} nodes unpriced)", c.unpriced)
+            } else {
+                String::new()
+            },
+        ));
+        if !c.invalid_annotations.is_empty() {
+            out.push_str(&format!(
+                "ebb.dev/hourly-cost is not a number of at least 0 on {} (ignored)\n",
+                c.invalid_annotations.join(", ")
+            ));
+        }
+    }
     out
 }

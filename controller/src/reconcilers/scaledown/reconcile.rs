@@ -126,6 +126,8 @@ async fn cleanup(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Acti
     };
     ctx.metrics.unneeded_nodes.remove(&labels);
     ctx.metrics.drains_in_progress.remove(&labels);
+    ctx.metrics.cost_removed_per_hour.remove(&labels);
+    ctx.metrics.cost_kept_per_hour.remove(&labels);
     for reason in UnremovableReason::ALL {
         ctx.metrics.unremovable_nodes.remove(&PolicyReasonLabels {
             policy: name.clone(),

@@ -176,6 +176,13 @@ pub fn update_metrics(
     m.drains_in_progress
         .get_or_create(&p)
         .set(i64::from(s.draining));
+    let cost = s.cost.clone().unwrap_or_default();
+    m.cost_removed_per_hour
+        .get_or_create(&p)
+        .set(cost.removed_per_hour);
+    m.cost_kept_per_hour
+        .get_or_create(&p)
+        .set(cost.kept_per_hour);
     for reason in UnremovableReason::ALL {
         let count = s
             .unremovable

@@ -8,7 +8,7 @@ use ebb_api::ScaleDownMode;
 use ebb_api::conditions::{self, Condition, Time};
 use ebb_api::reasons::{ThrottledReason, UnremovableReason};
 use ebb_api::scaledown::{
-    CandidateStatus, DrainingNodeStatus, FallbackCount, LoopStatus, ReasonCount,
+    CandidateStatus, CostStatus, DrainingNodeStatus, FallbackCount, LoopStatus, ReasonCount,
     ReplacementsStatus, STATUS_LIST_CAP, ScaleDownPolicyStatus, UnremovableNodeStatus,
 };
 
@@ -140,6 +140,21 @@ pub fn build(f: &LoopFacts<'_>) -> ScaleDownPolicyStatus {
             timed_out: stats.timed_out,
         },
         replacements: f.replacements.clone(),
+        cost: f.plan.and_then(|p| p.cost.as_ref()).map(cost_row),
+    }
+}
+
+/// The plan's hourly costs as the status shows them (rounded to 1/10000: the status is not
+/// rewritten for noise).
+fn cost_row(c: &crate::scaledown::pricing::CostSummary) -> CostStatus {
+    let round = |v: f64| (v * 10_000.0).round() / 10_000.0;
+    let mut invalid = c.invalid_annotations.clone();
+    invalid.truncate(STATUS_LIST_CAP);
+    CostStatus {
+        removed_per_hour: round(c.removed_per_hour),
+        kept_per_hour: round(c.kept_per_hour),
+        unpriced_nodes: c.unpriced as i32,
+        invalid_cost_annotations: invalid,
     }
 }
 
@@ -347,6 +362,7 @@ mod tests {
     fn candidate(name: &str, moves: usize) -> Candidate {
         Candidate {
             group_min: 0,
+            hourly_cost: None,
             node: name.into(),
             since: ts(100),
             empty: moves == 0,
@@ -472,6 +488,29 @@ mod tests {
             "MaxDrainParallelism"
         );
         assert!(!conditions::is_true(&s.conditions, conditions::DEGRADED));
+    }
+
+    #[test]
+    fn hourly_costs_show_rounded_and_only_when_known() {
+        let sel = Selection::default();
+        let overlapping = BTreeMap::new();
+        let plan = Plan::default();
+        assert_eq!(build(&facts(&plan, &sel, &[], &overlapping)).cost, None);
+        let plan = Plan {
+            cost: Some(crate::scaledown::pricing::CostSummary {
+                removed_per_hour: 32.77 + 0.096 + 0.000_04,
+                kept_per_hour: 1.0 / 3.0,
+                unpriced: 2,
+                invalid_annotations: (0..60).map(|i| format!("n{i:02}")).collect(),
+            }),
+            ..Plan::default()
+        };
+        let cost = build(&facts(&plan, &sel, &[], &overlapping)).cost.unwrap();
+        assert_eq!(cost.removed_per_hour, 32.866);
+        assert_eq!(cost.kept_per_hour, 0.3333);
+        assert_eq!(cost.unpriced_nodes, 2);
+        assert_eq!(cost.invalid_cost_annotations.len(), STATUS_LIST_CAP);
+        assert_eq!(cost.invalid_cost_annotations[0], "n00");
     }
 
     #[test]
