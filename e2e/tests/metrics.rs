@@ -24,6 +24,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_placement_gate_wait_seconds", "histogram"),
     ("ebb_placement_hits", "counter"),
     ("ebb_placements", "counter"),
+    ("ebb_policy_degraded", "gauge"),
     ("ebb_removals", "counter"),
     ("ebb_steering_admissions", "counter"),
     ("ebb_throttled_nodes", "gauge"),
@@ -259,6 +260,12 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
         .inc();
     m.drains_in_progress.get_or_create(&policy()).set(1);
     m.throttled.get_or_create(&reason()).set(1);
+    m.degraded
+        .get_or_create(&PolicyReasonLabels {
+            policy: "p".into(),
+            reason: "SelectorMatchesNothing".into(),
+        })
+        .set(1);
     m.observe(Function::plan, Duration::from_millis(3));
     m.drain_duration
         .get_or_create(&DrainLabels {
