@@ -96,6 +96,11 @@ fn defaults_schedule_like_karpenter_and_cluster_autoscaler() {
         anti.preferred_during_scheduling_ignored_during_execution
             .is_none()
     );
+    // A rollout can replace a replica in place when every node already runs one.
+    assert_eq!(
+        deploy["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
+    );
     // Spread over zones where there are several, never blocking a start.
     let spread = pod.topology_spread_constraints.clone().unwrap_or_default();
     assert_eq!(spread.len(), 1);
