@@ -395,14 +395,14 @@ fn duration_pattern_in_schema_matches_the_parser() {
     assert_eq!(pattern, ebb_api::duration::DURATION_PATTERN);
 }
 
-/// `crds/` and the chart's `charts/ebb/crds/` are generated; both must equal what the code
-/// generates now.
+/// `crds/` and the chart's `charts/ebb/files/crds/` (rendered by its template `crds.yaml`) are
+/// generated; both must equal what the code generates now.
 #[test]
 fn crds_directories_are_up_to_date() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let update = std::env::var_os("EBB_UPDATE_CRDS").is_some();
     let mut stale = vec![];
-    for dir in [root.join("crds"), root.join("charts/ebb/crds")] {
+    for dir in [root.join("crds"), root.join("charts/ebb/files/crds")] {
         for crd in ebb_api::crdgen::crds() {
             let path = dir.join(ebb_api::crdgen::file_name(&crd));
             let want = ebb_api::crdgen::to_yaml(&crd).unwrap();
@@ -419,7 +419,7 @@ fn crds_directories_are_up_to_date() {
     assert!(
         stale.is_empty(),
         "stale CRD files {stale:?}: regenerate with `EBB_UPDATE_CRDS=1 cargo test -p ebb-api --test validation` \
-         (or `cargo run -p ebb-controller -- crds --out-dir crds` and the same for charts/ebb/crds)"
+         (or `cargo run -p ebb-controller -- crds --out-dir crds` and the same for charts/ebb/files/crds)"
     );
 }
 

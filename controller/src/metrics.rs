@@ -235,6 +235,7 @@ pub struct Metrics {
     pub evictions: Family<EvictionLabels, Counter>,
     pub drains_in_progress: Family<PolicyLabels, Gauge>,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
+    pub degraded: Family<PolicyReasonLabels, Gauge>,
     pub function_duration: Family<FunctionLabels, HistogramWithExemplars<TraceExemplar>>,
     pub drain_duration: Family<DrainLabels, HistogramWithExemplars<TraceExemplar>>,
     pub loop_phases: Family<LoopPhaseLabels, Histogram>,
@@ -266,6 +267,7 @@ impl Metrics {
             evictions: Family::<EvictionLabels, Counter>::default(),
             drains_in_progress: Family::<PolicyLabels, Gauge>::default(),
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
+            degraded: Family::<PolicyReasonLabels, Gauge>::default(),
             function_duration: Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),),
             drain_duration: Family::<DrainLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.5, 2.0, 14)),),
             loop_phases: Family::<LoopPhaseLabels, Histogram>::new_with_constructor(|| {
@@ -323,6 +325,11 @@ impl Metrics {
             "throttled_nodes",
             "Removable nodes held back by a limit, by reason",
             self.throttled.clone(),
+        );
+        r.register(
+            "policy_degraded",
+            "1 for the reason a policy's Degraded condition is True with, 0 for the other reasons",
+            self.degraded.clone(),
         );
         r.register(
             "function_duration_seconds",

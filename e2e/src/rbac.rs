@@ -3,7 +3,8 @@
 //!
 //! Rendering uses the real Helm library (Python package `helm-sdkpy`): the chart is installed
 //! without waiting into a throw-away ebb-sim and the release's manifest is read back (the library
-//! has no `helm template`). The node agent's ValidatingAdmissionPolicy is applied as well (the
+//! has no `helm template`); the simulator serves the Prometheus Operator's kinds the chart can
+//! create (ServiceMonitor, PrometheusRule) as schemaless CRDs, and a namespace `monitoring`. The node agent's ValidatingAdmissionPolicy is applied as well (the
 //! simulator does not serve `admissionregistration.k8s.io`, so Helm leaves it out there; it is
 //! taken from its template, which has no templating but the two names). Everything is applied
 //! with kubectl as the cluster's admin; the binaries then run with the tokens only.
@@ -78,6 +79,7 @@ pub fn render(values: &Value) -> anyhow::Result<Vec<Value>> {
                 .context("cannot start a runtime to render the chart")?;
             rt.block_on(async {
                 let sim = ebb_sim::Sim::start(ebb_sim::SimConfig::api_only()).await?;
+                serve_monitoring_kinds(&sim.client().await?).await?;
                 let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
                 let kubeconfig = dir.path().join("kubeconfig");
                 sim.write_kubeconfig(&kubeconfig, &["admin"])?;
@@ -127,6 +129,41 @@ pub fn render(values: &Value) -> anyhow::Result<Vec<Value>> {
     Ok(docs)
 }
 
+/// The Prometheus Operator's kinds the chart can create, served as CRDs without a schema (the
+/// simulator stores what it is given): Helm needs their mapping to install them. And the
+/// namespace `monitoring`, where the dashboard's ConfigMap may go.
+async fn serve_monitoring_kinds(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    for (kind, plural) in [
+        ("ServiceMonitor", "servicemonitors"),
+        ("PrometheusRule", "prometheusrules"),
+    ] {
+        let crd: CustomResourceDefinition = serde_json::from_value(json!({
+            "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
+            "spec": {
+                "group": "monitoring.coreos.com",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+                "scope": "Namespaced",
+                "versions": [{"name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true}}}],
+            },
+        }))?;
+        crds.create(&Default::default(), &crd)
+            .await
+            .with_context(|| format!("cannot serve {kind} in the simulator"))?;
+    }
+    // Where Grafana and Prometheus usually run: a value may put the dashboard there.
+    let ns: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "monitoring"}}))?;
+    kube::Api::all(client.clone())
+        .create(&Default::default(), &ns)
+        .await
+        .context("cannot create the namespace monitoring in the simulator")?;
+    Ok(())
+}
+
 /// The kinds that make up the chart's identities.
 const IDENTITY_KINDS: [&str; 5] = [
     "ServiceAccount",
@@ -158,8 +195,9 @@ pub fn steering_webhook() -> anyhow::Result<Vec<Value>> {
 }
 
 /// A template of the chart that has only simple templating, rendered for [`RELEASE`] in
-/// [`NAMESPACE`]: Helm's control lines (and label includes) dropped, the two names and every
-/// `{{ .Values.a.b }}` (from the chart's values.yaml with `values` over it) substituted; a line
+/// [`NAMESPACE`]: Helm's control lines (and label includes) dropped, the two names, the node
+/// agent's ServiceAccount and every `{{ .Values.a.b }}` (from the chart's values.yaml with
+/// `values` over it) substituted; a line
 /// left with `{{` is an error. For what Helm leaves out when it renders into ebb-sim.
 pub fn plain_template(name: &str, values: &Value) -> anyhow::Result<Vec<Value>> {
     let path = chart_dir().join("templates").join(name);
@@ -172,11 +210,19 @@ pub fn plain_template(name: &str, values: &Value) -> anyhow::Result<Vec<Value>> 
     )
     .with_context(|| format!("{} is not YAML", defaults.display()))?;
     merge_values(&mut all, values);
+    let agent_account = match all.pointer("/nodeAgent/serviceAccount/name") {
+        Some(Value::String(name)) if !name.is_empty() => name.clone(),
+        _ => format!("{RELEASE}-node-agent"),
+    };
     let mut lines = Vec::new();
     for line in text.lines().filter(|l| !l.trim_start().starts_with("{{")) {
         let mut l = line
             .replace("{{ .Release.Namespace }}", NAMESPACE)
-            .replace("{{ include \"ebb.fullname\" . }}", RELEASE);
+            .replace("{{ include \"ebb.fullname\" . }}", RELEASE)
+            .replace(
+                "{{ include \"ebb.nodeAgent.serviceAccountName\" . }}",
+                &agent_account,
+            );
         while let Some(start) = l.find("{{ .Values.") {
             let Some(len) = l[start..].find(" }}") else {
                 break;

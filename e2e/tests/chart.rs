@@ -19,6 +19,13 @@ use kube::Resource;
 use kube::api::Api;
 use serde_json::{Value, json};
 
+#[path = "chart/aggregated_roles.rs"]
+mod aggregated_roles;
+#[path = "chart/conventions.rs"]
+mod conventions;
+#[path = "chart/observability.rs"]
+mod observability;
+
 const NS: &str = "ebb-system";
 const RELEASE: &str = "ebb";
 
@@ -1350,8 +1357,8 @@ async fn assert_uninstall_keeps_the_crds(c: &kube::Client, kubeconfig: &str, fil
 }
 
 /// `templates/node-agent-admission.yaml` as Helm renders it for release `ebb` in `ebb-system`:
-/// its control lines and label includes dropped, its two names substituted (it has no other
-/// templating).
+/// its control lines and label includes dropped, its names and the agent's default
+/// ServiceAccount substituted (it has no other templating).
 fn rendered_admission_policy() -> Vec<Value> {
     let text =
         std::fs::read_to_string(chart_dir().join("templates/node-agent-admission.yaml")).unwrap();
@@ -1361,6 +1368,10 @@ fn rendered_admission_policy() -> Vec<Value> {
         .map(|l| {
             l.replace("{{ .Release.Namespace }}", NS)
                 .replace("{{ include \"ebb.fullname\" . }}", RELEASE)
+                .replace(
+                    "{{ include \"ebb.nodeAgent.serviceAccountName\" . }}",
+                    &format!("{RELEASE}-node-agent"),
+                )
         })
         .collect();
     let plain = plain.join("\n");

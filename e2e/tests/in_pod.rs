@@ -308,6 +308,9 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     let values = json!({
         "controller": merged(pin.clone(), &json!({
             "tolerations": [{"key": node_label, "operator": "Exists", "effect": "NoSchedule"}],
+            // Both replicas on the one real node: the default anti-affinity would keep the
+            // second Pending.
+            "podAntiAffinity": "preferred",
             "recheckDelay": "1s",
             "allowNodeDeletion": true,
             "placementGrace": "2s",

@@ -26,6 +26,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_placement_gate_wait_seconds", "histogram"),
     ("ebb_placement_hits", "counter"),
     ("ebb_placements", "counter"),
+    ("ebb_policy_degraded", "gauge"),
     ("ebb_removals", "counter"),
     ("ebb_steering_admissions", "counter"),
     ("ebb_throttled_nodes", "gauge"),
@@ -263,6 +264,12 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
     m.cost_removed_per_hour.get_or_create(&policy()).set(32.77);
     m.cost_kept_per_hour.get_or_create(&policy()).set(4.5);
     m.throttled.get_or_create(&reason()).set(1);
+    m.degraded
+        .get_or_create(&PolicyReasonLabels {
+            policy: "p".into(),
+            reason: "SelectorMatchesNothing".into(),
+        })
+        .set(1);
     m.observe(Function::plan, Duration::from_millis(3));
     m.drain_duration
         .get_or_create(&DrainLabels {

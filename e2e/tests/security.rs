@@ -807,7 +807,8 @@ mod real_backend {
     use kube::discovery::ApiResource;
 
     /// `charts/ebb/templates/node-agent-admission.yaml` rendered for release `ebb` in
-    /// `namespace`: Helm's control lines dropped, the names substituted; the policy and its
+    /// `namespace`: Helm's control lines dropped, the names (and the agent's default
+    /// ServiceAccount) substituted; the policy and its
     /// binding renamed `name` so the test never touches an installed chart's.
     pub fn rendered_policy(namespace: &str, name: &str) -> Vec<Value> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -819,6 +820,10 @@ mod real_backend {
             .map(|l| {
                 l.replace("{{ .Release.Namespace }}", namespace)
                     .replace("{{ include \"ebb.fullname\" . }}", "ebb")
+                    .replace(
+                        "{{ include \"ebb.nodeAgent.serviceAccountName\" . }}",
+                        "ebb-node-agent",
+                    )
             })
             .collect::<Vec<_>>()
             .join("\n");

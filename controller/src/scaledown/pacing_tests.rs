@@ -296,6 +296,56 @@ fn pods_of_a_budget_outside_the_policy_count_too() {
     assert_eq!(held(&sel).len(), 2);
 }
 
+/// ebb's own controller replicas, with the chart's PodDisruptionBudget (`minAvailable: 1` over
+/// the two replicas): a node running one replica drains only while the other is Ready, and two
+/// such nodes never drain at once.
+#[test]
+fn a_node_running_an_ebb_controller_replica_drains_only_while_the_other_is_ready() {
+    let cfg = PlannerConfig::default();
+    let cluster = |other_ready: bool| {
+        let replica = |name: &str, node: &str| {
+            pod(name)
+                .on(node)
+                .cpu("100m")
+                .label("app.kubernetes.io/component", "controller")
+                .owned_by_rs("ebb-controller")
+        };
+        let other = replica("ctl-2", "b");
+        let mut objs = objects(
+            [
+                node("big").cpu("16"),
+                node("a").cpu("8"),
+                node("b").cpu("8"),
+            ],
+            [
+                pod("filler").on("big").cpu("9").owned_by_rs("filler"),
+                replica("ctl-1", "a"),
+                if other_ready {
+                    other
+                } else {
+                    other.not_ready()
+                },
+            ],
+        );
+        objs.pdbs.push(pdb_min_available(
+            "ebb-controller",
+            "app.kubernetes.io/component",
+            "controller",
+            1,
+        ));
+        objs
+    };
+    // Both Ready: one of the two nodes drains, the other waits for the replacement.
+    let sel = select_now(&cluster(true), &cfg, &mut PlannerState::default());
+    assert_eq!(sel.drain, ["a"]);
+    assert_eq!(held(&sel), [("b", "default/ebb-controller")]);
+    // The replica on b is not Ready: a runs the only Ready one and is held; b may go (its pod
+    // takes no disruption: the budget counts only Ready pods, and a's stays).
+    let sel = select_now(&cluster(false), &cfg, &mut PlannerState::default());
+    assert_eq!(sel.drain, ["b"], "{sel:?}");
+    assert_eq!(held(&sel), [("a", "default/ebb-controller")]);
+}
+
 #[test]
 fn empty_nodes_and_pods_without_budgets_are_not_paced() {
     let cfg = PlannerConfig::default();

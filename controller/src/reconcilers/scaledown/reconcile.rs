@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use ebb_api::ScaleDownPolicy;
 use ebb_api::names::FINALIZER_SCALEDOWN;
-use ebb_api::reasons::{ThrottledReason, UnremovableReason};
+use ebb_api::reasons::{DegradedReason, ThrottledReason, UnremovableReason};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{self, finalizer};
 use kube::{Api, ResourceExt};
@@ -136,6 +136,12 @@ async fn cleanup(policy: Arc<ScaleDownPolicy>, ctx: Arc<Context>) -> Result<Acti
     }
     for reason in ThrottledReason::ALL {
         ctx.metrics.throttled.remove(&PolicyReasonLabels {
+            policy: name.clone(),
+            reason: reason.to_string(),
+        });
+    }
+    for reason in DegradedReason::ALL {
+        ctx.metrics.degraded.remove(&PolicyReasonLabels {
             policy: name.clone(),
             reason: reason.to_string(),
         });

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use ebb_api::names::FIELD_MANAGER_CONTROLLER;
-use ebb_api::reasons::{ThrottledReason, UnremovableReason};
+use ebb_api::reasons::{DegradedReason, ThrottledReason, UnremovableReason};
 use ebb_api::{ScaleDownPolicy, ScaleDownPolicyStatus};
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
@@ -145,7 +145,8 @@ pub async fn publish_events(
     memory.facts = facts;
 }
 
-/// The policy's gauges: candidates, drains in progress, throttled and unremovable nodes by reason.
+/// The policy's gauges: candidates, drains in progress, throttled and unremovable nodes by reason,
+/// and the reason of its Degraded condition (1 for it, 0 for every other reason).
 pub fn update_metrics(
     ctx: &Context,
     policy: &str,
@@ -193,5 +194,65 @@ pub fn update_metrics(
             .unremovable_nodes
             .get_or_create(&labels(reason.to_string()));
         gauge.set(i64::from(count));
+    }
+    for (reason, value) in degraded_gauge(s) {
+        let gauge = m.degraded.get_or_create(&labels(reason.to_string()));
+        gauge.set(value);
+    }
+}
+
+/// `ebb_policy_degraded` of a status: 1 for the reason its Degraded condition is True with, 0 for
+/// every other reason (all 0 when it is not Degraded).
+fn degraded_gauge(s: &ScaleDownPolicyStatus) -> Vec<(DegradedReason, i64)> {
+    let degraded = s
+        .conditions
+        .iter()
+        .find(|c| c.type_ == ebb_api::conditions::DEGRADED && c.status == "True")
+        .map(|c| c.reason.as_str());
+    DegradedReason::ALL
+        .iter()
+        .map(|r| (*r, i64::from(degraded == Some(r.as_str()))))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_with(degraded: Option<(bool, DegradedReason)>) -> ScaleDownPolicyStatus {
+        let mut s = ScaleDownPolicyStatus::default();
+        if let Some((on, reason)) = degraded {
+            s.conditions.push(ebb_api::conditions::condition(
+                ebb_api::conditions::DEGRADED,
+                on,
+                reason.as_str(),
+                "m",
+                None,
+                jiff::Timestamp::UNIX_EPOCH,
+            ));
+        }
+        s
+    }
+
+    fn ones(s: &ScaleDownPolicyStatus) -> Vec<DegradedReason> {
+        let gauge = degraded_gauge(s);
+        assert_eq!(
+            gauge.len(),
+            DegradedReason::ALL.len(),
+            "every reason has a value"
+        );
+        gauge
+            .into_iter()
+            .filter(|(_, v)| *v == 1)
+            .map(|(r, _)| r)
+            .collect()
+    }
+
+    #[test]
+    fn degraded_gauge_is_one_for_the_true_conditions_reason_only() {
+        let reason = DegradedReason::SelectorMatchesNothing;
+        assert_eq!(ones(&status_with(Some((true, reason)))), vec![reason]);
+        assert_eq!(ones(&status_with(Some((false, reason)))), vec![]);
+        assert_eq!(ones(&status_with(None)), vec![]);
     }
 }
