@@ -2,6 +2,7 @@
 //! schema validation, install into ebb-sim and into a real control plane, upgrade and uninstall.
 //! Fails, saying how to install it, when python3 or helm-sdkpy is missing.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -1166,7 +1167,9 @@ async fn upgrade_with_every_option(env: &TestEnv, c: &kube::Client, kubeconfig: 
                     "karpenter": {"enabled": true}},
         "otel": {"endpoint": "http://collector.observability:4317",
                  "resourceAttributes": {"deployment.environment": "test"}},
-        "steering": {"webhookURL": "https://ebb-steering.example:8443/steer", "timeoutSeconds": 5},
+        "steering": {"webhookURL": "https://ebb-steering.example:8443/steer", "timeoutSeconds": 5,
+                     "allowedSources": [{"ipBlock": {"cidr": "10.0.0.0/28"}}]},
+        "networkPolicy": {"enabled": true},
         "nodeAgent": {"resetState": true, "serveSocket": false,
                       "fileRoots": ["/srv/artifacts"],
                       "fetch": {"allowHosts": ["artifacts.internal"],
@@ -1255,6 +1258,26 @@ async fn assert_upgraded(c: &kube::Client) {
             "{name}"
         );
     }
+    // The webhook's port admits only the sources named (the control plane's addresses).
+    let np = get::<k8s_openapi::api::networking::v1::NetworkPolicy>(c, "ebb-controller")
+        .await
+        .expect("the controller's NetworkPolicy");
+    let rules = np.spec.and_then(|s| s.ingress).unwrap_or_default();
+    let steering_rule = rules
+        .iter()
+        .find(|r| {
+            r.ports
+                .iter()
+                .flatten()
+                .any(|p| p.port == Some(IntOrString::Int(9443)))
+        })
+        .expect("a rule for the webhook's port");
+    let from = steering_rule.from.clone().unwrap_or_default();
+    assert_eq!(from.len(), 1, "{from:?}");
+    assert_eq!(
+        from[0].ip_block.as_ref().map(|b| b.cidr.as_str()),
+        Some("10.0.0.0/28")
+    );
     let mgmt = ctrl_c
         .volume_mounts
         .iter()

@@ -1356,6 +1356,58 @@ async fn a_pod_that_runs_to_completion_keeps_its_node_until_it_is_done(backend) 
     assert_scaledown_safe(env, &[&user]);
 }
 
+/// 3c. A tenant creates pending pods in its own namespace naming every drain node in ebb's
+/// annotations (`ebb.dev/planned-node`, and a made-up `ebb.dev/steering-ticket`), some held by
+/// a scheduling gate of its own: ebb counts them on no node, and the pool shrinks as if they
+/// were absent (before, each named node stayed `PodsArriving` for as long as the pods did).
+async fn tenant_pods_naming_nodes_in_ebb_annotations_keep_none(backend) {
+    let c = start(backend, 20.0).await;
+    let env = &c.env;
+    small_cluster(&c, 3, 1, 3, None).await;
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(env.client.clone());
+    namespaces
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "tenant"}})).unwrap(),
+        )
+        .await
+        .unwrap();
+    let tenant: Api<Pod> = Api::namespaced(env.client.clone(), "tenant");
+    for i in 0..6 {
+        let gates = if i % 2 == 0 {
+            json!([{"name": "tenant.example/hold"}])
+        } else {
+            json!([])
+        };
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("squat-{i}"), "annotations": {
+                "ebb.dev/planned-node": format!("drain-{}", i % 3),
+                "ebb.dev/steering-ticket": "0123456789abcdef0123456789abcdef"}},
+            "spec": {"schedulingGates": gates, "nodeSelector": {"tenant": "nowhere"},
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1"}}}]},
+        }))
+        .unwrap();
+        tenant.create(&PostParams::default(), &pod).await.unwrap();
+    }
+    add_keep_nodes(&c).await;
+    let gone = names("drain-", 3);
+    let _ctl = run_pool_policy(env, &gone, Duration::from_secs(60)).await;
+    let user = controller_audit_user(env, "pool").await.unwrap();
+    let squatters = tenant.list(&ListParams::default()).await.unwrap();
+    assert_eq!(squatters.items.len(), 6, "the tenant's pods are left alone");
+    let audit = audit(env);
+    assert!(
+        !audit
+            .iter()
+            .any(|r| r.user == user
+                && r.namespace == "tenant"
+                && !matches!(r.verb.as_str(), "get" | "list" | "watch")),
+        "ebb wrote to the tenant's namespace"
+    );
+    assert_scaledown_safe(env, &[&user]);
+}
+
 }
 
 // ---- the real control plane only ---------------------------------------------------------
