@@ -22,7 +22,8 @@ use super::pods::{self, PodRef};
 use super::recheck::{RecheckInputs, recheck};
 use super::removal::{HandedOff, Remover};
 use super::taints::EbbTaint;
-use super::tracker::{Evicted, Tracker};
+use super::status::Evicted;
+use super::tracker::Tracker;
 use crate::metrics::{
     DrainResult, Function, Metrics, RemovalLabels, RemovalOutcome, ScaleDownKind, ScaleDownLabels,
 };
