@@ -19,9 +19,7 @@ use serde_json::{Value, json};
 
 use ebb_api::ScaleDownPolicy;
 
-use crate::harness::{
-    Backend, ChildProcess, TestEnv, steering_args, wait_for, workspace_binary,
-};
+use crate::harness::{Backend, ChildProcess, TestEnv, steering_args, wait_for, workspace_binary};
 use ebb_sim::SimConfig;
 use ebb_sim::scenario::Scenario;
 

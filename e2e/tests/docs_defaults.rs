@@ -26,10 +26,17 @@ fn docs() -> Vec<(String, String)> {
     let dir = repo_root().join("docs");
     let mut out: Vec<(String, String)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display())).path())
+        .map(|e| {
+            e.unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+                .path()
+        })
         .filter(|p| p.extension().and_then(|e| e.to_str()) == Some("md"))
         .map(|p| {
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("").to_string();
+            let name = p
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("")
+                .to_string();
             let rel = format!("docs/{name}");
             let text = read(&rel);
             (rel, text)
@@ -210,7 +217,10 @@ fn same(doc: &str, code: &str) -> bool {
 }
 
 /// Pairs a row's keys with its stated defaults: one each, or one default for all keys.
-fn pair<'a>(keys: &'a [String], defaults: &'a [Stated]) -> Result<Vec<(&'a String, &'a Stated)>, String> {
+fn pair<'a>(
+    keys: &'a [String],
+    defaults: &'a [Stated],
+) -> Result<Vec<(&'a String, &'a Stated)>, String> {
     if defaults.len() == keys.len() {
         Ok(keys.iter().zip(defaults).collect())
     } else if defaults.len() == 1 {
@@ -274,9 +284,17 @@ fn check_flag_table(
         let at = format!("{file}:{line}");
         let Some(first) = row.first() else { continue };
         let spans = code_spans(first);
-        let names: Vec<String> = spans.iter().filter(|s| s.starts_with("--")).cloned().collect();
+        let names: Vec<String> = spans
+            .iter()
+            .filter(|s| s.starts_with("--"))
+            .cloned()
+            .collect();
         // The node agent's table names the variable in the flag cell: `--x` (`EBB_X`).
-        let mut envs: Vec<String> = spans.iter().filter(|s| !s.starts_with("--")).cloned().collect();
+        let mut envs: Vec<String> = spans
+            .iter()
+            .filter(|s| !s.starts_with("--"))
+            .cloned()
+            .collect();
         if let Some(c) = env_col {
             envs = row.get(c).map(|c| code_spans(c)).unwrap_or_default();
         }
@@ -294,8 +312,8 @@ fn check_flag_table(
                 && flag.env.as_deref() != Some(env.as_str())
             {
                 problems.push(format!(
-                    "{at}: {name}'s variable is documented as {env}, the code reads {:?}",
-                    flag.env
+                    "{at}: {name}'s variable is documented as {env}, the code reads {}",
+                    flag.env.as_deref().unwrap_or("none")
                 ));
             }
         }
@@ -309,11 +327,15 @@ fn check_flag_table(
             }
         };
         for (name, doc) in pairs {
-            let Some(flag) = flags.get(name) else { continue };
+            let Some(flag) = flags.get(name) else {
+                continue;
+            };
             match (doc, &flag.default) {
                 (Stated::Value(d), Some(c)) if same(d, c) => {}
                 (Stated::Value(d), code) => problems.push(format!(
-                    "{at}: {name} defaults to `{d}` in the docs, to {code:?} in `{binary} run`"
+                    "{at}: {name} defaults to `{d}` in the docs, to {} in `{binary} run`",
+                    code.as_deref()
+                        .map_or("nothing".to_string(), |c| format!("`{c}`"))
                 )),
                 (Stated::Prose(_), None) => {}
                 (Stated::Prose(p), Some(c)) => problems.push(format!(
@@ -357,8 +379,18 @@ fn every_documented_flag_default_is_the_code_s_and_every_flag_is_documented() {
         }
     }
     for (flags, documented, binary, file) in [
-        (&controller, &documented_controller, "ebb-controller", "docs/operations.md"),
-        (&agent, &documented_agent, "ebb-node-agent", "docs/node-agent.md"),
+        (
+            &controller,
+            &documented_controller,
+            "ebb-controller",
+            "docs/operations.md",
+        ),
+        (
+            &agent,
+            &documented_agent,
+            "ebb-node-agent",
+            "docs/node-agent.md",
+        ),
     ] {
         for name in flags.keys().filter(|n| !documented.contains(*n)) {
             problems.push(format!(
@@ -366,7 +398,10 @@ fn every_documented_flag_default_is_the_code_s_and_every_flag_is_documented() {
             ));
         }
     }
-    assert!(rows >= 30, "only {rows} flag rows found in docs/; is the table parser broken?");
+    assert!(
+        rows >= 30,
+        "only {rows} flag rows found in docs/; is the table parser broken?"
+    );
     assert!(
         problems.is_empty(),
         "{} documented flag(s) differ from the code:\n{}",
@@ -414,9 +449,7 @@ fn matches_value(doc: &Stated, value: &Value) -> Result<(), String> {
                 // Nothing set: an empty string, list or map.
                 "off" | "none" | "any" => empty,
                 "link-local" => value.as_array().is_some_and(|a| {
-                    !a.is_empty()
-                        && a.iter()
-                            .all(|c| c == "169.254.0.0/16" || c == "fe80::/10")
+                    !a.is_empty() && a.iter().all(|c| c == "169.254.0.0/16" || c == "fe80::/10")
                 }),
                 _ => return Err(format!("\"{p}\" (write the value in a code span)")),
             };
@@ -450,7 +483,9 @@ fn every_documented_chart_value_default_is_in_values_yaml() {
     for (file, text) in docs() {
         for table in tables(&text) {
             let first = table.header.first().map(String::as_str).unwrap_or("");
-            let Some(default_col) = table.column("default") else { continue };
+            let Some(default_col) = table.column("default") else {
+                continue;
+            };
             if first != "value" {
                 continue;
             }

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::drain::{Drain, DrainEvent, InvalidTransition, Outcome, Step};
+use super::drain::{Drain, DrainEvent, InvalidTransition, Step};
 use super::status::{ActuationStatus, Evicted, Finished};
 
 #[derive(Default)]

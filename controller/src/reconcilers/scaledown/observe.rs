@@ -11,8 +11,8 @@ use kube::ResourceExt;
 use super::context::{Context, PolicyMemory};
 use super::selection::{self, AllPolicies, Degraded, node_name};
 use super::status;
-use crate::actuation::taints::{self, EbbTaint};
 use crate::actuation::status::Finished;
+use crate::actuation::taints::{self, EbbTaint};
 use crate::actuation::{ActuationStatus, Outcome};
 use crate::scaledown::PlannerConfig;
 
