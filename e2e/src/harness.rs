@@ -193,7 +193,7 @@ impl TestEnv {
     /// `ebb-node-agent` (bound to the agent's `--node-name` Node) under the chart's roles, which
     /// are applied on the first spawn (see [`crate::rbac`]); other binaries get the admin's
     /// kubeconfig. [`Self::audit_user`] gives the name the audit log records. A controller on a
-    /// real cluster serves the steering webhook ([`crate::setup::steering_args`]).
+    /// real cluster serves the steering webhook ([`steering_args`]).
     pub fn spawn_binary_as(
         &self,
         user: &str,
@@ -202,7 +202,7 @@ impl TestEnv {
     ) -> anyhow::Result<ChildProcess> {
         let path = workspace_binary(name)?;
         let kubeconfig = self.binary_kubeconfig(user, name, args)?;
-        let steering = crate::setup::steering_args(self.backend(), name, args)?;
+        let steering = steering_args(self.backend(), name, args)?;
         let child = tokio::process::Command::new(&path)
             .args(args)
             .args(&steering)
@@ -695,4 +695,32 @@ pub async fn wait_http_ready(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The flags that make a controller started as a host process serve the steering webhook on
+/// a free port and register `https://127.0.0.1:<port>/steer` (there is no Service to call): for
+/// `ebb-controller run` on the real backend, unless the arguments already say how to steer.
+/// ebb-sim serves no admission webhooks: there the controller finds no configuration and says
+/// that steering is off.
+pub fn steering_args(backend: Backend, binary: &str, args: &[&str]) -> anyhow::Result<Vec<String>> {
+    if backend != Backend::Real
+        || binary != "ebb-controller"
+        || args.first() != Some(&"run")
+        || args.iter().any(|a| a.starts_with("--steering"))
+    {
+        return Ok(Vec::new());
+    }
+    let port = free_port()?;
+    Ok(vec![
+        "--steering-port".into(),
+        port.to_string(),
+        "--steering-webhook-url".into(),
+        format!("https://127.0.0.1:{port}/steer"),
+    ])
+}
+
+/// A TCP port free on this host now.
+pub fn free_port() -> anyhow::Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr().context("cannot find a free port")?.port())
 }

@@ -76,7 +76,7 @@ async fn current() -> Option<Images> {
 }
 
 /// The images of the current sources: those of the last `images/build.sh` when nothing they
-/// are built from changed since (so `.ci/run`'s build is reused), else what `images/build.sh`
+/// are built from changed since (so the test command's build is reused), else what `images/build.sh`
 /// builds now (a release build of both binaries for `x86_64-unknown-linux-musl` where
 /// something changed). Fails with the script's last lines, which name what is missing (the musl
 /// target, musl-gcc, buildah).

@@ -66,7 +66,7 @@ else:
 "#;
 
 /// The chart's objects as Helm renders them for release [`RELEASE`] in [`NAMESPACE`] with
-/// `values`. Needs python3 with helm-sdkpy (`.ci/run` installs it).
+/// `values`. Needs python3 with helm-sdkpy (`make test` installs it).
 pub fn render(values: &Value) -> anyhow::Result<Vec<Value>> {
     let values = values.to_string();
     // A simulator of its own, on a runtime of its own: callers may be on any runtime, or none.

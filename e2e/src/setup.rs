@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 
 use ebb_api::ScaleDownPolicy;
 
-use crate::harness::{Backend, ChildProcess, TestEnv, wait_for, workspace_binary};
+use crate::harness::{Backend, ChildProcess, TestEnv, steering_args, wait_for, workspace_binary};
 use ebb_sim::SimConfig;
 use ebb_sim::scenario::Scenario;
 
@@ -246,34 +246,6 @@ pub async fn install_steering_webhook(client: &kube::Client) -> anyhow::Result<(
             .with_context(|| format!("applying the MutatingWebhookConfiguration {name}"))?;
     }
     Ok(())
-}
-
-/// The flags that make a controller started as a host process serve the steering webhook on
-/// a free port and register `https://127.0.0.1:<port>/steer` (there is no Service to call): for
-/// `ebb-controller run` on the real backend, unless the arguments already say how to steer.
-/// ebb-sim serves no admission webhooks: there the controller finds no configuration and says
-/// that steering is off.
-pub fn steering_args(backend: Backend, binary: &str, args: &[&str]) -> anyhow::Result<Vec<String>> {
-    if backend != Backend::Real
-        || binary != "ebb-controller"
-        || args.first() != Some(&"run")
-        || args.iter().any(|a| a.starts_with("--steering"))
-    {
-        return Ok(Vec::new());
-    }
-    let port = free_port()?;
-    Ok(vec![
-        "--steering-port".into(),
-        port.to_string(),
-        "--steering-webhook-url".into(),
-        format!("https://127.0.0.1:{port}/steer"),
-    ])
-}
-
-/// A TCP port free on this host now.
-pub fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr().context("cannot find a free port")?.port())
 }
 
 /// The annotation the real backend's kwok stages keep a pod Running but never Ready by

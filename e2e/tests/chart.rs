@@ -46,7 +46,7 @@ fn require_helm(test: &str) {
         .is_ok_and(|o| o.status.success());
     assert!(
         ok,
-        "{test}: python3 with helm-sdkpy is not installed; .ci/run installs it (pip install --ignore-requires-python helm-sdkpy)"
+        "{test}: python3 with helm-sdkpy is not installed; `make test` installs it (pip install --ignore-requires-python helm-sdkpy)"
     );
 }
 

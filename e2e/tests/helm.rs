@@ -20,7 +20,7 @@ async fn helm_installs_a_chart(backend) {
         .is_ok_and(|o| o.status.success());
     assert!(
         helm,
-        "python3 with helm-sdkpy is not installed; .ci/run installs it (pip install --ignore-requires-python helm-sdkpy)"
+        "python3 with helm-sdkpy is not installed; `make test` installs it (pip install --ignore-requires-python helm-sdkpy)"
     );
     // Two nodes for the Deployment's two replicas: ebb-sim's, or kwok's.
     let env = TestEnv::start_on(

@@ -5,7 +5,7 @@
 //! ServiceAccounts (the audit log names the pod and its address), the Lease won, KWOK nodes
 //! drained, a gated pod placed and its resource localized, the agent's store surviving its pod,
 //! an upgrade to another tag mid-drain, and an uninstall that leaves nothing of ebb running.
-//! Needs root, containerd, runc, the CNI plugins, iptables, buildah and musl-gcc (`.ci/run`
+//! Needs root, containerd, runc, the CNI plugins, iptables, buildah and musl-gcc (`make test`
 //! installs them); fails saying what is missing.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -42,7 +42,7 @@ fn require_helm() {
         .is_ok_and(|o| o.status.success());
     assert!(
         ok,
-        "python3 with helm-sdkpy is not installed; .ci/run installs it (pip install --ignore-requires-python helm-sdkpy)"
+        "python3 with helm-sdkpy is not installed; `make test` installs it (pip install --ignore-requires-python helm-sdkpy)"
     );
 }
 

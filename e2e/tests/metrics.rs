@@ -1,7 +1,7 @@
 //! `/metrics` of the controller and node agent: every metric with its type (a rename is a visible
 //! change here), and Prometheus's `promtool check metrics` on what the running binaries serve.
 //!
-//! Debian's `prometheus` package provides promtool; `.ci/run` installs it.
+//! Debian's `prometheus` package provides promtool; the test command (`make test`) installs it.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -73,7 +73,7 @@ async fn promtool(text: &str) -> String {
         .spawn()
         .unwrap_or_else(|e| {
             panic!(
-                "promtool is needed (Debian: apt-get install prometheus; .ci/run installs it): {e}"
+                "promtool is needed (Debian: apt-get install prometheus; `make test` installs it): {e}"
             )
         });
     let mut stdin = child.stdin.take().unwrap();

@@ -437,7 +437,7 @@ struct Replica {
 }
 
 fn replica(c: &Cluster, name: &str) -> Replica {
-    let port = ebb_e2e::setup::free_port().unwrap();
+    let port = ebb_e2e::harness::free_port().unwrap();
     let url = format!("https://127.0.0.1:{port}/steer");
     let port_s = port.to_string();
     let args = [

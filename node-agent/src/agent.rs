@@ -4,6 +4,7 @@
 
 mod recover;
 mod report;
+mod reporting;
 mod running;
 mod start;
 

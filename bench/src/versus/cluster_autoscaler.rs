@@ -46,8 +46,6 @@ pub const DELETION_TAINT: &str = "ToBeDeletedByClusterAutoscaler";
 /// `--unremovable-node-recheck-timeout` at its default: a node found unremovable in its
 /// simulation is not looked at again for this long, whatever changes meanwhile.
 pub const UNREMOVABLE_RECHECK: Duration = Duration::from_secs(300);
-/// The node-group annotation the kwok provider reads the group's minimum size from.
-pub const MIN_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/min-count";
 
 /// The `cluster-autoscaler` binary the bench runs: `EBB_CA_BIN`, else `cluster-autoscaler` in the
 /// control plane's bin dir. Fails, saying where it looked, when there is none.
@@ -266,7 +264,7 @@ impl ClusterAutoscaler {
             .create(&PostParams::default(), &cm)
             .await
             .with_context(|| format!("cannot create ConfigMap {NAMESPACE}/{CONFIG_MAP}"))?;
-        let port = ebb_e2e::setup::free_port()?;
+        let port = ebb_e2e::harness::free_port()?;
         let kubeconfig = real.kubeconfig();
         let args = flags(s, &kubeconfig, &format!("127.0.0.1:{port}"));
         if let Some(dir) = log.parent() {

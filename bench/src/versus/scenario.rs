@@ -19,6 +19,9 @@ pub const NAMESPACE: &str = "work";
 /// The label (and Cluster Autoscaler kwok node group) of every scenario node.
 pub const GROUP_LABEL: &str = "kwok-nodegroup";
 pub const GROUP: &str = "pool";
+/// The node-group annotation Cluster Autoscaler's kwok provider reads the group's minimum size
+/// from (set on every scenario node by [`node_object`]).
+pub const MIN_COUNT_ANNOTATION: &str = "cluster-autoscaler.kwok.nodegroup/min-count";
 /// How long a scaler may work in every scenario before its run is cut: an hour, long enough for
 /// Cluster Autoscaler, which looks at a node it found unremovable again only every 5 minutes, to
 /// finish (ebb and Karpenter end long before); only a guard against a run that never settles.
@@ -238,7 +241,7 @@ pub fn node_object(name: &str, cpu: &str, memory: &str, min_count: i32) -> Value
         "metadata": {"name": name,
             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0",
                 "cluster-autoscaler.kwok.nodegroup/name": GROUP,
-                crate::versus::cluster_autoscaler::MIN_COUNT_ANNOTATION: min_count.to_string()},
+                MIN_COUNT_ANNOTATION: min_count.to_string()},
             "labels": {"type": "kwok", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                 "kubernetes.io/arch": "amd64", GROUP_LABEL: GROUP}},
         "spec": {"providerID": format!("kwok:{name}")},

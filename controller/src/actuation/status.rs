@@ -2,9 +2,12 @@
 //! policies), and the policy's drains finished, pods evicted and evictions refused since it last looked.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
-use super::drain::Drain;
-use super::tracker::{Evicted, Finished};
+use k8s_openapi::api::core::v1::Pod;
+
+use super::drain::{Drain, Outcome};
+use super::pods::PodRef;
 
 /// The actuator's report to one policy's loop. Nothing flows back: the planner reads it.
 #[derive(Clone, Debug, Default)]
@@ -29,4 +32,23 @@ impl ActuationStatus {
     pub fn draining_of<'a>(&'a self, policy: &'a str) -> impl Iterator<Item = &'a Drain> {
         self.draining.iter().filter(move |d| d.policy == policy)
     }
+}
+
+/// A drain that ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finished {
+    pub drain: Drain,
+    pub outcome: Outcome,
+    pub at: jiff::Timestamp,
+}
+
+/// A pod the actuator evicted.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evicted {
+    pub policy: String,
+    pub node: String,
+    pub pod: PodRef,
+    /// The Pod as it was when evicted (the planner re-injects it until it is replaced).
+    pub object: Option<Arc<Pod>>,
+    pub at: jiff::Timestamp,
 }

@@ -4,29 +4,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::drain::{Drain, DrainEvent, InvalidTransition, Outcome, Step};
-use k8s_openapi::api::core::v1::Pod;
-
-use super::pods::PodRef;
-
-/// A drain that ended.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Finished {
-    pub drain: Drain,
-    pub outcome: Outcome,
-    pub at: jiff::Timestamp,
-}
-
-/// A pod the actuator evicted.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Evicted {
-    pub policy: String,
-    pub node: String,
-    pub pod: PodRef,
-    /// The Pod as it was when evicted (the planner re-injects it until it is replaced).
-    pub object: Option<Arc<Pod>>,
-    pub at: jiff::Timestamp,
-}
+use super::drain::{Drain, DrainEvent, InvalidTransition, Step};
+use super::status::{ActuationStatus, Evicted, Finished};
 
 #[derive(Default)]
 struct Inner {
@@ -131,8 +110,8 @@ impl Tracker {
 
     /// What `policy`'s loop reads of actuation: every drain in flight, and what it has not
     /// taken yet of its finished drains, evictions and refusals (taken once).
-    pub fn status(&self, policy: &str) -> super::status::ActuationStatus {
-        super::status::ActuationStatus {
+    pub fn status(&self, policy: &str) -> ActuationStatus {
+        ActuationStatus {
             draining: self.draining(None),
             finished: self.take_finished(policy),
             evicted: self.take_evictions(policy),
@@ -155,6 +134,7 @@ impl Tracker {
 mod tests {
     use super::*;
     use crate::actuation::drain::GiveUpReason;
+    use crate::actuation::pods::PodRef;
     use crate::metrics::ScaleDownKind;
 
     fn ts(s: i64) -> jiff::Timestamp {

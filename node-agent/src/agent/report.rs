@@ -1,63 +1,14 @@
 //! The periodic NodeState report: store health, the metrics, the status built from the core, and
-//! its write (skipped when nothing changed, retried after a failed write).
-
-use std::sync::Arc;
-use std::time::Instant;
+//! its write (skipped when nothing changed, retried after a failed write). What it keeps between
+//! reports is in `reporting.rs`.
 
 use ebb_api::NodeStateStatus;
-use ebb_api::nodestate::{KeyIds, LocalizedResource, RecoveryStatus};
+use ebb_api::nodestate::{KeyIds, LocalizedResource};
 use tracing::Instrument;
 
 use super::running::Agent;
 use crate::kube_edge;
-use crate::report::{ReportInput, Reporter, StoreHealth, build_status};
-use crate::store::{SchemaVersion, WriterHealth};
-
-/// What the report needs besides the core.
-pub(in crate::agent) struct Reporting {
-    pub reporter: Reporter,
-    pub recovery: RecoveryStatus,
-    /// `None` for the null store.
-    pub schema: Option<SchemaVersion>,
-    pub health: Arc<WriterHealth>,
-    /// When the agent became ready (uptime in the logs).
-    pub started: Instant,
-}
-
-impl Reporting {
-    pub fn new(
-        health: Arc<WriterHealth>,
-        recovery: RecoveryStatus,
-        schema: Option<SchemaVersion>,
-    ) -> Self {
-        Reporting {
-            reporter: Reporter::default(),
-            recovery,
-            schema,
-            health,
-            started: Instant::now(),
-        }
-    }
-
-    fn store_health(&self) -> StoreHealth {
-        if self.schema.is_none() {
-            StoreHealth {
-                healthy: true,
-                message: "no state directory: the null store keeps nothing across restarts".into(),
-            }
-        } else if self.health.healthy() {
-            StoreHealth {
-                healthy: true,
-                message: "the state store accepts and commits writes".into(),
-            }
-        } else {
-            StoreHealth {
-                healthy: false,
-                message: self.health.last_error().unwrap_or_default(),
-            }
-        }
-    }
-}
+use crate::report::{ReportInput, StoreHealth, build_status};
 
 impl Agent {
     /// Refreshes the token keys and the metrics, and writes NodeState when it changed.

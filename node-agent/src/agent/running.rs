@@ -27,7 +27,7 @@ use crate::metrics::AgentMetrics;
 use crate::store::{GroupWriter, LocalizedRecord, StateStore, UnixMillis};
 use crate::tokens::keys_from_secret;
 
-pub(super) use super::report::Reporting;
+pub(super) use super::reporting::Reporting;
 
 /// A finished fetch, as its task reports it.
 pub(super) type FetchResult = (FetchRequest, Result<LocalizedRecord, String>);

@@ -21,8 +21,9 @@ use super::nodes::{NodeWriteError, NodeWriter, Written};
 use super::pods::{self, PodRef};
 use super::recheck::{RecheckInputs, recheck};
 use super::removal::{HandedOff, Remover};
+use super::status::Evicted;
 use super::taints::EbbTaint;
-use super::tracker::{Evicted, Tracker};
+use super::tracker::Tracker;
 use crate::metrics::{
     DrainResult, Function, Metrics, RemovalLabels, RemovalOutcome, ScaleDownKind, ScaleDownLabels,
 };

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder};
 
 use crate::actuation::Outcome;
-use crate::actuation::tracker::Finished;
+use crate::actuation::status::Finished;
 
 /// Event reasons.
 pub const SCALE_DOWN_CANDIDATE: &str = "ScaleDownCandidate";

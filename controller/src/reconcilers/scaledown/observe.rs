@@ -11,8 +11,8 @@ use kube::ResourceExt;
 use super::context::{Context, PolicyMemory};
 use super::selection::{self, AllPolicies, Degraded, node_name};
 use super::status;
+use crate::actuation::status::Finished;
 use crate::actuation::taints::{self, EbbTaint};
-use crate::actuation::tracker::Finished;
 use crate::actuation::{ActuationStatus, Outcome};
 use crate::scaledown::PlannerConfig;
 
@@ -130,7 +130,7 @@ fn removed_before_this_process(
     policy: &ScaleDownPolicy,
     nodes: &[Arc<Node>],
     actuation: &crate::actuation::ActuationStatus,
-    finished: &[crate::actuation::tracker::Finished],
+    finished: &[crate::actuation::status::Finished],
 ) -> i64 {
     let in_flight = actuation.in_flight();
     let by_name: BTreeMap<String, &Node> = nodes.iter().map(|n| (node_name(n), &**n)).collect();

@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# The test command (`make test`): checks every prerequisite of the tests, installs what is missing
+# the ordinary way for Debian/Ubuntu (apt-get, pip, rustup), builds what the tests run (the real
+# control plane, the OpenTelemetry Collector, the images, the real node; each cached), then runs
+# every test with `cargo test --workspace`.
+#
+# Usage: hack/test.sh [PHASE...] [-- ARGS for cargo test]
+#   check     say which prerequisite is there and which is missing; exit 1 if one is missing
+#   install   install what is missing (apt-get needs root: sudo is used when not root)
+#   build     build the control plane, the Collector, the images and the real node (cached)
+#   test      cargo test --workspace [ARGS]
+#   (none)    install, check, build, test
+#
+# What it installs when missing:
+#   apt-get   prometheus (promtool), containerd (containerd, ctr), runc, iptables, iproute2 (ip),
+#             containernetworking-plugins (/usr/lib/cni), buildah, musl-tools (musl-gcc),
+#             openssl, ca-certificates, git
+#   pip       helm-sdkpy (the Helm library the chart tests use), for python3
+#   rustup    the x86_64-unknown-linux-musl target (the images' static binaries)
+# What it needs and does not install: Rust 1.89+ (rustup), Go 1.26+ (https://go.dev/dl/),
+# python3 with pip, and root: the in-pod test runs a real node (containerd, kubelet, network
+# namespaces), which only root can.
+#
+# Environment: CARGO_TARGET_DIR as for cargo; EBB_K8S_CACHE and EBB_IMAGES_CACHE move the caches
+# of e2e/k8s/build.sh and images/build.sh (default ~/.cache/ebb-k8s, ~/.cache/ebb-images).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+RUST_MIN=1.89.0
+GO_MIN=1.26.0
+MUSL_TARGET=x86_64-unknown-linux-musl
+CNI_BIN_DIR=${EBB_K8S_CNI_BIN_DIR:-/usr/lib/cni}
+
+# Commands the tests run, each with the Debian package that provides it.
+APT_COMMANDS=(
+  promtool:prometheus
+  containerd:containerd
+  ctr:containerd
+  runc:runc
+  iptables:iptables
+  ip:iproute2
+  buildah:buildah
+  musl-gcc:musl-tools
+  openssl:openssl
+  git:git
+)
+# Files the tests read, each with its package.
+APT_FILES=(
+  "$CNI_BIN_DIR/bridge:containernetworking-plugins"
+  "$CNI_BIN_DIR/host-local:containernetworking-plugins"
+  "$CNI_BIN_DIR/loopback:containernetworking-plugins"
+  /etc/ssl/certs/ca-certificates.crt:ca-certificates
+)
+
+log() { echo "==> $*"; }
+die() { echo "hack/test.sh: error: $*" >&2; exit 1; }
+
+# version_at_least HAVE MIN: HAVE >= MIN, both dotted.
+version_at_least() { [[ $(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1) == "$2" ]]; }
+
+# The Debian packages providing missing commands and files, once each.
+missing_packages() {
+  local entry pkgs=()
+  for entry in "${APT_COMMANDS[@]}"; do
+    command -v "${entry%%:*}" >/dev/null 2>&1 || pkgs+=("${entry#*:}")
+  done
+  for entry in "${APT_FILES[@]}"; do
+    [[ -e ${entry%%:*} ]] || pkgs+=("${entry#*:}")
+  done
+  [[ ${#pkgs[@]} -eq 0 ]] || printf '%s\n' "${pkgs[@]}" | sort -u
+}
+
+has_helm_sdkpy() { python3 -c 'import helm_sdkpy' >/dev/null 2>&1; }
+has_musl_target() { rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; }
+
+# check: one line per prerequisite; returns 1 when one is missing.
+check() {
+  local missing=0 have entry
+  ok() { printf '  %-36s ok (%s)\n' "$1" "$2"; }
+  no() { printf '  %-36s MISSING: %s\n' "$1" "$2"; missing=1; }
+  log "prerequisites"
+  if command -v cargo >/dev/null 2>&1 && have=$(rustc --version 2>/dev/null | awk '{print $2}') &&
+    version_at_least "${have%%-*}" "$RUST_MIN"; then
+    ok "Rust >= $RUST_MIN" "rustc $have"
+  else
+    no "Rust >= $RUST_MIN" "install it with rustup (https://rustup.rs)${have:+, found $have}"
+  fi
+  have=""
+  if command -v go >/dev/null 2>&1 && have=$(go env GOVERSION 2>/dev/null) &&
+    version_at_least "${have#go}" "$GO_MIN"; then
+    ok "Go >= $GO_MIN" "$have"
+  else
+    no "Go >= $GO_MIN" "builds the real control plane; install it from https://go.dev/dl/${have:+, found $have}"
+  fi
+  if command -v python3 >/dev/null 2>&1; then
+    ok python3 "$(command -v python3)"
+    if has_helm_sdkpy; then ok helm-sdkpy "python3 imports helm_sdkpy"; else no helm-sdkpy "python3 -m pip install --ignore-requires-python helm-sdkpy"; fi
+  else
+    no python3 "runs helm-sdkpy for the chart tests; install python3 with pip"
+  fi
+  if has_musl_target; then ok "$MUSL_TARGET" "rustup target"; else no "$MUSL_TARGET" "rustup target add $MUSL_TARGET"; fi
+  for entry in "${APT_COMMANDS[@]}"; do
+    if command -v "${entry%%:*}" >/dev/null 2>&1; then ok "${entry%%:*}" "$(command -v "${entry%%:*}")"; else no "${entry%%:*}" "apt-get install ${entry#*:}"; fi
+  done
+  for entry in "${APT_FILES[@]}"; do
+    if [[ -e ${entry%%:*} ]]; then ok "${entry%%:*}" present; else no "${entry%%:*}" "apt-get install ${entry#*:}"; fi
+  done
+  if [[ $(id -u) -eq 0 ]]; then
+    ok root "uid 0"
+  else
+    no root "the in-pod test runs a real node (containerd, kubelet, network namespaces); run as root (README: tests without root)"
+  fi
+  return "$missing"
+}
+
+# install: what is missing and can be installed the ordinary way.
+install() {
+  local pkgs sudo=()
+  log "install what is missing"
+  mapfile -t pkgs < <(missing_packages)
+  if [[ ${#pkgs[@]} -gt 0 ]]; then
+    command -v apt-get >/dev/null 2>&1 ||
+      die "missing ${pkgs[*]} and no apt-get here; install them with this system's package manager"
+    if [[ $(id -u) -ne 0 ]]; then
+      command -v sudo >/dev/null 2>&1 ||
+        die "installing ${pkgs[*]} with apt-get needs root, and sudo is not here; run as root: apt-get install ${pkgs[*]}"
+      echo "apt-get needs root to install ${pkgs[*]}: asking sudo"
+      sudo=(sudo)
+    fi
+    log "apt-get install ${pkgs[*]}"
+    "${sudo[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >/dev/null
+  fi
+  if command -v python3 >/dev/null 2>&1 && ! has_helm_sdkpy; then
+    log "pip install helm-sdkpy"
+    python3 -m pip install --quiet --disable-pip-version-check --ignore-requires-python helm-sdkpy ||
+      die "pip could not install helm-sdkpy (on a system Python that refuses it, use a virtualenv or pip's --user)"
+  fi
+  if command -v rustup >/dev/null 2>&1 && ! has_musl_target; then
+    log "rustup target add $MUSL_TARGET"
+    rustup target add "$MUSL_TARGET" >/dev/null
+  fi
+}
+
+# timed NAME CMD...: runs CMD, then says how long it took.
+timed() {
+  local name=$1 start=$SECONDS
+  shift
+  log "$name"
+  "$@"
+  log "$name: done in $((SECONDS - start)) s"
+}
+
+build() {
+  timed "the real control plane (kube-apiserver, etcd, kwok ... from Go modules; cached)" bash e2e/k8s/build.sh
+  timed "the OpenTelemetry Collector of the trace tests (cached)" bash e2e/k8s/build.sh otelcol
+  timed "the images (static musl binaries put into images by buildah; cached)" bash images/build.sh
+  timed "the real node: kubelet, kube-proxy, the pause image (cached)" bash e2e/k8s/build.sh node
+}
+
+run_tests() {
+  timed "cargo test --workspace $*" cargo test --workspace "$@"
+}
+
+phases=()
+cargo_args=()
+while [[ $# -gt 0 ]]; do
+  case $1 in
+  --) shift; cargo_args=("$@"); break ;;
+  check | install | build | test) phases+=("$1"); shift ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) die "unknown phase '$1' (check, install, build, test; --help)" ;;
+  esac
+done
+[[ ${#phases[@]} -gt 0 ]] || phases=(install check build test)
+
+for phase in "${phases[@]}"; do
+  case $phase in
+  check) check || die "prerequisites missing (above); 'hack/test.sh install' installs what it can" ;;
+  install) install ;;
+  build) build ;;
+  test) run_tests "${cargo_args[@]}" ;;
+  esac
+done
