@@ -439,6 +439,30 @@ async fn cancelling_a_drain_rolls_it_back() {
     assert!(!has_hard_taint(&api, "n1"));
 }
 
+/// A stop (SIGTERM) while a drain waits out its arrival window, past its last eviction: the
+/// drain finishes within the shutdown bound and the node goes; it is not rolled back.
+#[tokio::test(start_paused = true)]
+async fn a_stop_in_the_arrival_window_lets_the_drain_finish() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    let (actuator, _) = setup(&api);
+    let stop = CancellationToken::new();
+    let actuator = actuator.with_stop(stop.clone());
+    let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
+    // As the controller gives them: every policy's drains are cancelled with its stop.
+    o.cancel = stop.child_token();
+    let handle = start(&actuator, o).await;
+    // The re-check takes 2 s here; the arrival window runs 5 s from the taint.
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(
+        api.node("n1").is_some(),
+        "still waiting out its arrival window"
+    );
+    stop.cancel();
+    assert_eq!(handle.await.unwrap(), Outcome::Removed);
+    assert!(api.node("n1").is_none(), "the node went");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_resumed_drain_keeps_its_taint_and_start_time() {
     let api = FakeApi::new();

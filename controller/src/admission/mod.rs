@@ -89,8 +89,20 @@ pub struct SteeringSettings {
 
 /// How long the leader-label and registration writes may take when leadership changes.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
-/// Attempts of the registration when leading (1 s apart).
+/// Failed registrations in a row (1 s apart) before steering is reported off.
 const REGISTER_ATTEMPTS: u32 = 3;
+/// How often the leader checks that the configuration and its Pod's label still point at it.
+pub const REASSERT_EVERY: Duration = Duration::from_secs(30);
+
+/// Replaces `*a` with `next`; whether that changed it.
+fn set(a: &mut SteeringAvailability, next: SteeringAvailability) -> bool {
+    if *a == next {
+        false
+    } else {
+        *a = next;
+        true
+    }
+}
 
 /// The webhook of this replica: serving (when the configuration exists) or off.
 pub struct Webhook {
@@ -191,15 +203,20 @@ impl Webhook {
         self.addr
     }
 
-    /// On winning the Lease: point the configuration at this replica (its CA; its URL out of a
-    /// cluster), then label its Pod so the Service routes to it. When the configuration cannot
-    /// be written, steering is off (the API server keeps failing open) and the log says why.
+    /// While leading (run as a task of its own, aborted on stepping down): point the
+    /// configuration at this replica (its CA; its URL out of a cluster) and label its Pod so the
+    /// Service routes to it, then look again every [`REASSERT_EVERY`] and put back whatever was
+    /// changed (a configuration re-created by GitOps, a CA written by a deposed leader, a label
+    /// patch that timed out). Steering is `Enabled` while the configuration points here, and off
+    /// with the reason after [`REGISTER_ATTEMPTS`] failures in a row (the API server fails open
+    /// meanwhile); it comes back on at the next success.
     pub async fn lead(&self) {
         let (Some(client), Some(settings)) = (&self.client, &self.settings) else {
             return;
         };
-        let mut last = String::new();
-        for attempt in 1..=REGISTER_ATTEMPTS {
+        let mut failures = 0u32;
+        let mut labelled = false;
+        loop {
             let registered = tokio::time::timeout(
                 WRITE_TIMEOUT,
                 registration::register(
@@ -210,28 +227,43 @@ impl Webhook {
                 ),
             )
             .await;
-            match registered {
-                Ok(Ok(webhooks)) => {
-                    tracing::info!(webhook = %settings.webhook_name, webhooks, url = ?settings.webhook_url, "steering webhook registered");
-                    if let Some(pod) = &settings.own_pod {
-                        label(client, pod, true).await;
+            let last = match registered {
+                Ok(Ok((webhooks, written))) => {
+                    if written {
+                        tracing::info!(webhook = %settings.webhook_name, webhooks, url = ?settings.webhook_url, "steering webhook registered");
                     }
-                    return;
+                    if let Some(pod) = &settings.own_pod
+                        && (written || !labelled)
+                    {
+                        labelled = label(client, pod, true).await;
+                    } else if settings.own_pod.is_none() {
+                        labelled = true;
+                    }
+                    failures = 0;
+                    self.availability
+                        .send_if_modified(|a| set(a, SteeringAvailability::Enabled));
+                    tokio::time::sleep(REASSERT_EVERY).await;
+                    continue;
                 }
-                Ok(Err(e)) => last = e.to_string(),
-                Err(_) => last = "timed out".to_string(),
-            }
-            if attempt < REGISTER_ATTEMPTS {
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => "timed out".to_string(),
+            };
+            failures += 1;
+            if failures >= REGISTER_ATTEMPTS {
+                let reason = format!(
+                    "cannot register the steering webhook {}: {last}",
+                    settings.webhook_name
+                );
+                if failures == REGISTER_ATTEMPTS {
+                    tracing::error!(%reason, "steering is off until the registration succeeds");
+                }
+                self.availability
+                    .send_if_modified(|a| set(a, SteeringAvailability::Disabled { reason }));
+                tokio::time::sleep(REASSERT_EVERY).await;
+            } else {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
-        let reason = format!(
-            "cannot register the steering webhook {}: {last}",
-            settings.webhook_name
-        );
-        tracing::error!(%reason, "steering is off");
-        self.availability
-            .send_replace(SteeringAvailability::Disabled { reason });
     }
 
     /// On stopping or losing the Lease: remove the leader label from this replica's Pod.
@@ -246,8 +278,8 @@ impl Webhook {
 }
 
 /// Sets or removes the leader label, bounded in time; failures are logged (the Service then
-/// routes wrongly at worst, and the API server fails open).
-async fn label(client: &kube::Client, pod: &PodRef, leader: bool) {
+/// routes wrongly at worst, and the API server fails open). Whether it is as asked now.
+async fn label(client: &kube::Client, pod: &PodRef, leader: bool) -> bool {
     let done = tokio::time::timeout(
         WRITE_TIMEOUT,
         leader_label::set_leader_label(client, pod, leader),
@@ -255,15 +287,21 @@ async fn label(client: &kube::Client, pod: &PodRef, leader: bool) {
     .await;
     match done {
         Ok(Ok(leader_label::Labelled::Written)) => {
-            tracing::info!(pod = %pod.name, namespace = %pod.namespace, leader, label = LEADER_LABEL, "leader label written")
+            tracing::info!(pod = %pod.name, namespace = %pod.namespace, leader, label = LEADER_LABEL, "leader label written");
+            true
         }
         Ok(Ok(leader_label::Labelled::NoPod)) => {
-            tracing::info!(pod = %pod.name, namespace = %pod.namespace, "no such Pod: the leader label is not written")
+            tracing::info!(pod = %pod.name, namespace = %pod.namespace, "no such Pod: the leader label is not written");
+            true
         }
         Ok(Err(e)) => {
-            tracing::warn!(pod = %pod.name, error = %e, leader, "cannot write the leader label")
+            tracing::warn!(pod = %pod.name, error = %e, leader, "cannot write the leader label");
+            false
         }
-        Err(_) => tracing::warn!(pod = %pod.name, leader, "writing the leader label timed out"),
+        Err(_) => {
+            tracing::warn!(pod = %pod.name, leader, "writing the leader label timed out");
+            false
+        }
     }
 }
 

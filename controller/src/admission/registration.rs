@@ -80,14 +80,27 @@ pub fn registration_patch(
     serde_json::from_value(serde_json::Value::Array(ops)).unwrap_or_default()
 }
 
-/// Points the configuration `name` at this replica (see [`registration_patch`]); returns how
-/// many webhooks it holds.
+/// Whether every webhook of `config` already points at this replica (`caBundle` is `ca_pem`;
+/// with `url`, that URL in place of a Service).
+pub fn points_here(config: &MutatingWebhookConfiguration, ca_pem: &str, url: Option<&str>) -> bool {
+    let webhooks = config.webhooks.as_deref().unwrap_or_default();
+    !webhooks.is_empty()
+        && webhooks.iter().all(|w| {
+            let cc = &w.client_config;
+            cc.ca_bundle.as_ref().map(|b| b.0.as_slice()) == Some(ca_pem.as_bytes())
+                && url.is_none_or(|u| cc.url.as_deref() == Some(u) && cc.service.is_none())
+        })
+}
+
+/// Points the configuration `name` at this replica (see [`registration_patch`]) unless it
+/// already does ([`points_here`]: then nothing is written); returns how many webhooks it
+/// holds and whether it had to be written.
 pub async fn register(
     client: &kube::Client,
     name: &str,
     ca_pem: &str,
     url: Option<&str>,
-) -> Result<usize, RegistrationError> {
+) -> Result<(usize, bool), RegistrationError> {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let api_error = |source| RegistrationError::Api {
         name: name.to_string(),
@@ -106,11 +119,14 @@ pub async fn register(
             name: name.to_string(),
         });
     }
+    if points_here(&config, ca_pem, url) {
+        return Ok((count, false));
+    }
     let patch = registration_patch(&config, ca_pem, url);
     api.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
         .await
         .map_err(api_error)?;
-    Ok(count)
+    Ok((count, true))
 }
 
 #[cfg(test)]
@@ -240,7 +256,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(n, 1);
+        assert_eq!(n, (1, true));
         let sent = patches.lock().unwrap().clone();
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].0, "application/json-patch+json");
@@ -281,6 +297,26 @@ mod tests {
             "url and service are exclusive: {cc}"
         );
         assert_eq!(cc["caBundle"], "cGVt");
+    }
+
+    #[test]
+    fn a_configuration_pointing_here_needs_no_write_and_any_change_is_seen() {
+        let mut config: MutatingWebhookConfiguration =
+            serde_json::from_value(chart_config()).unwrap();
+        assert!(!points_here(&config, "pem", None), "no caBundle yet");
+        let patch = registration_patch(&config, "pem", None);
+        let mut doc = serde_json::to_value(&config).unwrap();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        config = serde_json::from_value(doc).unwrap();
+        assert!(points_here(&config, "pem", None));
+        assert!(
+            !points_here(&config, "other-ca", None),
+            "another replica's CA"
+        );
+        assert!(
+            !points_here(&config, "pem", Some("https://127.0.0.1:9555/steer")),
+            "the Service where a URL is wanted"
+        );
     }
 
     #[tokio::test]
