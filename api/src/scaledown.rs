@@ -544,10 +544,8 @@ pub struct ScaleDownPolicyStatus {
 #[serde(rename_all = "camelCase")]
 pub struct CostStatus {
     /// Hourly cost of the candidate set: what removing the nodes the plan removes saves.
-    #[serde(default)]
     pub removed_per_hour: f64,
     /// Hourly cost of the governed nodes that stay (neither candidates nor being deleted).
-    #[serde(default)]
     pub kept_per_hour: f64,
     /// Governed nodes without a known price, counted in neither figure.
     #[serde(default)]

@@ -558,7 +558,7 @@ async fn helm_install_creates_every_object_and_uninstall_keeps_the_crds(backend)
     let (controller, agent) = start_like_the_chart(&env, ctrl_c, agent_c, node0, run_dir.path());
     assert_binaries_act(&c, node0, run_dir.path(), controller, agent).await;
     upgrade_with_every_option(&env, &c, &kubeconfig, &chart).await;
-    assert_upgraded(&c).await;
+    assert_upgraded(&c, env.real().is_some()).await;
     assert_uninstall_keeps_the_crds(&c, &kubeconfig, &files).await;
 }
 }
@@ -1169,7 +1169,8 @@ async fn upgrade_with_every_option(env: &TestEnv, c: &kube::Client, kubeconfig: 
                  "resourceAttributes": {"deployment.environment": "test"}},
         "steering": {"webhookURL": "https://ebb-steering.example:8443/steer", "timeoutSeconds": 5,
                      "allowedSources": [{"ipBlock": {"cidr": "10.0.0.0/28"}}]},
-        "networkPolicy": {"enabled": true},
+        // ebb-sim serves no NetworkPolicies: the real control plane checks them.
+        "networkPolicy": {"enabled": env.real().is_some()},
         "nodeAgent": {"resetState": true, "serveSocket": false,
                       "fileRoots": ["/srv/artifacts"],
                       "fetch": {"allowHosts": ["artifacts.internal"],
@@ -1209,7 +1210,7 @@ async fn upgrade_with_every_option(env: &TestEnv, c: &kube::Client, kubeconfig: 
 
 /// After the upgrade: delete on nodes appears, the OTel environment is set, the agent's
 /// optional flags are ones it reads, and every flag of `run` is set by the chart.
-async fn assert_upgraded(c: &kube::Client) {
+async fn assert_upgraded(c: &kube::Client, network_policies: bool) {
     let cr = get_cluster::<ClusterRole>(c, "ebb-controller")
         .await
         .unwrap();
@@ -1259,6 +1260,13 @@ async fn assert_upgraded(c: &kube::Client) {
         );
     }
     // The webhook's port admits only the sources named (the control plane's addresses).
+    if network_policies {
+        assert_webhook_sources(c).await;
+    }
+    assert_upgraded_binaries(c).await;
+}
+
+async fn assert_webhook_sources(c: &kube::Client) {
     let np = get::<k8s_openapi::api::networking::v1::NetworkPolicy>(c, "ebb-controller")
         .await
         .expect("the controller's NetworkPolicy");
@@ -1278,6 +1286,12 @@ async fn assert_upgraded(c: &kube::Client) {
         from[0].ip_block.as_ref().map(|b| b.cidr.as_str()),
         Some("10.0.0.0/28")
     );
+}
+
+async fn assert_upgraded_binaries(c: &kube::Client) {
+    let deploy = get::<Deployment>(c, "ebb-controller").await.unwrap();
+    let ctrl_c = deploy.spec.unwrap().template.spec.unwrap().containers[0].clone();
+    let ctrl_env = env_of(&ctrl_c);
     let mgmt = ctrl_c
         .volume_mounts
         .iter()
