@@ -176,6 +176,10 @@ impl SharedModel {
     /// The steering book vouches (`Some(node)`) that the pending pod `namespace/name` is a
     /// replacement it steered to `node`, or withdraws that (`None`): the model counts it there.
     pub fn steered_pending(&self, namespace: &str, name: &str, node: Option<&str>) {
+        // The pod watch asks this for every pod it sees: nothing to withdraw is the common case.
+        if node.is_none() && self.steered.is_empty() {
+            return;
+        }
         if self
             .steered
             .set((namespace.to_string(), name.to_string()), node)
