@@ -32,8 +32,13 @@ async fn one_leader_at_a_time_and_loss_is_noticed() {
 
     // b campaigns while a renews: b does not lead.
     let client_b = api.client();
+    let b_leadership = Leadership::default();
+    let b_fence = b_leadership.clone();
     let b = tokio::spawn(async move {
-        Leader::acquire(client_b, &cfg("b"), &Leadership::default(), || {}).await
+        let l = Leader::acquire(client_b, &cfg("b"), &b_fence, || {}).await;
+        // Checked before anything else runs: a standby that waited longer than the Lease's
+        // duration is within its fence the moment it wins.
+        (l, b_fence.may_write())
     });
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(!b.is_finished(), "b must wait while a holds the Lease");
@@ -41,11 +46,16 @@ async fn one_leader_at_a_time_and_loss_is_noticed() {
 
     // a steps down (its handle is dropped, the Lease released): b takes over.
     drop(a);
-    let mut b = tokio::time::timeout(Duration::from_secs(10), b)
+    let (b, fenced_in) = tokio::time::timeout(Duration::from_secs(10), b)
         .await
         .expect("b becomes the leader after a stepped down")
-        .unwrap()
         .unwrap();
+    let mut b = b.unwrap();
+    assert!(
+        fenced_in,
+        "b may write from the moment it acquires the Lease"
+    );
+    assert!(b_leadership.may_write());
     assert_eq!(api.lease_holder().as_deref(), Some("b"));
 
     // Someone else takes the Lease: b notices within a renewal period.

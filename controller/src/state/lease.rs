@@ -201,9 +201,6 @@ impl Leader {
             })?;
         on_known();
         let (mut state, task) = manager.watch().await;
-        // Armed before the first look at the state: a replica that wins the Lease is fenced
-        // from the first moment it may act.
-        leadership.fence_at(std::time::Instant::now() + fence.valid_for);
         let mut waited = 0u64;
         while !*state.borrow_and_update() {
             tokio::select! {
@@ -220,6 +217,9 @@ impl Leader {
         }
         tracing::info!(identity = %cfg.identity, lease = %cfg.lease_name, "became the leader");
         let acquired = tokio::time::Instant::now();
+        // Armed before this returns: whatever acts next (start-up recovery first) is within
+        // the fence from the first moment, before the fence task has run at all.
+        leadership.fence_at((acquired + fence.valid_for).into_std());
         let (lost_tx, lost) = watch::channel(None);
         let fenced = leadership.clone();
         let fence_task = tokio::spawn(async move {
