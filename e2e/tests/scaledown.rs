@@ -1671,3 +1671,120 @@ async fn a_packed_pool_drains_with_every_replacement_on_its_planned_node() {
     let user = controller_audit_user(env, "pool").await.unwrap();
     assert_scaledown_safe(env, &[&user]);
 }
+
+// ---- plans that are final: nothing moves twice ----------------------------------------------
+
+/// A tight pool at `utilizationThreshold: 1` where a greedy first wave and a later correction
+/// would move a pod twice: `tp3-0` (3 CPUs) is the lightest node and its pod fits only on
+/// `tp0-0` (6 of 10 CPUs, three pods of 3, 2 and 1 CPU); once it has landed there, `tp0-0`
+/// (9 of 10) could go too, its pods fitting in the room left on `tp1-0`, `tp2-0` and `tp4-0`
+/// (filled to 4, 8 and 8 CPUs by pods that pin them). A plan that only fills `tp0-0` drains
+/// `tp3-0` first and `tp0-0` a loop later, evicting `tp3-0`'s replacement again. The plan
+/// removes both in one wave, sends `tp3-0`'s pod straight to where it stays, and every
+/// replacement runs on its planned node: two nodes removed, no pod created during the run is
+/// evicted, nothing Pending. On the real control plane: the scheduler must follow the plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tight_pool_reaches_its_final_count_in_one_wave_moving_nothing_twice() {
+    let c = start(Backend::Real, 20.0).await;
+    let env = &c.env;
+    let (pods, _w) = PodLog::watch(&env.client);
+    let tight = |prefix: &'static str| NodeGroup {
+        labels: json!({"pool": "tight"}),
+        ..NodeGroup::plain(prefix, 1, "10", "16Gi")
+    };
+    // tp0-0 first, with the pods of 3, 2 and 1 CPU (one Deployment each).
+    c.add_nodes(&tight("tp0-")).await.unwrap();
+    for (prefix, cpu) in [("a3-", "3"), ("a2-", "2"), ("a1-", "1")] {
+        c.add_apps(&Apps {
+            prefix,
+            requests: json!({"cpu": cpu, "memory": "64Mi"}),
+            ..Apps::default()
+        })
+        .await
+        .unwrap();
+    }
+    wait_running(&env.client, 3).await.unwrap();
+    // tp3-0 with the 3-CPU pod (the scheduler prefers the empty node).
+    c.add_nodes(&tight("tp3-")).await.unwrap();
+    c.add_apps(&Apps {
+        prefix: "d3-",
+        requests: json!({"cpu": "3", "memory": "64Mi"}),
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    wait_running(&env.client, 4).await.unwrap();
+    let on: BTreeMap<String, String> = running_pods(&env.client)
+        .await
+        .iter()
+        .map(|p| (key(p), node_of(p)))
+        .collect();
+    for (pod, node) in &on {
+        let want = if pod.starts_with("default/d3-") {
+            "tp3-0"
+        } else {
+            "tp0-0"
+        };
+        assert_eq!(node, want, "{pod} starts on {want}: {on:?}");
+    }
+    // The nodes that stay, filled by pods no scaler may move.
+    for (prefix, cpu) in [("tp1-", "4"), ("tp2-", "8"), ("tp4-", "8")] {
+        c.add_nodes(&tight(prefix)).await.unwrap();
+        filler(
+            &env.client,
+            &format!("filler-{prefix}0"),
+            &format!("{prefix}0"),
+            cpu,
+        )
+        .await;
+    }
+    wait_running(&env.client, 7).await.unwrap();
+    let before: BTreeSet<String> = running_pods(&env.client)
+        .await
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+
+    let gone: BTreeSet<String> = ["tp0-0", "tp3-0"].map(String::from).into();
+    let ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
+    create_policy(
+        &env.client,
+        "tight",
+        merged(
+            fast_policy_spec("tight"),
+            &json!({"utilizationThreshold": 1.0}),
+        ),
+    )
+    .await
+    .unwrap();
+    wait_nodes_deleted(&env.client, "tight", &gone, Duration::from_secs(90)).await;
+    wait_running(&env.client, 7).await.unwrap();
+    // Long enough for a later loop to take a node that received replacements, had the plan
+    // not been final (loops run every second; a node is not removed within 5 s of a binding).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let left: BTreeSet<String> = nodes(&env.client)
+        .await
+        .into_keys()
+        .filter(|n| n.starts_with("tp"))
+        .collect();
+    assert_eq!(
+        left,
+        ["tp1-0", "tp2-0", "tp4-0"].map(String::from).into(),
+        "the final count, and nothing more"
+    );
+    let audit = audit(env);
+    let again: Vec<String> = audit
+        .iter()
+        .filter(|r| accepted_eviction(r) && !before.contains(&r.name))
+        .map(|r| format!("{}/{}", r.namespace, r.name))
+        .collect();
+    assert!(again.is_empty(), "replacements evicted again: {again:?}");
+    assert_eq!(
+        audit.iter().filter(|r| accepted_eviction(r)).count(),
+        4,
+        "a3, a2, a1 and d3 are each evicted once"
+    );
+    fidelity(&c, &ctl, &pods, &gone, Duration::from_secs(6)).await;
+    let user = controller_audit_user(env, "tight").await.unwrap();
+    assert_scaledown_safe(env, &[&user]);
+}

@@ -10,6 +10,7 @@
 pub mod cluster_autoscaler;
 pub mod karpenter_nodes;
 pub mod observe;
+pub mod record;
 pub mod scenario;
 
 use std::path::PathBuf;
@@ -19,6 +20,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use ebb_e2e::harness::{ChildProcess, TestEnv, wait_for};
@@ -34,7 +36,8 @@ pub struct Settings {
     pub max_scale_down_parallelism: u32,
     pub max_drain_parallelism: u32,
     /// ebb's `utilizationThreshold` and Cluster Autoscaler's `--scale-down-utilization-threshold`
-    /// (0.5, the default of both; Karpenter has none).
+    /// (ebb's default unless set; Karpenter has none). At ebb's default the policy leaves the
+    /// field out.
     pub utilization_threshold: f64,
     /// ebb's `minNodesPerGroup` at its default, the minimum size of Cluster Autoscaler's node
     /// group (the kwok provider's `min-count` annotation); Karpenter has none.
@@ -48,37 +51,48 @@ impl Default for Settings {
             unneeded_time: Duration::from_secs(30),
             max_scale_down_parallelism: 10,
             max_drain_parallelism: 10,
-            utilization_threshold: 0.5,
+            utilization_threshold: ebb_default_threshold(),
             min_nodes_per_group: ebb_api::ScaleDownPolicySpec::default().min_nodes_per_group,
         }
     }
 }
 
-impl Settings {
-    /// The defaults, with `EBB_VERSUS_UTILIZATION_THRESHOLD` (a number in (0, 1]) for ebb's
-    /// `utilizationThreshold` and Cluster Autoscaler's `--scale-down-utilization-threshold` when
-    /// set.
-    pub fn from_env() -> anyhow::Result<Self> {
-        let mut s = Settings::default();
-        if let Ok(v) = std::env::var("EBB_VERSUS_UTILIZATION_THRESHOLD") {
-            let t: f64 = v.parse().map_err(|_| {
-                anyhow::anyhow!("EBB_VERSUS_UTILIZATION_THRESHOLD={v} is not a number")
-            })?;
-            anyhow::ensure!(
-                t > 0.0 && t <= 1.0,
-                "EBB_VERSUS_UTILIZATION_THRESHOLD={v} is not in (0, 1]"
-            );
-            s.utilization_threshold = t;
-        }
-        Ok(s)
+/// ebb's default `utilizationThreshold` (what a ScaleDownPolicy without the field gets).
+pub fn ebb_default_threshold() -> f64 {
+    ebb_api::ScaleDownPolicySpec::default().utilization_threshold
+}
+
+/// The thresholds to measure: `EBB_VERSUS_UTILIZATION_THRESHOLD`, a comma-separated list of
+/// numbers in (0, 1], else ebb's default alone. ebb's columns and Cluster Autoscaler's run once
+/// per threshold (it sets ebb's `utilizationThreshold` and Cluster Autoscaler's
+/// `--scale-down-utilization-threshold`); Karpenter's once.
+pub fn thresholds_from_env() -> anyhow::Result<Vec<f64>> {
+    let Ok(v) = std::env::var("EBB_VERSUS_UTILIZATION_THRESHOLD") else {
+        return Ok(vec![ebb_default_threshold()]);
+    };
+    let mut out = Vec::new();
+    for t in v.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+        let x: f64 = t.parse().map_err(|_| {
+            anyhow::anyhow!("EBB_VERSUS_UTILIZATION_THRESHOLD: {t} is not a number")
+        })?;
+        anyhow::ensure!(
+            x > 0.0 && x <= 1.0,
+            "EBB_VERSUS_UTILIZATION_THRESHOLD: {t} is not in (0, 1]"
+        );
+        out.push(x);
     }
+    anyhow::ensure!(
+        !out.is_empty(),
+        "EBB_VERSUS_UTILIZATION_THRESHOLD={v} names no threshold"
+    );
+    Ok(out)
 }
 
 fn secs(d: Duration) -> String {
     format!("{}s", d.as_secs())
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Scaler {
     Ebb,
     ClusterAutoscaler,
@@ -101,13 +115,18 @@ impl Scaler {
     pub fn settings_line(self, s: &Settings) -> String {
         match self {
             Scaler::Ebb => format!(
-                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter warn (its log level)",
+                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}{}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); steering on (the chart's webhook configuration, served by the controller); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter warn (its log level)",
                 env!("CARGO_PKG_VERSION"),
                 secs(s.scan_interval),
                 secs(s.unneeded_time),
                 s.max_scale_down_parallelism,
                 s.max_drain_parallelism,
                 s.utilization_threshold,
+                if s.utilization_threshold == ebb_default_threshold() {
+                    " (its default: the field is left out)"
+                } else {
+                    ""
+                },
                 s.min_nodes_per_group,
             ),
             Scaler::ClusterAutoscaler => format!(
@@ -137,7 +156,7 @@ impl Scaler {
 }
 
 /// Whose nodes a run's scenario is built on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Nodes {
     /// Node objects the bench creates, which kwok runs: what ebb and Cluster Autoscaler's kwok
     /// provider accept.
@@ -169,7 +188,7 @@ impl Nodes {
 }
 
 /// One column of the comparison: a scaler on one kind of nodes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Column {
     pub scaler: Scaler,
     pub nodes: Nodes,
@@ -222,7 +241,7 @@ impl Column {
 }
 
 /// What one scaler did to one scenario, from the audit log and the cluster's final state.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Measured {
     pub nodes_before: usize,
     pub nodes_after: usize,
@@ -276,7 +295,7 @@ pub struct Measured {
 }
 
 /// One cell of the comparison.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum Outcome {
     Ran(Box<Measured>),
     /// The scaler could not run here, and why.
@@ -394,11 +413,13 @@ async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Resu
     let log = child.capture_output();
     // The matched settings only: every other field (removal among them: absent means method
     // Auto) at its default.
-    let spec = json!({"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
+    let mut spec = json!({"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
              "scanInterval": secs(s.scan_interval), "unneededTime": secs(s.unneeded_time),
              "maxScaleDownParallelism": s.max_scale_down_parallelism,
-             "maxDrainParallelism": s.max_drain_parallelism,
-             "utilizationThreshold": s.utilization_threshold});
+             "maxDrainParallelism": s.max_drain_parallelism});
+    if s.utilization_threshold != ebb_default_threshold() {
+        spec["utilizationThreshold"] = json!(s.utilization_threshold);
+    }
     let policy: ebb_api::ScaleDownPolicy = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1", "kind": "ScaleDownPolicy",
         "metadata": {"name": "versus"},
@@ -473,6 +494,24 @@ pub fn settle_window(column: Column, s: &Settings) -> Duration {
         Scaler::ClusterAutoscaler => cluster_autoscaler::UNREMOVABLE_RECHECK,
         Scaler::Karpenter => KARPENTER_RECONSIDER,
     }
+}
+
+/// How long Cluster Autoscaler runs, whatever it does: long enough for two of its own
+/// unremovable-node rechecks after its first `unneededTime` (a node it found unremovable once is
+/// not looked at again for 5 minutes), plus three scans and a minute for the deletions then.
+/// Its pace is set by that recheck, so it is reported for this fixed window and never
+/// extrapolated. `EBB_VERSUS_CA_WINDOW` (seconds) sets another.
+pub fn ca_window(s: &Settings) -> Duration {
+    std::env::var("EBB_VERSUS_CA_WINDOW")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(
+            s.unneeded_time
+                + cluster_autoscaler::UNREMOVABLE_RECHECK * 2
+                + s.scan_interval * 3
+                + Duration::from_secs(60),
+        )
 }
 
 /// Where the scalers' logs of a run are kept: `EBB_VERSUS_LOG_DIR`, else `ebb-versus` in the
@@ -645,6 +684,8 @@ pub async fn run_on(
     // the settle window, so that a run still changing then is reported as cut.
     let settle = scenario.settle.unwrap_or(settle_window(column, settings));
     let cap = scenario.cap + settle;
+    // Cluster Autoscaler runs for its fixed window (or the cap, when shorter: the small pool).
+    let window = (column.scaler == Scaler::ClusterAutoscaler).then(|| ca_window(settings).min(cap));
     let mut last = nodes_before;
     let mut last_change = Instant::now();
     let mut last_gone = None;
@@ -662,6 +703,23 @@ pub async fn run_on(
         }
         if removal_in_progress(&nodes) {
             last_change = Instant::now();
+        }
+        if let Some(w) = window {
+            if t0.elapsed() >= w {
+                // Still changing within the recheck before the window ended: not final.
+                cut = last_change.elapsed() < cluster_autoscaler::UNREMOVABLE_RECHECK.min(w);
+                notes.push(format!(
+                    "ran for a fixed window of {:.0} s (two of its 5-minute rechecks){}",
+                    w.as_secs_f64(),
+                    if cut {
+                        "; it was still removing nodes when the window ended, so its final count and the time to it are not measured"
+                    } else {
+                        ""
+                    }
+                ));
+                break;
+            }
+            continue;
         }
         if last_change.elapsed() >= settle && t0.elapsed() >= settle {
             break;
@@ -833,7 +891,7 @@ pub async fn run_on(
         let d = t.duration_since(started_at);
         Duration::try_from(d).ok()
     });
-    m.settle = settle;
+    m.settle = window.unwrap_or(settle);
     m.most_drains_at_once = most_drains_at_once(&observed.first_disruption, &deleted);
     let times: Vec<jiff::Timestamp> = deleted.values().copied().collect();
     let waves = removal_waves(&times, started_at);
@@ -880,9 +938,9 @@ fn opt_cpu(c: Option<f64>) -> String {
     c.map_or("-".into(), |c| format!("{c:.2}"))
 }
 
-/// The table of one scenario (Markdown), then the notes of each column that ran and the reasons
-/// for any that did not.
-pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
+/// The table of one scenario (Markdown), columns named as given, then the notes of each column
+/// that ran and the reasons for any that did not.
+pub fn table(scenario: &Scenario, results: &[(String, Outcome)]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "### {}\n\n{}\n\n",
@@ -890,7 +948,7 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
     ));
     out.push_str("| |");
     for (c, _) in results {
-        out.push_str(&format!(" {} |", c.name()));
+        out.push_str(&format!(" {c} |"));
     }
     out.push_str("\n|---|");
     for _ in results {
@@ -937,7 +995,7 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
             Box::new(|o| cell(o, |m| m.last_gone, opt_secs)),
         ),
         (
-            "settle window (s)",
+            "settle or fixed window (s)",
             Box::new(|o| cell(o, |m| Some(m.settle), opt_secs)),
         ),
         ("evictions", count(|m| m.evictions)),
@@ -980,9 +1038,9 @@ pub fn table(scenario: &Scenario, results: &[(Column, Outcome)]) -> String {
     }
     for (c, o) in results {
         match o {
-            Outcome::NotRun(why) => out.push_str(&format!("\n{}: {why}\n", c.name())),
+            Outcome::NotRun(why) => out.push_str(&format!("\n{c}: {why}\n")),
             Outcome::Ran(m) if !m.notes.is_empty() => {
-                out.push_str(&format!("\n{}: {}\n", c.name(), m.notes.join("; ")))
+                out.push_str(&format!("\n{c}: {}\n", m.notes.join("; ")))
             }
             Outcome::Ran(_) => {}
         }

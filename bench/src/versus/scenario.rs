@@ -222,6 +222,41 @@ pub fn large_200() -> Scenario {
     }
 }
 
+/// Scenario 4: tight holes. 50 nodes (4 cpu): 30 busy, each holding one large pod that leaves a
+/// hole of exactly 800m (15 nodes) or 500m (15 nodes) beside the DaemonSet pod on Karpenter's
+/// nodes (allocatable 3.9 cpu; 100m more on kwok nodes); 20 lightly used nodes holding 15 pods of
+/// 800m and 15 of 500m, which fill those holes one way only (a 500m pod in a large hole strands
+/// an 800m pod). The scheduler's own scoring (least allocated)
+/// prefers the larger holes for the small pods, so removing all 20 light nodes without a Pending
+/// pod takes placing each pod where the plan did.
+pub fn tight_holes() -> Scenario {
+    Scenario {
+        name: "tight-holes",
+        description: "50 nodes (4 cpu), 30 busy and 20 lightly used; each busy node holds one pod of 3 cpu (15 nodes) or 3.3 cpu (15 nodes) beside the DaemonSet's 100m, leaving holes of exactly 800m and 500m on Karpenter's nodes (allocatable 3.9 cpu; 900m and 600m on kwok nodes); the light nodes hold 15 pods of 800m and 15 of 500m, which fill those holes exactly and only one way; PDBs maxUnavailable 10%",
+        nodes: 50,
+        node_cpu: "4",
+        node_memory: "16Gi",
+        light_from: 30,
+        daemonsets: vec![Workload::new(
+            Kind::DaemonSet,
+            "node-exporter",
+            0,
+            "100m",
+            "64Mi",
+        )],
+        busy: vec![
+            Workload::new(Kind::Deployment, "fill-a", 15, "3000m", "1Gi").pdb("10%"),
+            Workload::new(Kind::Deployment, "fill-b", 15, "3300m", "1Gi").pdb("10%"),
+        ],
+        light: vec![
+            Workload::new(Kind::Deployment, "piece-800", 15, "800m", "128Mi").pdb("10%"),
+            Workload::new(Kind::Deployment, "piece-500", 15, "500m", "128Mi").pdb("10%"),
+        ],
+        cap: CAP,
+        settle: None,
+    }
+}
+
 pub fn node_name(i: usize) -> String {
     format!("kwok-node-{i}")
 }

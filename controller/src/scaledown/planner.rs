@@ -186,6 +186,7 @@ pub fn plan(
         now,
     };
     greedy.run(&mut sim, &eligible, &inputs, watch);
+    greedy.look_ahead(&mut sim, &inputs, watch);
 
     let simulation = SimulationStats {
         duration: watch.elapsed(),

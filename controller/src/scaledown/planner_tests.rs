@@ -547,3 +547,75 @@ fn pods_go_to_nodes_the_policy_keeps_before_nodes_it_may_remove_next() {
         "{p:?}"
     );
 }
+
+/// A tight pool at threshold 1, where the plain greedy leaves the light `n1` (its 4-cpu pod fits
+/// nowhere once `n3`'s pod has filled `n0`) and a later loop would drain `n0`, moving `n3`'s
+/// replacement a second time. The look-ahead takes `n0` in the same wave and plans `n3`'s pod
+/// straight to where `n0`'s drain puts it.
+fn tight_pool() -> ClusterSnapshot {
+    snapshot(
+        [
+            node("n0").cpu("10"),
+            node("n1").cpu("10"),
+            node("n2").cpu("10"),
+            node("n3").cpu("10"),
+            node("n4").cpu("10"),
+        ],
+        [
+            web("a0", "n0", "3"),
+            web("a1", "n0", "2"),
+            web("a2", "n0", "1"),
+            web("b0", "n1", "4"),
+            web("c0", "n2", "5"),
+            web("c1", "n2", "3"),
+            web("d0", "n3", "3"),
+            web("e0", "n4", "5"),
+            web("e1", "n4", "3"),
+        ],
+    )
+}
+
+#[test]
+fn the_plan_reaches_the_final_count_in_one_wave_and_moves_nothing_twice() {
+    let cfg = PlannerConfig {
+        utilization_threshold: 1.0,
+        ..PlannerConfig::default()
+    };
+    let mut s = tight_pool();
+    let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
+    let mut removed = names(&p);
+    removed.sort();
+    assert_eq!(removed, ["n0", "n3"], "{:?}", p.unremovable);
+    let gone: Vec<&str> = removed.clone();
+    // Every move goes to a node that stays, and the kept nodes can hold what they receive.
+    let mut load: std::collections::BTreeMap<&str, f64> =
+        [("n1", 4.0), ("n2", 8.0), ("n4", 8.0)].into();
+    let size = |pod: &str| match pod.rsplit('/').next().unwrap_or("") {
+        "a0" | "d0" => 3.0,
+        "a1" => 2.0,
+        "a2" => 1.0,
+        other => panic!("{other} was not on a removed node"),
+    };
+    let mut moved = std::collections::BTreeSet::new();
+    for c in &p.candidates {
+        for m in &c.moves {
+            assert!(
+                !gone.contains(&m.to.as_str()),
+                "{m:?} lands on a node that goes"
+            );
+            assert!(moved.insert(m.pod.clone()), "{} is planned twice", m.pod);
+            *load.get_mut(m.to.as_str()).unwrap() += size(&m.pod);
+        }
+    }
+    assert_eq!(moved.len(), 4, "a0, a1, a2 and d0 move: {:?}", p.candidates);
+    for (n, l) in &load {
+        assert!(*l <= 10.0, "{n} would hold {l} cpu");
+    }
+    // n0's candidacy moves only the pods really on it; d0 goes from n3 straight to its end.
+    let n0 = p.candidates.iter().find(|c| c.node == "n0").unwrap();
+    assert!(n0.moves.iter().all(|m| m.pod != "default/d0"), "{n0:?}");
+    assert_eq!(
+        reason_of(&p, "n1").map(|u| u.reason),
+        Some(UnremovableReason::NoPlaceToMovePods)
+    );
+}

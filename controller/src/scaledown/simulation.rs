@@ -332,7 +332,12 @@ pub(super) struct Greedy {
     pub timed_out: bool,
     used_as_dest: Vec<bool>,
     candidates_per_group: BTreeMap<Option<String>, i64>,
+    /// Where each planned move is: candidate index and move index, by the pod moved.
+    planned: HashMap<PodId, (usize, usize)>,
 }
+
+/// Most look-ahead rounds per loop ([`Greedy::look_ahead`]).
+pub(super) const LOOKAHEAD_ROUNDS: usize = 3;
 
 impl Greedy {
     pub fn new(node_count: usize, unremovable: Vec<Unremovable>) -> Self {
@@ -344,6 +349,7 @@ impl Greedy {
             timed_out: false,
             used_as_dest: vec![false; node_count],
             candidates_per_group: BTreeMap::new(),
+            planned: HashMap::new(),
         }
     }
 
@@ -378,6 +384,101 @@ impl Greedy {
                 Err(r) => self.refuse(name, r, inputs.now),
             }
         }
+    }
+
+    /// Look-ahead, so that a plan is final: a node refused only because the candidates' pods
+    /// were placed on it is tried again as the next loop would try it once those pods had
+    /// landed. When it can go then, it goes now: it joins the candidates, and the pods planned
+    /// onto it are planned straight to where its drain puts them, so that nothing is moved
+    /// twice and the final node count is reached in one wave. Repeats while a round adds
+    /// candidates (at most [`LOOKAHEAD_ROUNDS`]), within the simulation time bound. A node that
+    /// still cannot go keeps its refusal (a hypothetical loop leaves no memory).
+    pub fn look_ahead(&mut self, sim: &mut Sim, inputs: &Inputs, watch: &mut dyn Stopwatch) {
+        let cfg = inputs.cfg;
+        // Nodes whose drain did not fit in a round: more pods placed does not make them fit.
+        let mut failed: BTreeSet<String> = BTreeSet::new();
+        for _ in 0..LOOKAHEAD_ROUNDS {
+            let (retry, keep): (Vec<Unremovable>, Vec<Unremovable>) =
+                std::mem::take(&mut self.unremovable)
+                    .into_iter()
+                    .partition(|u| {
+                        u.reason == UnremovableReason::DestinationOfMovedPods
+                            && !failed.contains(&u.node)
+                    });
+            self.unremovable = keep;
+            if retry.is_empty() {
+                return;
+            }
+            // The pods planned so far have landed: their destinations are not destinations of
+            // this round's moves.
+            self.used_as_dest.iter_mut().for_each(|d| *d = false);
+            let mut added = false;
+            for u in retry {
+                let Some(node) = sim.snap.node_id(&u.node) else {
+                    self.unremovable.push(u);
+                    continue;
+                };
+                if watch.elapsed() >= cfg.simulation_timeout {
+                    self.unremovable.push(u);
+                    continue;
+                }
+                // The next loop judges the node with the pods planned onto it.
+                let load = super::eligibility::load(
+                    sim.snap,
+                    node,
+                    cfg.utilization,
+                    cfg.utilization_threshold,
+                    &cfg.accelerators,
+                );
+                if !load.underutilized() {
+                    failed.insert(u.node.clone());
+                    self.unremovable.push(u);
+                    continue;
+                }
+                self.evaluated += 1;
+                let name = u.node.clone();
+                match self.evaluate(sim, node, &name, inputs) {
+                    Ok(drained) => {
+                        let (own, arrived): (Vec<_>, Vec<_>) = drained
+                            .moves
+                            .into_iter()
+                            .partition(|(pod, _)| !self.planned.contains_key(pod));
+                        for (pod, to) in arrived {
+                            self.used_as_dest[to as usize] = true;
+                            self.replan(sim, pod, to);
+                        }
+                        let drained = Drained {
+                            empty: own.is_empty(),
+                            moves: own,
+                        };
+                        self.accept(sim, node, name, inputs, drained);
+                        added = true;
+                    }
+                    // Now a destination of this round's moves: tried again next round.
+                    Err(r) if r.reason == UnremovableReason::DestinationOfMovedPods => {
+                        self.unremovable.push(u)
+                    }
+                    Err(_) => {
+                        failed.insert(u.node.clone());
+                        self.unremovable.push(u);
+                    }
+                }
+            }
+            if !added {
+                return;
+            }
+        }
+    }
+
+    /// A pod planned onto a node that is now a candidate too goes straight to `to`.
+    fn replan(&mut self, sim: &mut Sim, pod: PodId, to: NodeId) {
+        let Some(&(c, m)) = self.planned.get(&pod) else {
+            return;
+        };
+        let dest = sim.snap.node(to).name.clone();
+        let source = self.candidates[c].node.clone();
+        sim.hint(&source, pod, to);
+        self.candidates[c].moves[m].to = dest;
     }
 
     /// Whether `node` can go with the candidates so far: group minimum, not a destination,
@@ -440,9 +541,11 @@ impl Greedy {
             let hints = HashMap::with_capacity(d.moves.len());
             sim.new_hints.insert(candidate.node.clone(), hints);
         }
+        let index = self.candidates.len();
         for (pod, to) in d.moves {
             self.used_as_dest[to as usize] = true;
             sim.hint(&candidate.node, pod, to);
+            self.planned.insert(pod, (index, candidate.moves.len()));
             let p = sim.snap.pod(pod);
             candidate.moves.push(Move {
                 pod: p.key(),
