@@ -1747,9 +1747,10 @@ async fn a_tight_pool_reaches_its_final_count_in_one_wave_moving_nothing_twice()
 
     let gone: BTreeSet<String> = ["tp0-0", "tp3-0"].map(String::from).into();
     let ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
+    // The policy is named `pool` (as `fidelity` reads it); it selects the nodes labelled tight.
     create_policy(
         &env.client,
-        "tight",
+        "pool",
         merged(
             fast_policy_spec("tight"),
             &json!({"utilizationThreshold": 1.0}),
@@ -1757,7 +1758,7 @@ async fn a_tight_pool_reaches_its_final_count_in_one_wave_moving_nothing_twice()
     )
     .await
     .unwrap();
-    wait_nodes_deleted(&env.client, "tight", &gone, Duration::from_secs(90)).await;
+    wait_nodes_deleted(&env.client, "pool", &gone, Duration::from_secs(90)).await;
     wait_running(&env.client, 7).await.unwrap();
     // Long enough for a later loop to take a node that received replacements, had the plan
     // not been final (loops run every second; a node is not removed within 5 s of a binding).
@@ -1785,6 +1786,6 @@ async fn a_tight_pool_reaches_its_final_count_in_one_wave_moving_nothing_twice()
         "a3, a2, a1 and d3 are each evicted once"
     );
     fidelity(&c, &ctl, &pods, &gone, Duration::from_secs(6)).await;
-    let user = controller_audit_user(env, "tight").await.unwrap();
+    let user = controller_audit_user(env, "pool").await.unwrap();
     assert_scaledown_safe(env, &[&user]);
 }
