@@ -312,7 +312,7 @@ pub mod defaults {
         KubeDuration::from_secs(1200)
     }
     pub fn utilization_threshold() -> f64 {
-        0.5
+        0.7
     }
     pub fn parallelism() -> i32 {
         10

@@ -29,7 +29,10 @@ async fn run_small(s: &scenario::Scenario, settings: &Settings, column: Column) 
     let Outcome::Ran(m) = outcome else {
         panic!("{} did not run: {outcome:?}", column.name());
     };
-    eprintln!("{}", versus::table(s, &[(column.name(), Outcome::Ran(m.clone()))]));
+    eprintln!(
+        "{}",
+        versus::table(s, &[(column.name(), Outcome::Ran(m.clone()))])
+    );
     let m = *m;
     assert_eq!(
         m.nodes_after,

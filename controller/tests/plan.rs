@@ -93,17 +93,22 @@ fn mixed_cluster_with_default_policy() {
         ("BlockedByPod", Some("default/debug-shell"))
     );
     assert_eq!(reason(&doc, "cordoned-1").0, "Unschedulable");
-    // Over half of 16 cpu requested on each big node (batch pods of 3 cpu).
-    assert_eq!(reason(&doc, "big-1").0, "NotUnderutilized");
-    assert_eq!(reason(&doc, "big-2").0, "NotUnderutilized");
+    // Over half but under the default 0.7 of 16 cpu requested on each big node (batch pods of
+    // 3 cpu): big-1 receives the small nodes' pods (and is then at or above the threshold, so
+    // the look-ahead leaves it), big-2 holds a kube-system pod without a PDB.
+    assert_eq!(reason(&doc, "big-1").0, "DestinationOfMovedPods");
+    assert_eq!(
+        reason(&doc, "big-2"),
+        ("BlockedByPod", Some("kube-system/coredns-5d78c-x1"))
+    );
     assert_eq!(
         doc["throttled"], true,
         "small-2 is throttled by the api budget"
     );
     assert_eq!(doc["simulation"]["timedOut"], false);
     assert_eq!(
-        doc["simulation"]["nodesEvaluated"], 5,
-        "small-1..4 and gpu-1 reach simulation"
+        doc["simulation"]["nodesEvaluated"], 7,
+        "small-1..4, gpu-1 and the big nodes (under 0.7) reach simulation"
     );
 }
 

@@ -407,15 +407,38 @@ pub fn workspace_binary(name: &str) -> anyhow::Result<PathBuf> {
     )
 }
 
-/// Polls `check` until it returns `Some`, or fails after `timeout` naming `what`.
+/// Polls `check` until it returns `Some`, or fails naming `what` after `timeout` as stretched
+/// by [`scaled`] for how busy the machine is now.
 pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, check: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    ebb_sim::poll::wait_for(what, timeout, check)
+    ebb_sim::poll::wait_for(what, scaled(timeout), check)
         .await
         .map_err(anyhow::Error::msg)
+}
+
+/// `timeout` for this machine now: times its one-minute load average over its CPU count (at
+/// least 1, at most 4), and times `EBB_E2E_PATIENCE` when set. Waits end as soon as what they
+/// wait for happens, so an idle machine runs no slower; a loaded one (a build beside the suite)
+/// gets time in proportion instead of a flake.
+pub fn scaled(timeout: Duration) -> Duration {
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let patience = std::env::var("EBB_E2E_PATIENCE")
+        .ok()
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|p| *p >= 1.0)
+        .unwrap_or(1.0);
+    timeout.mul_f64(load_factor(load, cpus) * patience)
+}
+
+/// The load factor of [`scaled`]: load per CPU, between 1 and 4 (1 when the load is unknown).
+fn load_factor(load: Option<f64>, cpus: f64) -> f64 {
+    load.map_or(1.0, |l| (l / cpus.max(1.0)).clamp(1.0, 4.0))
 }
 
 /// A real control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok) built by
@@ -723,4 +746,19 @@ pub fn steering_args(backend: Backend, binary: &str, args: &[&str]) -> anyhow::R
 pub fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
     Ok(l.local_addr().context("cannot find a free port")?.port())
+}
+
+#[cfg(test)]
+mod patience_tests {
+    use super::*;
+
+    #[test]
+    fn waits_stretch_with_the_load_per_cpu_between_one_and_four_times() {
+        assert_eq!(load_factor(None, 2.0), 1.0);
+        assert_eq!(load_factor(Some(0.5), 2.0), 1.0, "an idle machine");
+        assert_eq!(load_factor(Some(5.0), 2.0), 2.5, "a build beside the suite");
+        assert_eq!(load_factor(Some(40.0), 2.0), 4.0, "at most four times");
+        assert!(scaled(Duration::from_secs(30)) >= Duration::from_secs(30));
+        assert!(scaled(Duration::from_secs(30)) <= Duration::from_secs(30 * 4 * 1000));
+    }
 }

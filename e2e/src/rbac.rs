@@ -187,6 +187,13 @@ pub fn admission_policy() -> anyhow::Result<Vec<Value>> {
     plain_template("node-agent-admission.yaml", &e2e_values())
 }
 
+/// `templates/controller-admission.yaml` (the policy confining the controller's writes to pods
+/// and its webhook configuration) for [`RELEASE`] in [`NAMESPACE`]: applied for every
+/// real-backend test, so every write the controller makes there passes it.
+pub fn controller_policy() -> anyhow::Result<Vec<Value>> {
+    plain_template("controller-admission.yaml", &e2e_values())
+}
+
 /// `templates/steering-webhook.yaml` (the steering MutatingWebhookConfiguration) for
 /// [`RELEASE`] in [`NAMESPACE`] with [`e2e_values`] (see [`plain_template`]). Helm leaves it out
 /// of [`render`]: the simulator it renders into does not serve `admissionregistration.k8s.io`.
@@ -214,6 +221,10 @@ pub fn plain_template(name: &str, values: &Value) -> anyhow::Result<Vec<Value>> 
         Some(Value::String(name)) if !name.is_empty() => name.clone(),
         _ => format!("{RELEASE}-node-agent"),
     };
+    let controller_account = match all.pointer("/controller/serviceAccount/name") {
+        Some(Value::String(name)) if !name.is_empty() => name.clone(),
+        _ => format!("{RELEASE}-controller"),
+    };
     let mut lines = Vec::new();
     for line in text.lines().filter(|l| !l.trim_start().starts_with("{{")) {
         let mut l = line
@@ -222,6 +233,10 @@ pub fn plain_template(name: &str, values: &Value) -> anyhow::Result<Vec<Value>> 
             .replace(
                 "{{ include \"ebb.nodeAgent.serviceAccountName\" . }}",
                 &agent_account,
+            )
+            .replace(
+                "{{ include \"ebb.controller.serviceAccountName\" . }}",
+                &controller_account,
             );
         while let Some(start) = l.find("{{ .Values.") {
             let Some(len) = l[start..].find(" }}") else {
@@ -302,6 +317,7 @@ impl ChartRbac {
             dir: dir.to_path_buf(),
         };
         let mut admission = admission_policy()?;
+        admission.extend(controller_policy()?);
         admission.extend(steering_webhook()?);
         this.apply(&identities(&docs), &admission)?;
         this.wait_authorized()?;
@@ -495,6 +511,25 @@ mod tests {
         )
         .unwrap();
         assert_eq!(docs[0]["webhooks"][0]["timeoutSeconds"], json!(7));
+    }
+
+    #[test]
+    fn the_controller_policy_template_renders_for_the_e2e_release() {
+        let docs = controller_policy().unwrap();
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ValidatingAdmissionPolicy",
+                "ValidatingAdmissionPolicyBinding"
+            ]
+        );
+        let cond = docs[0]["spec"]["matchConditions"][0]["expression"]
+            .as_str()
+            .unwrap();
+        assert!(cond.contains(&username("ebb-controller")), "{cond}");
+        let text = docs[0].to_string();
+        assert!(text.contains("request.namespace == 'ebb-system'"), "{text}");
     }
 
     #[test]

@@ -846,8 +846,9 @@ async fn assert_controller_rbac(c: &kube::Client) {
             ),
             ("", "secrets", "create", ""),
             ("", "secrets", "get,patch", "ebb-token-keys"),
+            ("", "secrets", "get", "ebb-steering-ca"),
         ]),
-        "controller Role: the Lease and the token Secret"
+        "controller Role: the Lease, the token Secret and the steering CA Secret"
     );
 }
 

@@ -1789,3 +1789,52 @@ async fn a_tight_pool_reaches_its_final_count_in_one_wave_moving_nothing_twice()
     let user = controller_audit_user(env, "pool").await.unwrap();
     assert_scaledown_safe(env, &[&user]);
 }
+
+/// Registered is not reachable: the configuration points at a URL where nothing answers (as when
+/// a NetworkPolicy or routing keeps the API server from the webhook's Service), so the API
+/// server fails open and every replacement is created unsteered. The drains go on, and the
+/// policy's status says steering is off and why, naming the replacements the webhook was never
+/// called for, instead of `Enabled`. On the real control plane: the API server calls the
+/// webhook.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_webhook_the_api_server_cannot_reach_is_reported_off() {
+    let c = start(Backend::Real, 20.0).await;
+    let env = &c.env;
+    small_cluster(&c, 3, 2, 3, None).await;
+    add_keep_nodes(&c).await;
+    let serve = ebb_e2e::harness::free_port().unwrap().to_string();
+    let nobody = ebb_e2e::harness::free_port().unwrap();
+    let url = format!("https://127.0.0.1:{nobody}/steer");
+    let _ctl = Controller::spawn_with(
+        env,
+        CONTROLLER,
+        false,
+        DEFAULT_RECHECK,
+        &["--steering-port", &serve, "--steering-webhook-url", &url],
+    )
+    .unwrap();
+    apply_policy(&env.client, "pool", json!({"utilizationThreshold": 0.6})).await;
+    wait_nodes_deleted(
+        &env.client,
+        "pool",
+        &names("drain-", 3),
+        Duration::from_secs(90),
+    )
+    .await;
+    let r = wait_status(
+        &env.client,
+        "pool",
+        "status.replacements.steering names the unreached webhook",
+        Duration::from_secs(30),
+        |s| {
+            let r = s.replacements.as_ref()?;
+            r.steering
+                .contains("did not call the steering webhook")
+                .then(|| r.clone())
+        },
+    )
+    .await;
+    assert!(r.steering.starts_with("Disabled"), "{r:?}");
+    assert_eq!(r.on_plan, 0, "nothing was steered: {r:?}");
+    wait_running(&env.client, 6).await.unwrap();
+}

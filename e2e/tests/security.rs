@@ -796,6 +796,18 @@ async fn node_state_of_another_node_is_denied() {
     real_backend::node_state_of_another_node_is_denied(&env).await;
 }
 
+/// The chart's confinement of the controller (a ValidatingAdmissionPolicy): as the controller's
+/// ServiceAccount, every write beyond what ebb does (a tenant pod's image, labels, annotations,
+/// tolerations or finalizers, the leader label outside its namespace, deleting a pod it did not
+/// pin, the webhook's rules, failure policy or existence) is refused; what ebb does (releasing a
+/// gated pod, its leader label, pointing the webhook at itself, deleting a pod it pinned) is let
+/// through. Real control plane only: ebb-sim runs no admission policies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_writes_beyond_its_job_are_refused() {
+    let env = TestEnv::start_real(0).await.unwrap();
+    real_backend::controller_writes_are_confined(&env).await;
+}
+
 mod real_backend {
     //! The admission-policy test, against a real API server.
 
@@ -807,12 +819,19 @@ mod real_backend {
     use kube::discovery::ApiResource;
 
     /// `charts/ebb/templates/node-agent-admission.yaml` rendered for release `ebb` in
-    /// `namespace`: Helm's control lines dropped, the names (and the agent's default
-    /// ServiceAccount) substituted; the policy and its
-    /// binding renamed `name` so the test never touches an installed chart's.
+    /// `namespace` (see [`rendered_template`]).
     pub fn rendered_policy(namespace: &str, name: &str) -> Vec<Value> {
+        rendered_template("node-agent-admission.yaml", namespace, name)
+    }
+
+    /// A chart template holding one ValidatingAdmissionPolicy and its binding, rendered for
+    /// release `ebb` in `namespace`: Helm's control lines dropped, the names (and the default
+    /// ServiceAccounts) substituted; the policy and its binding renamed `name` so the test never
+    /// touches an installed chart's.
+    pub fn rendered_template(file: &str, namespace: &str, name: &str) -> Vec<Value> {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../charts/ebb/templates/node-agent-admission.yaml");
+            .join("../charts/ebb/templates")
+            .join(file);
         let text = std::fs::read_to_string(&path).unwrap();
         let plain: String = text
             .lines()
@@ -823,6 +842,10 @@ mod real_backend {
                     .replace(
                         "{{ include \"ebb.nodeAgent.serviceAccountName\" . }}",
                         "ebb-node-agent",
+                    )
+                    .replace(
+                        "{{ include \"ebb.controller.serviceAccountName\" . }}",
+                        "ebb-controller",
                     )
             })
             .collect::<Vec<_>>()
@@ -1044,6 +1067,368 @@ mod real_backend {
         for n in [&own, &other] {
             let _ = Api::<Node>::all(c.clone())
                 .delete(n, &DeleteParams::default())
+                .await;
+        }
+    }
+
+    /// A client holding a token of ServiceAccount `sa` in `ns` (not bound to a pod).
+    async fn client_as(env: &TestEnv, ns: &str, sa: &str) -> kube::Client {
+        let request: TokenRequest = serde_json::from_value(json!({
+            "spec": {"audiences": [], "expirationSeconds": 600},
+        }))
+        .unwrap();
+        let token = Api::<ServiceAccount>::namespaced(env.client.clone(), ns)
+            .create_token_request(sa, &PostParams::default(), &request)
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .token;
+        let mut cfg = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&env.kubeconfig).unwrap(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+        cfg.auth_info = kube::config::AuthInfo {
+            token: Some(token.into()),
+            ..Default::default()
+        };
+        kube::Client::try_from(cfg).unwrap()
+    }
+
+    /// The message of a write the confinement policy refused; panics naming `what` when it was
+    /// let through or failed otherwise.
+    fn refused<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) -> String {
+        match r {
+            Err(kube::Error::Api(s))
+                if (s.code == 403 || s.code == 422) && s.message.contains("ebb controller") =>
+            {
+                s.message
+            }
+            other => panic!("{what}: not refused by the confinement policy: {other:?}"),
+        }
+    }
+
+    pub async fn controller_writes_are_confined(env: &TestEnv) {
+        use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+
+        let c = env.client.clone();
+        let id = unique();
+        let (home, tenant) = (format!("ebb-ctl-{id}"), format!("tenant-{id}"));
+        for ns in [&home, &tenant] {
+            Api::<Namespace>::all(c.clone())
+                .create(
+                    &PostParams::default(),
+                    &serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap(),
+                )
+                .await
+                .unwrap();
+        }
+        // The controller's identity with more RBAC than the chart gives (delete on the webhook
+        // configuration too): what is refused below is refused by the policy, not by RBAC.
+        Api::<ServiceAccount>::namespaced(c.clone(), &home)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "ebb-controller"}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let role = format!("ebb-confined-{id}");
+        Api::<ClusterRole>::all(c.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "metadata": {"name": role},
+                "rules": [
+                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch", "delete"]},
+                    {"apiGroups": ["admissionregistration.k8s.io"],
+                     "resources": ["mutatingwebhookconfigurations"], "verbs": ["get", "patch", "delete"]},
+                ]})).unwrap())
+            .await
+            .unwrap();
+        Api::<ClusterRoleBinding>::all(c.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": "ebb-controller", "namespace": home}],
+                })).unwrap())
+            .await
+            .unwrap();
+        let policy = rendered_template("controller-admission.yaml", &home, &role);
+        assert_eq!(policy.len(), 2, "a policy and its binding: {policy:?}");
+        for doc in &policy {
+            apply(&c, doc).await;
+        }
+        // Pods of a tenant (never scheduled: there is no node), and one of the controller's.
+        let pod = |ns: &str, name: &str, extra: Value| -> Pod {
+            let mut v = json!({
+                "metadata": {"name": name, "namespace": ns, "labels": {"app": name},
+                             "annotations": {"team": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            });
+            if let (Some(a), Some(b)) = (v.as_object_mut(), extra.as_object()) {
+                for (k, x) in b {
+                    match (a.get_mut(k), x) {
+                        (Some(Value::Object(m)), Value::Object(n)) => {
+                            m.extend(n.clone());
+                        }
+                        _ => {
+                            a.insert(k.clone(), x.clone());
+                        }
+                    }
+                }
+            }
+            serde_json::from_value(v).unwrap()
+        };
+        let admin_pods = Api::<Pod>::namespaced(c.clone(), &tenant);
+        let pp = PostParams::default();
+        admin_pods
+            .create(&pp, &pod(&tenant, "web", json!({})))
+            .await
+            .unwrap();
+        admin_pods
+            .create(
+                &pp,
+                &pod(
+                    &tenant,
+                    "gated",
+                    json!({"spec": {
+                "schedulingGates": [{"name": "ebb.dev/placement"}],
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}),
+                ),
+            )
+            .await
+            .unwrap();
+        admin_pods
+            .create(
+                &pp,
+                &pod(
+                    &tenant,
+                    "pinned",
+                    json!({"metadata": {
+                "annotations": {"ebb.dev/placement": "Pinned"}}}),
+                ),
+            )
+            .await
+            .unwrap();
+        Api::<Pod>::namespaced(c.clone(), &home)
+            .create(&pp, &pod(&home, "ctl", json!({})))
+            .await
+            .unwrap();
+        let hook = format!("ebb-confined-{id}");
+        let config: MutatingWebhookConfiguration = serde_json::from_value(json!({
+            "metadata": {"name": hook},
+            "webhooks": [{"name": "steering.ebb.dev", "sideEffects": "None",
+                "admissionReviewVersions": ["v1"], "failurePolicy": "Ignore",
+                "clientConfig": {"url": "https://127.0.0.1:1/steer"},
+                "namespaceSelector": {"matchLabels": {"ebb-confined-none": id.clone()}},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                           "resources": ["pods"]}]}],
+        }))
+        .unwrap();
+        Api::<MutatingWebhookConfiguration>::all(c.clone())
+            .create(&pp, &config)
+            .await
+            .unwrap();
+
+        let ctl = client_as(env, &home, "ebb-controller").await;
+        let pods = Api::<Pod>::namespaced(ctl.clone(), &tenant);
+        let own = Api::<Pod>::namespaced(ctl.clone(), &home);
+        let hooks = Api::<MutatingWebhookConfiguration>::all(ctl.clone());
+        let merge = |v: Value| Patch::Merge(v);
+        let none = PatchParams::default();
+        // A new policy takes a moment to be enforced: wait until the first forbidden write is
+        // refused (the image of a tenant's pod; the retried patch sets the same image).
+        wait_for("the confinement policy to be enforced", WAIT, || async {
+            let r = pods
+                .patch(
+                    "web",
+                    &none,
+                    &merge(json!({"spec": {"containers": [
+                    {"name": "c", "image": "registry.example/evil:1"}]}})),
+                )
+                .await;
+            match r {
+                Err(kube::Error::Api(s)) if s.message.contains("ebb controller") => Some(()),
+                Ok(_) => {
+                    // Let through before the policy applied: put the image back and retry.
+                    let _ = admin_pods
+                        .patch(
+                            "web",
+                            &none,
+                            &merge(json!({"spec": {"containers": [
+                        {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),
+                        )
+                        .await;
+                    None
+                }
+                Err(_) => None,
+            }
+        })
+        .await
+        .unwrap();
+
+        // Forbidden, each refused by the policy.
+        let mut messages = vec![];
+        messages.push(refused(
+            "a tenant pod's labels",
+            pods.patch(
+                "web",
+                &none,
+                &merge(json!({"metadata": {"labels": {"app": "other"}}})),
+            )
+            .await,
+        ));
+        messages.push(refused(
+            "a tenant pod's annotations",
+            pods.patch(
+                "web",
+                &none,
+                &merge(json!({"metadata": {"annotations": {"team": "b"}}})),
+            )
+            .await,
+        ));
+        messages.push(refused(
+            "a tenant pod's tolerations",
+            pods.patch(
+                "web",
+                &none,
+                &merge(json!({"spec": {"tolerations": [
+                {"key": "x", "operator": "Exists"}]}})),
+            )
+            .await,
+        ));
+        messages.push(refused(
+            "the leader label on a tenant pod",
+            pods.patch(
+                "web",
+                &none,
+                &merge(json!({"metadata": {"labels": {"ebb.dev/leader": "true"}}})),
+            )
+            .await,
+        ));
+        messages.push(refused(
+            "a tenant pod's owners",
+            pods.patch(
+                "web",
+                &none,
+                &merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+            )
+            .await,
+        ));
+        messages.push(refused(
+            "deleting a pod ebb did not pin",
+            pods.delete("web", &DeleteParams::default()).await,
+        ));
+        messages.push(refused(
+            "the image of ebb's own pod",
+            own.patch(
+                "ctl",
+                &none,
+                &merge(json!({"spec": {"containers": [
+                {"name": "c", "image": "registry.example/evil:1"}]}})),
+            )
+            .await,
+        ));
+        messages.push(refused("the webhook's rules", hooks
+            .patch(&hook, &none, &Patch::Json::<()>(serde_json::from_value(json!([
+                {"op": "replace", "path": "/webhooks/0/rules/0/operations", "value": ["CREATE", "UPDATE"]}])).unwrap()))
+            .await));
+        messages.push(refused(
+            "the webhook's failure policy",
+            hooks
+                .patch(
+                    &hook,
+                    &none,
+                    &Patch::Json::<()>(
+                        serde_json::from_value(json!([
+                {"op": "replace", "path": "/webhooks/0/failurePolicy", "value": "Fail"}]))
+                        .unwrap(),
+                    ),
+                )
+                .await,
+        ));
+        messages.push(refused(
+            "deleting the webhook configuration",
+            hooks.delete(&hook, &DeleteParams::default()).await,
+        ));
+        eprintln!("refused: {messages:#?}");
+        let web = admin_pods.get("web").await.unwrap();
+        assert_eq!(
+            web.spec.as_ref().unwrap().containers[0].image.as_deref(),
+            Some("registry.k8s.io/pause:3.10"),
+            "the tenant's pod is as it was"
+        );
+
+        // What the controller does, let through.
+        pods.patch("gated", &none, &merge(json!({
+            "metadata": {"annotations": {"ebb.dev/token": "t", "ebb.dev/placement": "Pinned",
+                                         "ebb.dev/placed-on": "n1"}},
+            "spec": {"schedulingGates": [], "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]}}}}})))
+            .await
+            .expect("releasing a pod gated by ebb.dev/placement, pinned");
+        own.patch(
+            "ctl",
+            &none,
+            &merge(json!({"metadata": {"labels": {"ebb.dev/leader": "true"}}})),
+        )
+        .await
+        .expect("the leader label on its own pod");
+        own.patch(
+            "ctl",
+            &none,
+            &merge(json!({"metadata": {"labels": {"ebb.dev/leader": null}}})),
+        )
+        .await
+        .expect("the leader label off its own pod");
+        hooks
+            .patch(
+                &hook,
+                &none,
+                &Patch::Json::<()>(
+                    serde_json::from_value(json!([
+                {"op": "test", "path": "/webhooks/0/name", "value": "steering.ebb.dev"},
+                {"op": "replace", "path": "/webhooks/0/clientConfig",
+                 "value": {"url": "https://127.0.0.2:9443/steer", "caBundle": "Y2E="}}]))
+                    .unwrap(),
+                ),
+            )
+            .await
+            .expect("pointing the webhook at the leader");
+        pods.delete("pinned", &DeleteParams::default())
+            .await
+            .expect("deleting a pod ebb pinned");
+        // The policy confines the controller only: an administrator changes what it likes.
+        admin_pods
+            .patch(
+                "web",
+                &none,
+                &merge(json!({"metadata": {"labels": {"app": "other"}}})),
+            )
+            .await
+            .expect("an administrator's write");
+
+        for doc in &policy {
+            let _ = Api::<DynamicObject>::all_with(c.clone(), &resource_of(doc))
+                .delete(
+                    doc["metadata"]["name"].as_str().unwrap(),
+                    &DeleteParams::default(),
+                )
+                .await;
+        }
+        let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
+            .delete(&hook, &DeleteParams::default())
+            .await;
+        let _ = Api::<ClusterRoleBinding>::all(c.clone())
+            .delete(&role, &DeleteParams::default())
+            .await;
+        let _ = Api::<ClusterRole>::all(c.clone())
+            .delete(&role, &DeleteParams::default())
+            .await;
+        for ns in [&home, &tenant] {
+            let _ = Api::<Namespace>::all(c.clone())
+                .delete(ns, &DeleteParams::default())
                 .await;
         }
     }

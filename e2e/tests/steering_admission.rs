@@ -515,8 +515,10 @@ async fn holder(c: &Cluster) -> Option<String> {
 }
 
 /// (d) Two replicas: only the Lease holder's Pod carries the leader label (what the Service
-/// selects) and the configuration calls it; the standby answers a review sent to it directly
-/// with no patch. When the leader stops, its label goes and the other replica takes over both.
+/// selects) and the configuration calls it; both sign with the CA they share through a Secret,
+/// so the leader's caBundle trusts the standby too; the standby answers a review sent to it
+/// directly with no patch. When the leader stops, its label goes and the other replica takes
+/// over both, writing the same caBundle.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_leader_label_and_registration_follow_the_lease() {
     let c = cluster().await;
@@ -542,6 +544,23 @@ async fn the_leader_label_and_registration_follow_the_lease() {
     let standby = if leader == "ctl-a" { "ctl-b" } else { "ctl-a" };
     let leader_url = format!("https://127.0.0.1:{}/steer", replicas[leader.as_str()].port);
     wait_registered(&c, &leader_url).await;
+    // One CA for both replicas: the bundle the leader wrote is the shared Secret's, and it
+    // trusts the standby's certificate too.
+    let bundle = ca_bundle(&c).await;
+    let secret =
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.client().clone(), "ebb-system")
+            .get("ebb-steering-ca")
+            .await
+            .expect("the replicas' shared CA Secret");
+    assert_eq!(
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("ca.crt"))
+            .map(|b| &b.0),
+        Some(&bundle),
+        "the caBundle is the shared CA"
+    );
     wait_for(
         "the leader's Pod labelled",
         Duration::from_secs(30),
@@ -566,6 +585,9 @@ async fn the_leader_label_and_registration_follow_the_lease() {
     )
     .await
     .unwrap();
+    trusted_by(replicas[standby].port, &bundle)
+        .await
+        .expect("the leader's caBundle trusts the standby's certificate");
     let answer = review_at(replicas[standby].port).await;
     assert_eq!(answer["response"]["uid"], "e2e-1", "{answer}");
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
@@ -591,7 +613,52 @@ async fn the_leader_label_and_registration_follow_the_lease() {
     .await
     .unwrap();
     assert_eq!(holder(&c).await.as_deref(), Some(standby));
+    assert_eq!(
+        ca_bundle(&c).await,
+        bundle,
+        "the new leader writes the same caBundle"
+    );
     replicas.clear();
+}
+
+/// The caBundle of the configuration's first webhook.
+async fn ca_bundle(c: &Cluster) -> Vec<u8> {
+    Api::<MutatingWebhookConfiguration>::all(c.client().clone())
+        .get("ebb-steering")
+        .await
+        .unwrap()
+        .webhooks
+        .and_then(|w| w.into_iter().next())
+        .and_then(|w| w.client_config.ca_bundle)
+        .expect("a caBundle")
+        .0
+}
+
+/// A TLS handshake with `127.0.0.1:<port>` trusting only the CA(s) in `bundle` (PEM), as the API
+/// server does.
+async fn trusted_by(port: u16, bundle: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(bundle) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").map_err(|e| e.to_string())?;
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(name, tcp)
+        .await
+        .map(drop)
+        .map_err(|e| e.to_string())
 }
 
 /// Sends one AdmissionReview of a pod to `https://127.0.0.1:<port>/steer` (any certificate:

@@ -101,7 +101,7 @@ fn start_collector() -> Result<Collector, String> {
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
     let addr = format!("127.0.0.1:{port}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + ebb_e2e::harness::scaled(Duration::from_secs(30));
     while std::net::TcpStream::connect(&addr).is_err() {
         if std::time::Instant::now() > deadline {
             let text = std::fs::read_to_string(&log).unwrap_or_default();

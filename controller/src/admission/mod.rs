@@ -7,6 +7,7 @@
 //! the configuration at this replica (its CA, and its URL out of a cluster) and labels its Pod
 //! `ebb.dev/leader=true` for the Service; [`Webhook::step_down`] removes the label.
 
+pub mod ca;
 pub mod cert;
 pub mod leader_label;
 pub mod registration;
@@ -85,6 +86,8 @@ pub struct SteeringSettings {
     pub namespace: String,
     /// This replica's Pod, labelled while it leads (`None` out of a cluster).
     pub own_pod: Option<PodRef>,
+    /// The Secret (in `namespace`) holding the CA the replicas share; `None`: a CA of its own.
+    pub ca_secret: Option<String>,
 }
 
 /// How long the leader-label and registration writes may take when leadership changes.
@@ -145,8 +148,26 @@ impl Webhook {
             tracing::warn!(%reason, "steering is off");
             return Self::off_quietly(reason);
         }
-        let names = cert::dns_names(&settings.service, &settings.namespace);
-        let serving = match cert::ServingCert::generate(&names) {
+        let mut names = cert::dns_names(&settings.service, &settings.namespace);
+        // The API server checks the certificate against the host it calls.
+        names.extend(settings.webhook_url.as_deref().and_then(cert::url_host));
+        // One CA for every replica, so the bundle a leader writes trusts them all; when it
+        // cannot be shared, a CA of its own (steering still works while this replica leads).
+        let shared = match &settings.ca_secret {
+            Some(name) => match ca::shared(client, &settings.namespace, name).await {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the steering webhook's CA is not shared: this replica uses one of its own, which the configuration trusts only while it leads");
+                    None
+                }
+            },
+            None => None,
+        };
+        let serving = match shared {
+            Some(m) => cert::ServingCert::signed_by(&names, &m),
+            None => cert::ServingCert::generate(&names),
+        };
+        let serving = match serving {
             Ok(c) => c,
             Err(e) => return Self::failed(e.to_string()),
         };

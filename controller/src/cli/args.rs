@@ -117,6 +117,15 @@ pub struct RunArgs {
     /// Service, for a controller running outside the cluster (`https://127.0.0.1:9443/steer`).
     #[arg(long, env = "EBB_STEERING_WEBHOOK_URL", value_parser = https_url)]
     pub steering_webhook_url: Option<String>,
+    /// Secret (in `--namespace`) holding the CA every replica signs its serving certificate
+    /// with: read, or made and created by the first replica to start. Empty: each replica makes
+    /// a CA of its own (trusted only while it leads).
+    #[arg(
+        long,
+        env = "EBB_STEERING_CA_SECRET",
+        default_value = "ebb-steering-ca"
+    )]
+    pub steering_ca_secret: String,
     /// The webhook's Service, `namespace/name` (or `name` in `--namespace`): its DNS names are
     /// the serving certificate's.
     #[arg(long, env = "EBB_STEERING_SERVICE", default_value = "ebb-steering")]

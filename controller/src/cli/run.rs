@@ -199,6 +199,7 @@ impl Settings {
                 service: args.steering_service.clone(),
                 namespace: namespace.to_string(),
                 own_pod: PodRef::from_env(namespace),
+                ca_secret: Some(args.steering_ca_secret.clone()).filter(|s| !s.is_empty()),
             }),
         }
     }

@@ -18,6 +18,15 @@ fn t0() -> Timestamp {
     Timestamp::from_second(1_800_000_000).unwrap()
 }
 
+/// The default config with cpu and memory judged at 0.5 (the scenarios below put CPU nodes at
+/// 55-60 %, busy at that threshold), so that what is tested is the accelerators' own.
+fn half_cpu() -> PlannerConfig {
+    PlannerConfig {
+        utilization_threshold: 0.5,
+        ..PlannerConfig::default()
+    }
+}
+
 fn run(s: &mut ClusterSnapshot, cfg: &PlannerConfig) -> Plan {
     plan(
         s,
@@ -73,7 +82,7 @@ fn destinations(p: &Plan) -> BTreeMap<String, String> {
 }
 
 fn without_accelerators() -> PlannerConfig {
-    let mut cfg = PlannerConfig::default();
+    let mut cfg = half_cpu();
     cfg.accelerators.resources.clear();
     cfg
 }
@@ -102,7 +111,7 @@ fn squatters() -> ClusterSnapshot {
 
 #[test]
 fn a_gpu_node_with_cpu_squatters_is_a_candidate_and_they_move_to_cpu_nodes() {
-    let p = run(&mut squatters(), &PlannerConfig::default());
+    let p = run(&mut squatters(), &half_cpu());
     assert_eq!(candidates(&p), ["gpu-a"]);
     let to = destinations(&p);
     assert_eq!(to.len(), 4, "{to:?}");
@@ -136,7 +145,7 @@ fn a_gpu_node_with_cpu_squatters_is_a_candidate_and_they_move_to_cpu_nodes() {
 fn the_accelerator_threshold_is_the_policys() {
     // 1 of 8 GPUs: 0.125. Below 0.2, but not below 0.1.
     for (threshold, candidate) in [(0.2, true), (0.1, false)] {
-        let mut cfg = PlannerConfig::default();
+        let mut cfg = half_cpu();
         cfg.accelerators.threshold = threshold;
         let p = run(&mut squatters(), &cfg);
         assert_eq!(
@@ -152,7 +161,7 @@ fn the_accelerator_threshold_is_the_policys() {
         }
     }
     // Another resource name: nvidia.com/gpu is then no accelerator, and cpu decides.
-    let mut cfg = PlannerConfig::default();
+    let mut cfg = half_cpu();
     cfg.accelerators.resources = vec!["amd.com/gpu".into()];
     let p = run(&mut squatters(), &cfg);
     assert_eq!(
@@ -175,7 +184,7 @@ fn full_gpus() -> ClusterSnapshot {
 
 #[test]
 fn busy_gpus_keep_their_node_without_a_simulation() {
-    let p = run(&mut full_gpus(), &PlannerConfig::default());
+    let p = run(&mut full_gpus(), &half_cpu());
     assert!(p.candidates.is_empty());
     assert_eq!(
         reason(&p, "gpu-full"),
@@ -220,7 +229,7 @@ fn mixed(spare: u32) -> ClusterSnapshot {
 
 #[test]
 fn gpu_pods_of_every_size_move_only_where_their_gpus_fit() {
-    let mut cfg = PlannerConfig::default();
+    let mut cfg = half_cpu();
     cfg.accelerators.threshold = 0.6;
     // g8-a holds a 4-GPU pod (0.5: removable too, but it is the only node with room, so it
     // receives the others' pods). g4 (1 of 4) and g8-b (2 of 8) go; g8-c and g2 are full.
@@ -297,7 +306,7 @@ proptest! {
             .map(|(g, n)| if *g > 0 { gpu_node(n, *g) } else { node(n).cpu("16").mem("64Gi") })
             .collect();
         let mut s = snapshot(nodes, pods);
-        let p = run(&mut s, &PlannerConfig::default());
+        let p = run(&mut s, &half_cpu());
         // What each node ends with: its pods, less those moved off, plus those moved on.
         let mut gpus_used: BTreeMap<String, i64> = BTreeMap::new();
         let mut cpu_used: BTreeMap<String, i64> = BTreeMap::new();

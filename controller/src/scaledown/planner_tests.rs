@@ -85,7 +85,11 @@ fn candidates_are_removable_together() {
             web("w3", "s3", "1"),
         ],
     );
-    let cfg = PlannerConfig::default();
+    // At 0.5 big (6 of 10) is busy and only a destination.
+    let cfg = PlannerConfig {
+        utilization_threshold: 0.5,
+        ..PlannerConfig::default()
+    };
     let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
     // Least utilised first: s3 (1/8) then s1, s2 (3/8). s3's pod goes to big (fullest).
     assert_eq!(names(&p), ["s3", "s1"]);

@@ -3,6 +3,7 @@
 
 pub mod book;
 pub mod patch;
+pub mod reach;
 mod ticket;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -31,6 +32,8 @@ pub struct Steering {
     /// The shared model, told which pending pods ebb steered (set once the caches run).
     model: Arc<OnceLock<Arc<SharedModel>>>,
     metrics: Option<crate::metrics::Metrics>,
+    /// Whether the API server really calls the webhook.
+    reach: Arc<Mutex<reach::Reach>>,
 }
 
 /// A landing the pod watch saw, for metrics and traces.
@@ -139,6 +142,7 @@ impl Steering {
             if !book.has_waiting(&owner) {
                 return None;
             }
+            self.reach().admitted(&owner, now);
             book.hold(&owner, &ticket, now, &|n| self.unusable(n, Some(pod)))?
         };
         match assignment {
@@ -166,6 +170,7 @@ impl Steering {
             .and_then(|a| a.get(names::ANNOTATION_STEERING_TICKET))
         else {
             self.unvouch(&key);
+            self.judge_reach(pod, &key);
             return None;
         };
         let owner = owner_of(pod)?;
@@ -177,6 +182,7 @@ impl Steering {
             return None;
         };
         if claim.new {
+            self.reach().steered();
             self.count(
                 &claim.policy,
                 crate::metrics::ReplacementOutcome::steered,
@@ -214,6 +220,35 @@ impl Steering {
         let key = pod_key(pod);
         self.book().deleted(&key);
         self.unvouch(&key);
+    }
+
+    fn reach(&self) -> MutexGuard<'_, reach::Reach> {
+        self.reach.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A pod without a ticket: when it is a fresh replacement of an owner with planned
+    /// destinations waiting, whether the webhook was called for it.
+    fn judge_reach(&self, pod: &Pod, key: &PodKey) {
+        let Some(created) = pod.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
+            return;
+        };
+        let now = jiff::Timestamp::now();
+        if now.duration_since(created) > jiff::SignedDuration::from_secs(60) || patch::gated(pod) {
+            return;
+        }
+        let Some(owner) = owner_of(pod) else {
+            return;
+        };
+        if !self.book().has_waiting(&owner) {
+            return;
+        }
+        self.reach().unticketed(key, &owner, created, now);
+    }
+
+    /// Why steering is off in fact although registered: the API server did not call the
+    /// webhook for the last replacements created (`None`: it did, or none was created).
+    pub fn unreached(&self) -> Option<String> {
+        self.reach().unreached()
     }
 
     fn vouch(&self, key: &PodKey, node: &str) {

@@ -34,11 +34,12 @@ pub async fn write_status(
     let replacements = (policy.spec.mode != ebb_api::ScaleDownMode::DryRun).then(|| {
         let (tally, waiting) = ctx.steering.tally(&observed.name);
         let availability = ctx.steering_availability.borrow().clone();
-        let steering = match &availability {
-            crate::admission::SteeringAvailability::Enabled => Ok(()),
-            crate::admission::SteeringAvailability::Disabled { reason } => Err(reason.as_str()),
+        // Registered is not enough: the API server must really call the webhook.
+        let off = match availability {
+            crate::admission::SteeringAvailability::Enabled => ctx.steering.unreached(),
+            crate::admission::SteeringAvailability::Disabled { reason } => Some(reason),
         };
-        status::replacements(&tally, waiting, steering)
+        status::replacements(&tally, waiting, off.as_deref().map_or(Ok(()), Err))
     });
     let next = status::build(&LoopFacts {
         generation: policy.metadata.generation,
