@@ -1235,29 +1235,31 @@ mod real_backend {
         let own = Api::<Pod>::namespaced(ctl.clone(), &home);
         let hooks = Api::<MutatingWebhookConfiguration>::all(ctl.clone());
         let merge = |v: Value| Patch::Merge(v);
+        // The image of the pod's one container (a merge patch would replace the whole list).
+        let image = |i: &str| {
+            Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/containers/0/image", "value": i}]))
+                .unwrap(),
+            )
+        };
         let none = PatchParams::default();
         // A new policy takes a moment to be enforced: wait until the first forbidden write is
         // refused (the image of a tenant's pod; the retried patch sets the same image).
         wait_for("the confinement policy to be enforced", WAIT, || async {
             let r = pods
-                .patch(
-                    "web",
-                    &none,
-                    &merge(json!({"spec": {"containers": [
-                    {"name": "c", "image": "registry.example/evil:1"}]}})),
-                )
+                .patch("web", &none, &image("registry.example/evil:1"))
                 .await;
             match r {
                 Err(kube::Error::Api(s)) if s.message.contains("ebb controller") => Some(()),
+                Err(e) if std::env::var_os("EBB_E2E_DEBUG").is_some() => {
+                    eprintln!("probe: {e}");
+                    None
+                }
                 Ok(_) => {
                     // Let through before the policy applied: put the image back and retry.
                     let _ = admin_pods
-                        .patch(
-                            "web",
-                            &none,
-                            &merge(json!({"spec": {"containers": [
-                        {"name": "c", "image": "registry.k8s.io/pause:3.10"}]}})),
-                        )
+                        .patch("web", &none, &image("registry.k8s.io/pause:3.10"))
                         .await;
                     None
                 }
@@ -1321,13 +1323,8 @@ mod real_backend {
         ));
         messages.push(refused(
             "the image of ebb's own pod",
-            own.patch(
-                "ctl",
-                &none,
-                &merge(json!({"spec": {"containers": [
-                {"name": "c", "image": "registry.example/evil:1"}]}})),
-            )
-            .await,
+            own.patch("ctl", &none, &image("registry.example/evil:1"))
+                .await,
         ));
         messages.push(refused("the webhook's rules", hooks
             .patch(&hook, &none, &Patch::Json::<()>(serde_json::from_value(json!([

@@ -6,7 +6,7 @@
 //!
 //! | kind | kept | read by |
 //! | --- | --- | --- |
-//! | Pod | `metadata`: name, namespace, uid, resourceVersion, labels, annotations, ownerReferences, deletionTimestamp | everything that names a pod; annotations: drainability, placement tokens; owners: the model, drains |
+//! | Pod | `metadata`: name, namespace, uid, resourceVersion, labels, annotations, ownerReferences, creationTimestamp, deletionTimestamp | everything that names a pod; annotations: drainability, placement tokens; owners: the model, drains; creation: whether the steering webhook was called for a new pod |
 //! | | `spec`: nodeName, affinity (whole), nodeSelector, tolerations, topologySpreadConstraints, schedulingGates, overhead, resources, terminationGracePeriodSeconds | the model's scheduling requirements; placement's patches (they rewrite affinity and gates from the cached pod); evictions (grace) |
 //! | | `spec.containers`, `spec.initContainers`: name, resources.requests, restartPolicy (sidecars), ports with a hostPort | effective requests, host ports |
 //! | | `spec.volumes`: name with hostPath, emptyDir and persistentVolumeClaim; other volumes dropped | local storage, volumes pinned to a node |
@@ -60,6 +60,8 @@ fn meta(m: &mut ObjectMeta) {
         labels: m.labels.take(),
         annotations,
         owner_references: m.owner_references.take(),
+        // Steering judges whether the webhook was called for a pod just created.
+        creation_timestamp: m.creation_timestamp.take(),
         deletion_timestamp: m.deletion_timestamp.take(),
         ..ObjectMeta::default()
     };
