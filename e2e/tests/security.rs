@@ -1047,23 +1047,7 @@ mod real_backend {
                 .is_none(),
             "the other node's NodeState was created"
         );
-        for doc in &policy {
-            let _ = Api::<DynamicObject>::all_with(c.clone(), &resource_of(doc))
-                .delete(
-                    doc["metadata"]["name"].as_str().unwrap(),
-                    &DeleteParams::default(),
-                )
-                .await;
-        }
-        let _ = Api::<ClusterRoleBinding>::all(c.clone())
-            .delete(&role, &DeleteParams::default())
-            .await;
-        let _ = Api::<ClusterRole>::all(c.clone())
-            .delete(&role, &DeleteParams::default())
-            .await;
-        let _ = Api::<Namespace>::all(c.clone())
-            .delete(&ns, &DeleteParams::default())
-            .await;
+        clean_up(&c, &policy, &role, &[&ns]).await;
         for n in [&own, &other] {
             let _ = Api::<Node>::all(c.clone())
                 .delete(n, &DeleteParams::default())
@@ -1406,7 +1390,16 @@ mod real_backend {
             .await
             .expect("an administrator's write");
 
-        for doc in &policy {
+        let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
+            .delete(&hook, &DeleteParams::default())
+            .await;
+        clean_up(&c, &policy, &role, &[&home, &tenant]).await;
+    }
+
+    /// Deletes what a policy test made: the policy documents, the ClusterRole and its binding
+    /// named `role`, and `namespaces` (errors ignored: the cluster goes with the test).
+    async fn clean_up(c: &kube::Client, policy: &[Value], role: &str, namespaces: &[&str]) {
+        for doc in policy {
             let _ = Api::<DynamicObject>::all_with(c.clone(), &resource_of(doc))
                 .delete(
                     doc["metadata"]["name"].as_str().unwrap(),
@@ -1414,16 +1407,13 @@ mod real_backend {
                 )
                 .await;
         }
-        let _ = Api::<MutatingWebhookConfiguration>::all(c.clone())
-            .delete(&hook, &DeleteParams::default())
-            .await;
         let _ = Api::<ClusterRoleBinding>::all(c.clone())
-            .delete(&role, &DeleteParams::default())
+            .delete(role, &DeleteParams::default())
             .await;
         let _ = Api::<ClusterRole>::all(c.clone())
-            .delete(&role, &DeleteParams::default())
+            .delete(role, &DeleteParams::default())
             .await;
-        for ns in [&home, &tenant] {
+        for ns in namespaces {
             let _ = Api::<Namespace>::all(c.clone())
                 .delete(ns, &DeleteParams::default())
                 .await;
