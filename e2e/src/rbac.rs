@@ -513,9 +513,8 @@ mod tests {
         assert_eq!(docs[0]["webhooks"][0]["timeoutSeconds"], json!(7));
     }
 
-    #[test]
-    fn the_controller_policy_template_renders_for_the_e2e_release() {
-        let docs = controller_policy().unwrap();
+    /// A policy and its binding, the policy matching `account`'s requests only.
+    fn assert_policy_for(docs: &[Value], account: &str) {
         let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
         assert_eq!(
             kinds,
@@ -527,25 +526,19 @@ mod tests {
         let cond = docs[0]["spec"]["matchConditions"][0]["expression"]
             .as_str()
             .unwrap();
-        assert!(cond.contains(&username("ebb-controller")), "{cond}");
+        assert!(cond.contains(&username(account)), "{cond}");
+    }
+
+    #[test]
+    fn the_controller_policy_template_renders_for_the_e2e_release() {
+        let docs = controller_policy().unwrap();
+        assert_policy_for(&docs, "ebb-controller");
         let text = docs[0].to_string();
         assert!(text.contains("request.namespace == 'ebb-system'"), "{text}");
     }
 
     #[test]
     fn the_admission_policy_template_renders_for_the_e2e_release() {
-        let docs = admission_policy().unwrap();
-        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-        assert_eq!(
-            kinds,
-            [
-                "ValidatingAdmissionPolicy",
-                "ValidatingAdmissionPolicyBinding"
-            ]
-        );
-        let cond = docs[0]["spec"]["matchConditions"][0]["expression"]
-            .as_str()
-            .unwrap();
-        assert!(cond.contains(&username("ebb-node-agent")), "{cond}");
+        assert_policy_for(&admission_policy().unwrap(), "ebb-node-agent");
     }
 }

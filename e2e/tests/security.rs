@@ -928,31 +928,18 @@ mod real_backend {
         }
         // The agent's identity as the chart makes it: ServiceAccount ebb-node-agent, allowed to
         // create and patch NodeStates (RBAC cannot name the node; the policy does).
-        Api::<ServiceAccount>::namespaced(c.clone(), &ns)
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "ebb-node-agent"}})).unwrap(),
-            )
-            .await
-            .unwrap();
         let role = format!("ebb-vap-{id}");
-        Api::<ClusterRole>::all(c.clone())
-            .create(&PostParams::default(), &serde_json::from_value(json!({
-                "metadata": {"name": role},
-                "rules": [
-                    {"apiGroups": ["ebb.dev"], "resources": ["nodestates"], "verbs": ["create", "patch", "get"]},
-                    {"apiGroups": ["ebb.dev"], "resources": ["nodestates/status"], "verbs": ["patch"]},
-                ]})).unwrap())
-            .await
-            .unwrap();
-        Api::<ClusterRoleBinding>::all(c.clone())
-            .create(&PostParams::default(), &serde_json::from_value(json!({
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": "ebb-node-agent", "namespace": ns}],
-                })).unwrap())
-            .await
-            .unwrap();
+        identity(
+            &c,
+            &ns,
+            "ebb-node-agent",
+            &role,
+            json!([
+                {"apiGroups": ["ebb.dev"], "resources": ["nodestates"], "verbs": ["create", "patch", "get"]},
+                {"apiGroups": ["ebb.dev"], "resources": ["nodestates/status"], "verbs": ["patch"]},
+            ]),
+        )
+        .await;
         let policy = rendered_policy(&ns, &format!("ebb-vap-{id}"));
         for doc in &policy {
             apply(&c, doc).await;
@@ -1055,6 +1042,34 @@ mod real_backend {
         }
     }
 
+    /// ServiceAccount `sa` in `ns`, granted `rules` cluster-wide by a ClusterRole and binding
+    /// named `role`.
+    async fn identity(c: &kube::Client, ns: &str, sa: &str, role: &str, rules: Value) {
+        Api::<ServiceAccount>::namespaced(c.clone(), ns)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        Api::<ClusterRole>::all(c.clone())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": role}, "rules": rules}))
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        Api::<ClusterRoleBinding>::all(c.clone())
+            .create(&PostParams::default(), &serde_json::from_value(json!({
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}],
+                })).unwrap())
+            .await
+            .unwrap();
+    }
+
     /// A client holding a token of ServiceAccount `sa` in `ns` (not bound to a pod).
     async fn client_as(env: &TestEnv, ns: &str, sa: &str) -> kube::Client {
         let request: TokenRequest = serde_json::from_value(json!({
@@ -1111,32 +1126,19 @@ mod real_backend {
         }
         // The controller's identity with more RBAC than the chart gives (delete on the webhook
         // configuration too): what is refused below is refused by the policy, not by RBAC.
-        Api::<ServiceAccount>::namespaced(c.clone(), &home)
-            .create(
-                &PostParams::default(),
-                &serde_json::from_value(json!({"metadata": {"name": "ebb-controller"}})).unwrap(),
-            )
-            .await
-            .unwrap();
         let role = format!("ebb-confined-{id}");
-        Api::<ClusterRole>::all(c.clone())
-            .create(&PostParams::default(), &serde_json::from_value(json!({
-                "metadata": {"name": role},
-                "rules": [
-                    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch", "delete"]},
-                    {"apiGroups": ["admissionregistration.k8s.io"],
-                     "resources": ["mutatingwebhookconfigurations"], "verbs": ["get", "patch", "delete"]},
-                ]})).unwrap())
-            .await
-            .unwrap();
-        Api::<ClusterRoleBinding>::all(c.clone())
-            .create(&PostParams::default(), &serde_json::from_value(json!({
-                "metadata": {"name": role},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                "subjects": [{"kind": "ServiceAccount", "name": "ebb-controller", "namespace": home}],
-                })).unwrap())
-            .await
-            .unwrap();
+        identity(
+            &c,
+            &home,
+            "ebb-controller",
+            &role,
+            json!([
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "patch", "delete"]},
+                {"apiGroups": ["admissionregistration.k8s.io"],
+                 "resources": ["mutatingwebhookconfigurations"], "verbs": ["get", "patch", "delete"]},
+            ]),
+        )
+        .await;
         let policy = rendered_template("controller-admission.yaml", &home, &role);
         assert_eq!(policy.len(), 2, "a policy and its binding: {policy:?}");
         for doc in &policy {
