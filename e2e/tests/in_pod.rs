@@ -825,17 +825,33 @@ async fn assert_nothing_left(
         "pods still gated by {SCHEDULING_GATE_PLACEMENT}: {gated:?}"
     );
     // What stays in the namespace: what the controller made at run time, not Helm (no release
-    // Secret either): the token Secret (kept on purpose) and the leader-election Lease.
-    let secrets: BTreeSet<String> =
+    // Secret either): the token Secret (kept on purpose) and the leader-election Lease. The
+    // steering CA Secret is owned by the webhook configuration: the garbage collector deletes it.
+    let secrets = wait_for("only the token Secret left", WAIT, || async {
+        let names: BTreeSet<String> =
+            Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.clone(), NS)
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .collect();
+        (names == BTreeSet::from(["ebb-token-keys".to_string()])).then_some(names)
+    })
+    .await;
+    assert!(
+        secrets.is_ok(),
+        "Secrets left after uninstall other than ebb-token-keys: {:?}",
         Api::<k8s_openapi::api::core::v1::Secret>::namespaced(c.clone(), NS)
             .list(&ListParams::default())
             .await
-            .unwrap()
-            .items
-            .into_iter()
-            .filter_map(|s| s.metadata.name)
-            .collect();
-    assert_eq!(secrets, BTreeSet::from(["ebb-token-keys".to_string()]));
+            .map(|l| l
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .collect::<Vec<_>>())
+    );
     let leases: BTreeSet<String> = Api::<Lease>::namespaced(c.clone(), NS)
         .list(&ListParams::default())
         .await

@@ -561,6 +561,29 @@ async fn the_leader_label_and_registration_follow_the_lease() {
         Some(&bundle),
         "the caBundle is the shared CA"
     );
+    // Owned by the webhook configuration: uninstalling the chart takes the CA's key with it.
+    let config =
+        Api::<k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration>::all(
+            c.client().clone(),
+        )
+        .get("ebb-steering")
+        .await
+        .unwrap();
+    let owners: Vec<(String, String)> = secret
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .map(|o| (o.kind.clone(), o.uid.clone()))
+        .collect();
+    assert_eq!(
+        owners,
+        vec![(
+            "MutatingWebhookConfiguration".to_string(),
+            config.metadata.uid.clone().unwrap_or_default()
+        )],
+        "the CA Secret is owned by the webhook configuration"
+    );
     wait_for(
         "the leader's Pod labelled",
         Duration::from_secs(30),

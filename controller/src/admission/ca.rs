@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, PostParams};
 
 /// Keys of the Secret: the CA certificate and its private key (PEM).
@@ -38,11 +39,13 @@ pub enum CaError {
 }
 
 /// The CA in Secret `namespace/name`: read, or made and created when there is none (a replica
-/// that loses the race to create it reads the winner's).
+/// that loses the race to create it reads the winner's). A Secret made here is owned by `owner`
+/// (the webhook configuration): uninstalling the chart deletes the CA's private key with it.
 pub async fn shared(
     client: &kube::Client,
     namespace: &str,
     name: &str,
+    owner: Option<OwnerReference>,
 ) -> Result<CaMaterial, CaError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let api_error = |source| CaError::Api {
@@ -62,6 +65,7 @@ pub async fn shared(
                 "app.kubernetes.io/managed-by".to_string(),
                 "ebb-controller".to_string(),
             )])),
+            owner_references: owner.map(|o| vec![o]),
             ..Default::default()
         },
         data: Some(BTreeMap::from([

@@ -154,7 +154,14 @@ impl Webhook {
         // One CA for every replica, so the bundle a leader writes trusts them all; when it
         // cannot be shared, a CA of its own (steering still works while this replica leads).
         let shared = match &settings.ca_secret {
-            Some(name) => match ca::shared(client, &settings.namespace, name).await {
+            Some(name) => match ca::shared(
+                client,
+                &settings.namespace,
+                name,
+                registration::owner(client, &settings.webhook_name).await,
+            )
+            .await
+            {
                 Ok(m) => Some(m),
                 Err(e) => {
                     tracing::warn!(error = %e, "the steering webhook's CA is not shared: this replica uses one of its own, which the configuration trusts only while it leads");

@@ -3,6 +3,7 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
@@ -50,6 +51,29 @@ pub async fn check(client: &kube::Client, name: &str) -> SteeringAvailability {
             ),
         },
     }
+}
+
+/// An owner reference to the configuration `name` (cluster-scoped), for what the controller
+/// makes at run time that must go when the chart that installed the configuration goes: the
+/// garbage collector deletes the dependents once Helm deletes the configuration. None when it
+/// cannot be read (the dependent then stays, as it did before).
+pub async fn owner(client: &kube::Client, name: &str) -> Option<OwnerReference> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let config = api.get_opt(name).await.ok().flatten()?;
+    owner_of(&config)
+}
+
+/// The owner reference to `config` (None without a UID, i.e. never stored).
+pub fn owner_of(config: &MutatingWebhookConfiguration) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: "admissionregistration.k8s.io/v1".to_string(),
+        kind: "MutatingWebhookConfiguration".to_string(),
+        name: config.metadata.name.clone()?,
+        uid: config.metadata.uid.clone()?,
+        // Blocking the owner's deletion would need update on its finalizers: not asked for.
+        block_owner_deletion: None,
+        controller: None,
+    })
 }
 
 /// The JSON patch that points every webhook of `config` at this replica: `caBundle` set to
