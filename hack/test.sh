@@ -12,11 +12,15 @@
 #   (none)    install, check, build, test
 #
 # What it installs when missing:
-#   apt-get   prometheus (promtool), containerd (containerd, ctr), runc, iptables, iproute2 (ip),
-#             containernetworking-plugins (/usr/lib/cni), buildah, musl-tools (musl-gcc),
-#             openssl, ca-certificates, git
+#   apt-get   prometheus (promtool, and the server the in-pod test scrapes with), containerd (containerd, ctr), runc, iptables, iproute2 (ip),
+#             containernetworking-plugins (/usr/lib/cni), buildah, skopeo, docker-registry
+#             (the in-pod test's registry on loopback), musl-tools (musl-gcc), openssl,
+#             ca-certificates, git
 #   pip       helm-sdkpy (the Helm library the chart tests use), for python3
-#   rustup    the x86_64-unknown-linux-musl target (the images' static binaries)
+#   rustup    the x86_64- and aarch64-unknown-linux-musl targets (the images' static binaries,
+#             for linux/amd64 and linux/arm64)
+#   cargo     cargo-zigbuild (cross-compiles the arm64 binaries), pip: ziglang (its C compiler)
+#   go        actionlint (lints the release workflow), into Go's bin directory
 # What it needs and does not install: Rust 1.89+ (rustup), Go 1.26+ (https://go.dev/dl/),
 # python3 with pip, and root: the in-pod test runs a real node (containerd, kubelet, network
 # namespaces), which only root can.
@@ -28,18 +32,25 @@ cd "$(dirname "$0")/.."
 
 RUST_MIN=1.89.0
 GO_MIN=1.26.0
-MUSL_TARGET=x86_64-unknown-linux-musl
+MUSL_TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
+# The arm64 images' cross-compilation: cargo-zigbuild with Zig from PyPI (pinned).
+ZIGBUILD_VERSION=0.24.1
+ZIGLANG_VERSION=0.14.1
+ACTIONLINT_VERSION=v1.7.12
 CNI_BIN_DIR=${EBB_K8S_CNI_BIN_DIR:-/usr/lib/cni}
 
 # Commands the tests run, each with the Debian package that provides it.
 APT_COMMANDS=(
   promtool:prometheus
+  prometheus:prometheus
   containerd:containerd
   ctr:containerd
   runc:runc
   iptables:iptables
   ip:iproute2
   buildah:buildah
+  skopeo:skopeo
+  docker-registry:docker-registry
   musl-gcc:musl-tools
   openssl:openssl
   git:git
@@ -71,7 +82,10 @@ missing_packages() {
 }
 
 has_helm_sdkpy() { python3 -c 'import helm_sdkpy' >/dev/null 2>&1; }
-has_musl_target() { rustup target list --installed 2>/dev/null | grep -qx "$MUSL_TARGET"; }
+has_musl_target() { rustup target list --installed 2>/dev/null | grep -qx "$1"; }
+has_zigbuild() { cargo zigbuild --help >/dev/null 2>&1; }
+has_actionlint() { command -v actionlint >/dev/null 2>&1 || [[ -x $(go env GOPATH 2>/dev/null)/bin/actionlint ]]; }
+has_zig() { command -v zig >/dev/null 2>&1 || python3 -m ziglang version >/dev/null 2>&1; }
 
 # check: one line per prerequisite; returns 1 when one is missing.
 check() {
@@ -98,7 +112,12 @@ check() {
   else
     no python3 "runs helm-sdkpy for the chart tests; install python3 with pip"
   fi
-  if has_musl_target; then ok "$MUSL_TARGET" "rustup target"; else no "$MUSL_TARGET" "rustup target add $MUSL_TARGET"; fi
+  for entry in "${MUSL_TARGETS[@]}"; do
+    if has_musl_target "$entry"; then ok "$entry" "rustup target"; else no "$entry" "rustup target add $entry"; fi
+  done
+  if has_zigbuild; then ok cargo-zigbuild "cargo zigbuild"; else no cargo-zigbuild "cargo install --locked cargo-zigbuild@$ZIGBUILD_VERSION"; fi
+  if has_actionlint; then ok actionlint "installed"; else no actionlint "go install github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION"; fi
+  if has_zig; then ok zig "$(command -v zig || echo 'python3 -m ziglang')"; else no zig "python3 -m pip install ziglang==$ZIGLANG_VERSION"; fi
   for entry in "${APT_COMMANDS[@]}"; do
     if command -v "${entry%%:*}" >/dev/null 2>&1; then ok "${entry%%:*}" "$(command -v "${entry%%:*}")"; else no "${entry%%:*}" "apt-get install ${entry#*:}"; fi
   done
@@ -136,9 +155,27 @@ install() {
     python3 -m pip install --quiet --disable-pip-version-check --ignore-requires-python helm-sdkpy ||
       die "pip could not install helm-sdkpy (on a system Python that refuses it, use a virtualenv or pip's --user)"
   fi
-  if command -v rustup >/dev/null 2>&1 && ! has_musl_target; then
-    log "rustup target add $MUSL_TARGET"
-    rustup target add "$MUSL_TARGET" >/dev/null
+  local target
+  for target in "${MUSL_TARGETS[@]}"; do
+    if command -v rustup >/dev/null 2>&1 && ! has_musl_target "$target"; then
+      log "rustup target add $target"
+      rustup target add "$target" >/dev/null
+    fi
+  done
+  if command -v python3 >/dev/null 2>&1 && ! has_zig; then
+    log "pip install ziglang==$ZIGLANG_VERSION"
+    python3 -m pip install --quiet --disable-pip-version-check "ziglang==$ZIGLANG_VERSION" ||
+      die "pip could not install ziglang (Zig; the arm64 images' C compiler)"
+  fi
+  if command -v go >/dev/null 2>&1 && ! has_actionlint; then
+    log "go install actionlint@$ACTIONLINT_VERSION"
+    go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ||
+      die "go could not install actionlint (lints .github/workflows/release.yml)"
+  fi
+  if ! has_zigbuild; then
+    log "cargo install cargo-zigbuild@$ZIGBUILD_VERSION"
+    cargo install --quiet --locked "cargo-zigbuild@$ZIGBUILD_VERSION" ||
+      die "cargo could not install cargo-zigbuild (cross-compiles the arm64 images' binaries)"
   fi
 }
 
@@ -154,7 +191,7 @@ timed() {
 build() {
   timed "the real control plane (kube-apiserver, etcd, kwok ... from Go modules; cached)" bash e2e/k8s/build.sh
   timed "the OpenTelemetry Collector of the trace tests (cached)" bash e2e/k8s/build.sh otelcol
-  timed "the images (static musl binaries put into images by buildah; cached)" bash images/build.sh
+  timed "the images (static musl binaries for amd64 and arm64 put into images by buildah; cached)" bash images/build.sh
   timed "the real node: kubelet, kube-proxy, the pause image (cached)" bash e2e/k8s/build.sh node
 }
 

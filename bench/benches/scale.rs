@@ -14,6 +14,12 @@
 //! scale`, a third of them light) are watched by a DryRun policy. After the loops are measured a
 //! DrainAndDelete policy (`maxDrainParallelism` and `maxScaleDownParallelism` 50) removes the
 //! drain pool; the budgets are replayed from the audit log for violations.
+//!
+//! Set-up is paid once per size: once every pod runs, etcd's data is saved under
+//! `EBB_SCALE_SNAPSHOTS` (default `~/.cache/ebb-scale`), keyed by the size, the populate
+//! version and the control plane's build; a later run starts its control plane from that copy
+//! (`EBB_K8S_ETCD_RESTORE`) and prints how long its set-up took. `EBB_SCALE_FRESH=1` populates
+//! again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
@@ -39,6 +45,8 @@ const DRAIN_NS: &str = "scale-drain";
 const NODES_PER_OWNER: usize = 10;
 /// Concurrent creates while populating.
 const CREATE_CONCURRENCY: usize = 64;
+/// What `populate` makes; a saved cluster of another version is not reused.
+const POPULATE_VERSION: &str = "p1";
 /// The user the controller acts as (the chart's ServiceAccount).
 const CONTROLLER_USER: &str = "system:serviceaccount:ebb-system:ebb-controller";
 
@@ -76,6 +84,8 @@ fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
             "EBB_K8S_SCHEDULER_ARGS",
             "--kube-api-qps=300 --kube-api-burst=600".into(),
         ),
+        // kwok's 4 stage workers make pods Running at a few hundred per second at best.
+        ("EBB_K8S_KWOK_PARALLELISM", "16".into()),
         ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
         ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
         ("EBB_K8S_TIMEOUT", "300".into()),
@@ -88,6 +98,18 @@ fn main() -> anyhow::Result<()> {
         return Ok(());
     }
     let nodes = env_usize("EBB_SCALE_NODES", 1000)?;
+    let per_node = env_usize("EBB_SCALE_PODS_PER_NODE", 30)?;
+    let snapshot = snapshot_dir(nodes, per_node)?;
+    let restore =
+        snapshot.join("member/snap/db").is_file() && env_usize("EBB_SCALE_FRESH", 0)? == 0;
+    if restore {
+        println!(
+            "restoring the populated cluster from {}",
+            snapshot.display()
+        );
+        // SAFETY: no other thread exists yet; cluster.sh, started later, inherits it.
+        unsafe { std::env::set_var("EBB_K8S_ETCD_RESTORE", &snapshot) };
+    }
     for (k, v) in cluster_flags(nodes) {
         if std::env::var_os(k).is_none() {
             println!("{k}={v}");
@@ -100,7 +122,31 @@ fn main() -> anyhow::Result<()> {
         .worker_threads(4)
         .enable_all()
         .build()?;
-    rt.block_on(run(nodes))
+    rt.block_on(run(nodes, per_node, snapshot, restore))
+}
+
+/// Where the populated cluster of this size is saved: `EBB_SCALE_SNAPSHOTS` (default
+/// `~/.cache/ebb-scale`)/`<nodes>x<pods per node>-<populate version>-<control plane>`, the
+/// control plane named by its binaries' directory (its version).
+fn snapshot_dir(nodes: usize, per_node: usize) -> anyhow::Result<PathBuf> {
+    let root = match std::env::var_os("EBB_SCALE_SNAPSHOTS") {
+        Some(d) => PathBuf::from(d),
+        None => PathBuf::from(std::env::var_os("HOME").context("HOME is not set")?)
+            .join(".cache/ebb-scale"),
+    };
+    let bins = std::process::Command::new("bash")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../e2e/k8s/build.sh"))
+        .arg("--print-bin-dir")
+        .output()
+        .context("cannot run e2e/k8s/build.sh --print-bin-dir")?;
+    let bins = String::from_utf8_lossy(&bins.stdout).trim().to_string();
+    // ~/.cache/ebb-k8s/<version>/bin: the version.
+    let plane = std::path::Path::new(&bins)
+        .parent()
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "unknown".into());
+    Ok(root.join(format!("{nodes}x{per_node}-{POPULATE_VERSION}-{plane}")))
 }
 
 /// What one controller run measured.
@@ -112,8 +158,12 @@ struct Figures {
     requests_per_loop: f64,
 }
 
-async fn run(nodes: usize) -> anyhow::Result<()> {
-    let per_node = env_usize("EBB_SCALE_PODS_PER_NODE", 30)?;
+async fn run(
+    nodes: usize,
+    per_node: usize,
+    snapshot: PathBuf,
+    restored: bool,
+) -> anyhow::Result<()> {
     let loops = env_usize("EBB_SCALE_LOOPS", 5)?.max(2);
     let drain = env_usize("EBB_SCALE_DRAIN", 1)? != 0;
     let t0 = Instant::now();
@@ -123,12 +173,38 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
     let env = &cluster.env;
     let client = env.client.clone();
     println!("control plane up in {:.1} s", t0.elapsed().as_secs_f64());
-    let drain_nodes = populate(&client, nodes, per_node).await?;
     let pods = nodes * per_node;
-    println!(
-        "{nodes} nodes and {pods} pods created after {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+    let drain_nodes = if restored {
+        // kwok takes over the saved nodes: Ready again before anything is measured.
+        wait_for(
+            "the saved nodes Ready",
+            Duration::from_secs(600),
+            || async {
+                let ready = Api::<Node>::all(client.clone())
+                    .list(&ListParams::default().labels("type=kwok"))
+                    .await
+                    .ok()?
+                    .items
+                    .iter()
+                    .filter(|n| node_ready(n))
+                    .count();
+                (ready >= nodes).then_some(())
+            },
+        )
+        .await?;
+        println!(
+            "{nodes} nodes and {pods} pods restored, nodes Ready after {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        drain_pool(nodes)
+    } else {
+        let d = populate(&client, nodes, per_node).await?;
+        println!(
+            "{nodes} nodes and {pods} pods created after {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        d
+    };
     let t = Instant::now();
     wait_for(
         "the drain pool's pods Running",
@@ -161,6 +237,30 @@ async fn run(nodes: usize) -> anyhow::Result<()> {
             " (not all: measuring anyway)"
         }
     );
+    println!(
+        "set-up: {nodes} nodes and {} of {pods} pods Running {:.1} s after start ({})",
+        running(&client, NS).await + running(&client, DRAIN_NS).await,
+        t0.elapsed().as_secs_f64(),
+        if restored {
+            "restored from a saved etcd"
+        } else {
+            "populated"
+        }
+    );
+    if !restored && all.is_ok() {
+        let t = Instant::now();
+        match env.real() {
+            Some(real) => match real.save_etcd(&snapshot).await {
+                Ok(()) => println!(
+                    "saved the populated cluster to {} in {:.1} s (later runs start from it)",
+                    snapshot.display(),
+                    t.elapsed().as_secs_f64()
+                ),
+                Err(e) => println!("could not save the populated cluster: {e:#}"),
+            },
+            None => println!("not a real control plane: nothing saved"),
+        }
+    }
     report_cluster_rss(env);
 
     let mut controllers: Vec<(&str, PathBuf, &[&str])> = Vec::new();
@@ -516,7 +616,7 @@ async fn populate(
     let owners = nodes.div_ceil(NODES_PER_OWNER);
     // Whole owners in the drain pool: about a tenth of the nodes.
     let drain_owners = owners.div_ceil(10);
-    let first_drain = (owners - drain_owners) * NODES_PER_OWNER;
+    let first_drain = first_drain_node(nodes);
     let node_api = Api::<Node>::all(client.clone());
     futures::stream::iter(0..nodes)
         .map(|i| {
@@ -628,7 +728,27 @@ async fn populate(
         (n >= want).then_some(())
     })
     .await?;
-    Ok((first_drain..nodes).map(|i| format!("scale-{i}")).collect())
+    Ok(drain_pool(nodes))
+}
+
+/// The first node of the drain pool: whole owners, about a tenth of the nodes.
+fn first_drain_node(nodes: usize) -> usize {
+    let owners = nodes.div_ceil(NODES_PER_OWNER);
+    (owners - owners.div_ceil(10)) * NODES_PER_OWNER
+}
+
+/// The drain pool's node names (`populate` labels them `pool: drain`).
+fn drain_pool(nodes: usize) -> Vec<String> {
+    (first_drain_node(nodes)..nodes)
+        .map(|i| format!("scale-{i}"))
+        .collect()
+}
+
+fn node_ready(n: &Node) -> bool {
+    n.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Prints the control plane's resident memory (etcd, kube-apiserver and the rest), now and at

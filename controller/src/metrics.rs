@@ -407,6 +407,16 @@ impl Metrics {
             .inc();
     }
 
+    /// Starts the failed-reconcile series of `controller` at 0 for each of `reasons`, so a
+    /// dashboard shows 0 rather than no data, and the first failure is a visible increase.
+    pub fn known_reconcile_errors(&self, controller: Reconciler, reasons: &[&'static str]) {
+        for &reason in reasons {
+            self.reconcile_errors
+                .get_or_create(&ReconcileErrorLabels { controller, reason })
+                .inc_by(0);
+        }
+    }
+
     /// Count one failed reconcile of `controller`, by the error's reason.
     pub fn reconcile_failed(&self, controller: Reconciler, reason: &'static str) {
         self.reconcile_errors
@@ -458,6 +468,34 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn known_reconcile_error_reasons_start_at_zero_and_count_on() {
+        let m = Metrics::new();
+        m.known_reconcile_errors(
+            Reconciler::scaledown,
+            crate::reconcilers::scaledown::error::Error::REASONS,
+        );
+        m.reconcile_failed(Reconciler::scaledown, "Status");
+        let text = m.encode();
+        assert!(
+            text.contains(
+                "ebb_reconcile_errors_total{controller=\"scaledown\",reason=\"Snapshot\"} 0"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "ebb_reconcile_errors_total{controller=\"scaledown\",reason=\"Status\"} 1"
+            ),
+            "{text}"
+        );
+        // Every variant's reason is among the known ones.
+        assert!(
+            crate::reconcilers::scaledown::error::Error::REASONS
+                .contains(&crate::reconcilers::scaledown::error::Error::NoName.reason())
+        );
+    }
 
     #[test]
     fn encoded_metrics_carry_prefix_labels_and_values() {

@@ -20,6 +20,12 @@
 #                                        (default 10), start it again with the
 #                                        same flags and data; returns once
 #                                        kube-apiserver is ready again
+#   cluster.sh save-etcd DIR TO          stop etcd (SIGTERM: its last writes are on disk),
+#                                        copy its data directory to TO (replaced whole),
+#                                        start it again; returns once kube-apiserver is
+#                                        ready again. `up` with EBB_K8S_ETCD_RESTORE=TO
+#                                        starts from that copy (a bench's populated cluster
+#                                        in seconds)
 #   cluster.sh down DIR                  stop what `up` started (logs stay in DIR)
 #
 # `up` returns when /readyz is ok, the N nodes (kwok-node-0..N-1) are Ready
@@ -43,8 +49,13 @@
 # Environment:
 #   EBB_K8S_BIN_DIR          binaries (default: `build.sh --print-bin-dir`)
 #   EBB_K8S_ETCD_ARGS        extra etcd flags (word-split)
+#   EBB_K8S_ETCD_RESTORE     a data directory `save-etcd` wrote: `up` copies it and starts etcd
+#                            on the copy (every object it held is there at once; kwok takes over
+#                            the nodes it finds)
 #   EBB_K8S_APISERVER_ARGS   extra kube-apiserver flags (word-split)
 #   EBB_K8S_CONTROLLER_MANAGER_ARGS, EBB_K8S_SCHEDULER_ARGS, EBB_K8S_KWOK_ARGS
+#   EBB_K8S_KWOK_PARALLELISM workers kwok plays pod and node stages and renews leases with
+#                            (default kwok's 4)
 #   EBB_K8S_POD_DELAY_MS, EBB_K8S_POD_JITTER_MS
 #                            KWOK pod stage (create, ready, complete) delay and
 #                            maximum delay, default 100 and 500 ms (KWOK's own:
@@ -423,6 +434,20 @@ spec:
         {{ end }}
         phase: Running
 STAGE
+    # kwok plays stages with 4 workers each for pods and nodes by default: a bench that makes
+    # thousands of pods Running at once raises it.
+    if [[ -n ${EBB_K8S_KWOK_PARALLELISM:-} ]]; then
+      [[ $EBB_K8S_KWOK_PARALLELISM =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_PARALLELISM must be a positive number"
+      cat <<CONF
+---
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokConfiguration
+options:
+  podPlayStageParallelism: $EBB_K8S_KWOK_PARALLELISM
+  nodePlayStageParallelism: $EBB_K8S_KWOK_PARALLELISM
+  nodeLeaseParallelism: $EBB_K8S_KWOK_PARALLELISM
+CONF
+    fi
   } >"$DIR/kwok.yaml"
 }
 
@@ -522,6 +547,14 @@ cmd_up() {
       --kubelet-preferred-address-types=InternalIP)
   fi
 
+  if [[ -n ${EBB_K8S_ETCD_RESTORE:-} ]]; then
+    [[ -f $EBB_K8S_ETCD_RESTORE/member/snap/db ]] ||
+      die "EBB_K8S_ETCD_RESTORE=$EBB_K8S_ETCD_RESTORE is not an etcd data directory (cluster.sh save-etcd writes one)"
+    local t_copy
+    t_copy=$(now_ms)
+    cp -a "$EBB_K8S_ETCD_RESTORE" "$DIR/etcd-data"
+    log "etcd data restored from $EBB_K8S_ETCD_RESTORE in $((($(now_ms) - t_copy) / 1000))s"
+  fi
   read -r ETCD_PORT ETCD_PEER_PORT APISERVER_PORT KCM_PORT SCHEDULER_PORT <<<"$(free_ports 5)"
   gen_certs
   ((real)) && real_node_certs
@@ -689,6 +722,23 @@ cmd_stop_etcd() {
   log "etcd restarted, kube-apiserver ready again $(((t1 - t0) / 1000)).$(printf %03d $(((t1 - t0) % 1000)))s after the stop"
 }
 
+cmd_save_etcd() {
+  set_dir "${1:-}"
+  local to=${2:?usage: $0 save-etcd DIR TO}
+  [[ -f $DIR/pids/etcd.cmd ]] || die "no etcd recorded in $DIR (run: $0 up $DIR)"
+  local t0
+  t0=$(now_ms)
+  stop etcd TERM
+  rm -rf "$to.tmp"
+  mkdir -p "$(dirname "$to")"
+  cp -a "$DIR/etcd-data" "$to.tmp" || { restart_recorded etcd; die "cannot copy etcd's data to $to.tmp"; }
+  rm -rf "$to"
+  mv "$to.tmp" "$to"
+  restart_recorded etcd
+  wait_for "kube-apiserver /readyz" kubectl_ get --raw /readyz
+  log "etcd's data saved to $to ($(du -sh "$to" | cut -f1)); kube-apiserver ready again $((($(now_ms) - t0) / 1000))s after the stop"
+}
+
 cmd_import_images() {
   set_dir "${1:-}"
   shift
@@ -713,9 +763,10 @@ main() {
   import-images) cmd_import_images "$@" ;;
   restart-apiserver) cmd_restart_apiserver "$@" ;;
   stop-etcd) cmd_stop_etcd "$@" ;;
+  save-etcd) cmd_save_etcd "$@" ;;
   down) cmd_down "$@" ;;
   -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|down DIR ... (try --help)" ;;
+  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|save-etcd|down DIR ... (try --help)" ;;
   esac
 }
 

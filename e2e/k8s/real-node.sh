@@ -6,7 +6,8 @@
 # kube-proxy (iptables mode) sends the Service's ClusterIP there, as in any cluster. Pods get
 # addresses of POD_CIDR on the bridge and a route to the Service range through the node, and no
 # default route. Nothing is forwarded off the machine: no masquerading, and the Service range is
-# unreachable but through kube-proxy's rules. One real node per machine (the
+# routed to the bridge, where only kube-proxy's rules give it a destination (so the API server
+# reaches a webhook's Service as on a real control plane node). One real node per machine (the
 # bridge and its range are fixed); `down` removes the bridge, kube-proxy's rules, the pods'
 # network namespaces and every mount under DIR.
 #
@@ -54,11 +55,15 @@ real_network_up() {
   ip link add "$REAL_BRIDGE" type bridge || fail "" "cannot create the bridge $REAL_BRIDGE"
   ip addr add "$REAL_NODE_IP/24" dev "$REAL_BRIDGE"
   ip link set "$REAL_BRIDGE" up
-  # Service addresses never leave the machine: only kube-proxy's DNAT (before routing) reaches them.
-  ip route replace unreachable "$SERVICE_CIDR"
+  # Service addresses are routed to the bridge, as on a control plane node that runs
+  # kube-proxy: the route lets a host process's connection (the API server calling a webhook's
+  # Service) pass the routing decision, and kube-proxy's DNAT (nat OUTPUT for the host,
+  # PREROUTING for pods) then sends it to an endpoint. Without an endpoint, kube-proxy rejects.
+  ip route replace "$SERVICE_CIDR" dev "$REAL_BRIDGE" src "$REAL_NODE_IP"
 }
 
 real_network_down() {
+  ip route del "$SERVICE_CIDR" 2>/dev/null || true
   ip route del unreachable "$SERVICE_CIDR" 2>/dev/null || true
   ip link del "$REAL_BRIDGE" 2>/dev/null || true
 }
@@ -101,7 +106,11 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$CNI_BIN_DIR"
     conf_dir = "$DIR/cni/net.d"
+  # Per-registry settings (hosts.toml), read at every pull: a test adds its registry here.
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "$d/certs.d"
 EOF
+  mkdir -p "$d/certs.d"
   cat >"$DIR/cni/net.d/10-ebb-e2e.conflist" <<EOF
 {
   "cniVersion": "0.4.0",

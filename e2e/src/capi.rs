@@ -26,7 +26,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{ChildProcess, TestEnv, wait_for};
+use crate::harness::{ChildProcess, TestEnv, free_port, wait_for};
 
 /// The Cluster API release whose CRDs and core manager the tests use (pinned in `build.sh`).
 pub const CAPI_VERSION: &str = "v1.14.2";
@@ -890,10 +890,4 @@ fn make_certificate(dir: &Path) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-/// A loopback TCP port free right now.
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
 }

@@ -620,6 +620,16 @@ impl RealCluster {
         Ok(())
     }
 
+    /// Stops etcd (SIGTERM), copies its data directory to `to` and starts it again; returns
+    /// once the API server is ready (`cluster.sh save-etcd`). A later control plane started
+    /// with `EBB_K8S_ETCD_RESTORE=<to>` starts from that copy.
+    pub async fn save_etcd(&self, to: &Path) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        let to = to.to_string_lossy().into_owned();
+        run_script(&k8s_script("cluster.sh"), &["save-etcd", &path, &to]).await?;
+        Ok(())
+    }
+
     /// The audit log's evictions with their pods' uids.
     pub fn evictions(&self) -> anyhow::Result<Vec<crate::audit::EvictionRecord>> {
         let path = self.dir.path().join("audit.log");

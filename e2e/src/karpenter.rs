@@ -33,7 +33,7 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{TestEnv, wait_for};
+use crate::harness::{TestEnv, free_port, wait_for};
 use crate::harness::{tail, wait_http_ready};
 
 /// The label Karpenter puts on the nodes (and NodeClaims) of a NodePool: its name.
@@ -235,11 +235,6 @@ pub struct Karpenter {
     log: PathBuf,
     metrics_port: u16,
     health_port: u16,
-}
-
-fn free_port() -> anyhow::Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
-    Ok(l.local_addr()?.port())
 }
 
 /// A Go duration (`250ms`).

@@ -8,7 +8,9 @@ pub mod harness;
 pub mod images;
 pub mod karpenter;
 pub mod pdb_safety;
+pub mod prometheus;
 pub mod rbac;
+pub mod registry;
 pub mod removal;
 pub mod setup;
 

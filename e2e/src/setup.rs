@@ -67,10 +67,16 @@ impl Cluster {
             }
         }
         let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": "ebb-system"}}))?;
-        Api::<Namespace>::all(c.clone())
+        // Already there when the control plane started from a saved etcd (a bench's).
+        match Api::<Namespace>::all(c.clone())
             .create(&PostParams::default(), &ns)
             .await
-            .context("creating namespace ebb-system")?;
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            r => {
+                r.context("creating namespace ebb-system")?;
+            }
+        }
         if env.real().is_some() {
             install_steering_webhook(&c).await?;
             // A CRD serves a little after it is created.

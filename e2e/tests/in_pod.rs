@@ -1,11 +1,13 @@
 //! The chart installed for real: `helm install` of charts/ebb (the Helm library, helm-sdkpy) on a
 //! real control plane with a real node (containerd, kubelet, kube-proxy; `cluster.sh up
-//! --real-node`) running the images `images/build.sh` built. The controller and the node agent
-//! run in pods there: Ready through their probes, in-cluster credentials of the chart's
+//! --real-node`) running the images `images/build.sh` built, pushed to a registry on loopback
+//! (`docker-registry`, `skopeo`) and pulled from it by the node's containerd, the chart pointed
+//! at it with `image.registry` alone. The controller and the node agent run in pods there: Ready through their probes, in-cluster credentials of the chart's
 //! ServiceAccounts (the audit log names the pod and its address), the Lease won, KWOK nodes
 //! drained, a gated pod placed and its resource localized, the agent's store surviving its pod,
 //! an upgrade to another tag mid-drain, and an uninstall that leaves nothing of ebb running.
-//! Needs root, containerd, runc, the CNI plugins, iptables, buildah and musl-gcc (`make test`
+//! Needs root, containerd, runc, the CNI plugins, iptables, buildah, musl-gcc, docker-registry
+//! and skopeo (`make test`
 //! installs them); fails saying what is missing.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -31,7 +33,7 @@ const RELEASE: &str = "ebb";
 const APPS_NS: &str = "warm";
 /// Real pods start in seconds, but the machine may be busy.
 const WAIT: Duration = Duration::from_secs(120);
-/// The tag the upgrade moves to: the same images, tagged again in containerd.
+/// The tag the upgrade moves to: the same images, pushed again under it.
 const UPGRADE_TAG: &str = "e2e-upgrade";
 
 /// Fails, saying how to install it, when python3 with helm-sdkpy is missing.
@@ -261,6 +263,161 @@ async fn node_state(c: &kube::Client, node: &str) -> Option<NodeState> {
     Api::<NodeState>::all(c.clone()).get_opt(node).await.ok()?
 }
 
+/// Provokes a Degraded policy (a selector matching no node) and a price on a node, starts
+/// Prometheus scraping the controller and agent pods as the chart's ServiceMonitors would (job
+/// and namespace labels), then evaluates every query of the chart's dashboard and every
+/// expression of its PrometheusRule: none is refused, every panel has data, EbbPolicyDegraded
+/// fires for that policy and the Down alerts do not.
+async fn prometheus_sees_the_dashboard_and_alerts(
+    cluster: &Cluster,
+    real: &RealCluster,
+    controllers: &[Pod],
+    agent: &Pod,
+    values: &Value,
+) {
+    use ebb_e2e::prometheus::{Prometheus, ScrapeJob, dashboard_queries};
+    let c = cluster.client();
+    create_policy(
+        c,
+        "nothing-matches",
+        merged(
+            fast_policy_spec("nothing-matches"),
+            &json!({"nodeSelector": {"matchLabels": {"pool": "no-such-pool"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let ip = |p: &Pod, port: u16| format!("{}:{port}", pod_ip(p).unwrap_or_default());
+    let jobs = [
+        ScrapeJob {
+            job: format!("{RELEASE}-controller-metrics"),
+            namespace: NS.to_string(),
+            targets: controllers.iter().map(|p| ip(p, 8080)).collect(),
+        },
+        ScrapeJob {
+            job: format!("{RELEASE}-node-agent-metrics"),
+            namespace: NS.to_string(),
+            targets: vec![ip(agent, 8081)],
+        },
+    ];
+    let prom = Prometheus::start(&real.dir().join("prometheus"), &jobs)
+        .await
+        .unwrap_or_else(|e| panic!("Prometheus could not start: {e:#}"));
+    let up = wait_for("Prometheus scrapes every target", WAIT, || async {
+        let t = prom.targets().await.ok()?;
+        (t.len() == controllers.len() + 1 && t.iter().all(|(_, _, h, _)| h == "up")).then_some(())
+    })
+    .await;
+    assert!(
+        up.is_ok(),
+        "targets: {:?}\n{}",
+        prom.targets().await,
+        prom.log_text()
+    );
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(&chart_dir()).join("dashboards/ebb.json")).unwrap(),
+    )
+    .unwrap();
+    // A panel that shows only the non-zero series (`... > 0`: "Throttled nodes by reason") is
+    // empty by design while none is; its series must be there all the same.
+    let queries: Vec<(String, String)> = dashboard_queries(&dashboard)
+        .into_iter()
+        .map(|(t, e)| match e.strip_suffix(" > 0") {
+            Some(unfiltered) => (t, unfiltered.to_string()),
+            None => (t, e),
+        })
+        .collect();
+    assert!(queries.len() >= 20, "{queries:?}");
+    // Rates need two samples in their window: wait until every panel has data, or say which
+    // have none after the wait.
+    let empty = wait_for("every dashboard panel has data", WAIT, || async {
+        let mut empty = Vec::new();
+        for (title, expr) in &queries {
+            match prom.query(expr).await {
+                Ok(r) if !r.is_empty() => {}
+                Ok(_) => empty.push(format!("{title}: {expr}")),
+                Err(e) => panic!("Prometheus refuses panel {title:?}'s query {expr}: {e:#}"),
+            }
+        }
+        empty.is_empty().then_some(())
+    })
+    .await;
+    if empty.is_err() {
+        let mut none = Vec::new();
+        for (title, expr) in &queries {
+            if prom.query(expr).await.map(|r| r.is_empty()).unwrap_or(true) {
+                none.push(format!("{title}: {expr}"));
+            }
+        }
+        panic!("dashboard panels with no data:\n{}", none.join("\n"));
+    }
+    // The alert rules as the chart renders them for this release.
+    let mut with_rules = values.clone();
+    with_rules["prometheusRule"] = json!({"enabled": true});
+    let rendered = ebb_e2e::rbac::render(&with_rules).unwrap();
+    let rules: Vec<(String, String)> = rendered
+        .iter()
+        .filter(|o| o["kind"] == "PrometheusRule")
+        .flat_map(|o| o["spec"]["groups"].as_array().cloned().unwrap_or_default())
+        .flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default())
+        .map(|r| {
+            (
+                r["alert"].as_str().unwrap_or_default().to_string(),
+                r["expr"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert!(rules.len() >= 5, "{rules:?}");
+    for (alert, expr) in &rules {
+        let result = prom.query(expr).await.unwrap_or_else(|e| {
+            panic!("Prometheus refuses alert {alert}'s expression {expr}: {e:#}")
+        });
+        match alert.as_str() {
+            "EbbPolicyDegraded" => {
+                // Once the new policy's first loop has been scraped.
+                let fired = wait_for("EbbPolicyDegraded fires", WAIT, || async {
+                    let r = prom.query(expr).await.ok()?;
+                    r.iter()
+                        .any(|s| s["metric"]["policy"] == "nothing-matches")
+                        .then_some(())
+                })
+                .await;
+                assert!(
+                    fired.is_ok(),
+                    "EbbPolicyDegraded fires for the policy whose selector matches nothing: {:?}",
+                    prom.query(expr).await
+                );
+            }
+            "EbbControllerDown" | "EbbNodeAgentDown" | "EbbNodeAgentStoreUnhealthy" => assert!(
+                result.is_empty(),
+                "{alert} does not fire while both run healthy: {result:?}"
+            ),
+            _ => {}
+        }
+    }
+    Api::<ScaleDownPolicy>::all(c.clone())
+        .delete("nothing-matches", &DeleteParams::default())
+        .await
+        .unwrap();
+}
+
+/// A built image's reference split for the registry: (`<prefix>/<name>` without the build's
+/// registry host, tag); `ghcr.io/ebb-dev/ebb-controller:0.1.0` gives
+/// (`ebb-dev/ebb-controller`, `0.1.0`). With a `127.0.0.1:<port>/` reference the host is kept
+/// apart the same way.
+fn pushed_name(reference: &str) -> (String, String) {
+    let (repo, tag) = reference
+        .rsplit_once(':')
+        .filter(|(_, t)| !t.contains('/'))
+        .unwrap_or((reference, "latest"));
+    let path = match repo.split_once('/') {
+        // The first part is a registry host when it has a dot or a port (as Docker reads it).
+        Some((first, rest)) if first.contains('.') || first.contains(':') => rest,
+        _ => repo,
+    };
+    (path.to_string(), tag.to_string())
+}
+
 fn image_tag(reference: &str, tag: &str) -> String {
     match reference.rsplit_once(':') {
         Some((repo, _)) => format!("{repo}:{tag}"),
@@ -285,7 +442,37 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     let node = real.real_node().expect("cluster.sh names its real node");
     let node_label = real.env_var("EBB_K8S_REAL_NODE_LABEL").unwrap();
     let pause = real.env_var("EBB_K8S_PAUSE_IMAGE").unwrap();
-    real.import_images(&images.archives).await.unwrap();
+    // As users install it: the images pushed to a registry (on loopback), the chart pointed at
+    // it with `image.registry` alone, the real node's containerd pulling them at install.
+    let registry = ebb_e2e::registry::LocalRegistry::start(&real.dir().join("registry"))
+        .await
+        .unwrap_or_else(|e| panic!("the test registry could not start: {e:#}"));
+    registry
+        .trust_from(&real.dir().join("containerd/certs.d"))
+        .unwrap();
+    let built = images.clone();
+    let (controller_repo, tag) = pushed_name(&built.controller);
+    let image_registry = match controller_repo.rsplit_once('/') {
+        Some((prefix, _)) => format!("{}/{prefix}", registry.host),
+        None => registry.host.clone(),
+    };
+    let mut images = built.clone();
+    for (archive, reference) in built
+        .archives
+        .iter()
+        .zip([&mut images.controller, &mut images.node_agent])
+    {
+        let (repo, _) = pushed_name(reference);
+        *reference = registry
+            .push(archive, &repo, &tag)
+            .await
+            .unwrap_or_else(|e| panic!("pushing to the test registry: {e:#}"));
+    }
+    let before = real.ctr(&["images", "ls", "-q"]).await.unwrap();
+    assert!(
+        !before.contains(&registry.host),
+        "containerd has none of the registry's images before the install:\n{before}"
+    );
     let c = env.client.clone();
     let kubeconfig = env.kubeconfig.to_string_lossy().into_owned();
 
@@ -293,7 +480,12 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     // artifacts the agent may copy from (fileRoots).
     let host = real.dir().join("host");
     let state_dir = host.join("var/lib/ebb");
-    let agent_bin = images.dir.join("context/ebb-node-agent");
+    // The build's binary for this machine's architecture (the context holds one per platform).
+    let arch = match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "amd64",
+    };
+    let agent_bin = images.dir.join("context").join(arch).join("ebb-node-agent");
     let artifacts = host.join("artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();
     let artifact = b"weights of a model, kept warm on the node\n".repeat(64);
@@ -306,6 +498,7 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         "nodeSelector": {node_label.as_str(): "true"},
     });
     let values = json!({
+        "image": {"registry": image_registry},
         "controller": merged(pin.clone(), &json!({
             "tolerations": [{"key": node_label, "operator": "Exists", "effect": "NoSchedule"}],
             // Both replicas on the one real node: the default anti-affinity would keep the
@@ -347,6 +540,13 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         assert!(
             listed.contains(image.as_str()),
             "containerd runs {image}:\n{listed}"
+        );
+        let (repo, _) = pushed_name(image);
+        let repo = repo.trim_start_matches(&format!("{}/", registry.host));
+        assert!(
+            registry.manifest_pulls(repo) >= 1,
+            "the real node pulled {repo} from the registry; its log:\n{}",
+            registry.log_text()
         );
     }
 
@@ -423,6 +623,28 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         "the leader's pod evicted the drained nodes' pods"
     );
     wait_apps_running(&c, 2).await;
+    // Steering through the chart's Service: the API server called the leader's webhook for
+    // both replacements, which landed on the node the plan gave them.
+    let steered = wait_for("both replacements steered and on plan", WAIT, || async {
+        let r = Api::<ScaleDownPolicy>::all(c.clone())
+            .get("drain")
+            .await
+            .ok()?
+            .status?
+            .replacements?;
+        (r.steering == "Enabled" && r.steered >= 2 && r.on_plan >= 2).then_some(r)
+    })
+    .await;
+    assert!(
+        steered.is_ok(),
+        "replacements steered through the Service: {:?}",
+        Api::<ScaleDownPolicy>::all(c.clone())
+            .get("drain")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+            .and_then(|s| s.replacements)
+    );
 
     // ---- placement: a gated pod of a PlacementHistory is released by the controller, runs on
     // the real node, and the agent localizes its role's resource
@@ -453,6 +675,10 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
         completed_resource(&before["localization"], &sha),
         "{before}"
     );
+
+    // ---- a real Prometheus scrapes both workloads' pods: every dashboard panel has data, and
+    // the alert this run provokes (a Degraded policy) fires
+    prometheus_sees_the_dashboard_and_alerts(&cluster, real, &controllers, &agent, &values).await;
 
     // ---- the agent's pod is deleted; its DaemonSet starts another, which recovers the store
     let old_uid = agent.metadata.uid.clone().unwrap();
@@ -492,14 +718,17 @@ async fn the_chart_runs_ebb_in_pods_on_a_real_node() {
     assert!(completed_resource(&after["localization"], &sha), "{after}");
 
     // ---- upgrade to another tag of the same images, while a drain runs
-    for image in [&images.controller, &images.node_agent] {
-        real.ctr(&["images", "tag", image, &image_tag(image, UPGRADE_TAG)])
-            .await
-            .unwrap();
+    for (archive, image) in built
+        .archives
+        .iter()
+        .zip([&built.controller, &built.node_agent])
+    {
+        let (repo, _) = pushed_name(image);
+        registry.push(archive, &repo, UPGRADE_TAG).await.unwrap();
     }
     start_slow_drain(&cluster).await;
     let mut upgrade_values = values.clone();
-    upgrade_values["image"] = json!({"tag": UPGRADE_TAG});
+    upgrade_values["image"]["tag"] = json!(UPGRADE_TAG);
     let upgraded = helm(&[
         "upgrade",
         &kubeconfig,

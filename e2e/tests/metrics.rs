@@ -27,7 +27,9 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_placement_hits", "counter"),
     ("ebb_placements", "counter"),
     ("ebb_policy_degraded", "gauge"),
+    ("ebb_reconcile_errors", "counter"),
     ("ebb_removals", "counter"),
+    ("ebb_replacements", "counter"),
     ("ebb_steering_admissions", "counter"),
     ("ebb_throttled_nodes", "gauge"),
     ("ebb_unneeded_nodes", "gauge"),
@@ -302,6 +304,8 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
         })
         .inc();
     m.steering_admitted(SteeringAdmission::patched);
+    m.reconcile_failed(Reconciler::scaledown, "Status");
+    m.replacement("p", ReplacementOutcome::on_plan, "");
     let om = m.encode();
     assert_eq!(types(&om), expected(CONTROLLER), "{om}");
     for (name, _) in CONTROLLER {

@@ -271,6 +271,14 @@ pub async fn serve(
     stop: CancellationToken,
 ) -> anyhow::Result<Exit> {
     let metrics = Metrics::new();
+    metrics.known_reconcile_errors(
+        crate::metrics::Reconciler::scaledown,
+        crate::reconcilers::scaledown::error::Error::REASONS,
+    );
+    metrics.known_reconcile_errors(
+        crate::metrics::Reconciler::placement,
+        crate::reconcilers::placement::reconcile::Error::REASONS,
+    );
     let readiness = Readiness::default();
     let stop = stop.child_token();
     let _stop_on_exit: DropGuard = stop.clone().drop_guard();

@@ -117,13 +117,21 @@ impl Actuator {
     }
 
     fn count_removal(&self, order: &DrainOrder, target: &Target, outcome: RemovalOutcome) {
-        self.metrics
-            .removals
-            .get_or_create(&RemovalLabels {
-                policy: order.policy.clone(),
-                method: target.method().as_str().to_string(),
-                outcome,
-            })
-            .inc();
+        let labels = |outcome| RemovalLabels {
+            policy: order.policy.clone(),
+            method: target.method().as_str().to_string(),
+            outcome,
+        };
+        // Every outcome of this policy and method starts at 0 with its first removal, so the
+        // rare ones (stuck, failed) are series a dashboard and `increase()` see from then on.
+        for o in [
+            RemovalOutcome::handed_off,
+            RemovalOutcome::removed,
+            RemovalOutcome::stuck,
+            RemovalOutcome::failed,
+        ] {
+            self.metrics.removals.get_or_create(&labels(o)).inc_by(0);
+        }
+        self.metrics.removals.get_or_create(&labels(outcome)).inc();
     }
 }

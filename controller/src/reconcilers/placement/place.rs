@@ -185,6 +185,16 @@ impl Pass<'_> {
             outcome,
         };
         metrics.placements.get_or_create(&pl).inc();
+        // The history's hit and escalation series start at 0 with its first release, so a hit
+        // rate and an escalation count read 0 rather than nothing until the first of each.
+        metrics
+            .placement_hits
+            .get_or_create(&labels(self.ph))
+            .inc_by(0);
+        metrics
+            .placement_escalations
+            .get_or_create(&labels(self.ph))
+            .inc_by(0);
         if let Some(waited) = self.ctx.ungated(&pod.uid().unwrap_or_default()) {
             metrics
                 .gate_wait

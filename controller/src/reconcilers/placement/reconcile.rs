@@ -32,6 +32,9 @@ pub enum Error {
 }
 
 impl Error {
+    /// Every value [`Error::reason`] gives (its series start at 0).
+    pub const REASONS: &[&str] = &["Status"];
+
     /// The `reason` label of `ebb_reconcile_errors`: the variant's name.
     pub fn reason(&self) -> &'static str {
         match self {
