@@ -752,6 +752,16 @@ pub fn steering_args(backend: Backend, binary: &str, args: &[&str]) -> anyhow::R
     ])
 }
 
+/// The first of `PATH`'s entries holding the program `name`.
+pub fn which(name: &str) -> anyhow::Result<PathBuf> {
+    std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| format!("{name} is not on PATH"))
+}
+
 /// A TCP port free on this host now.
 pub fn free_port() -> anyhow::Result<u16> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{free_port, wait_for};
+use crate::harness::{free_port, wait_for, which};
 
 /// A running registry, stopped when dropped. Serves plain HTTP on `127.0.0.1`, so containerd
 /// is told to use HTTP for it ([`LocalRegistry::trust_from`]).
@@ -137,16 +137,6 @@ impl LocalRegistry {
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
-}
-
-/// The first of `PATH`'s entries holding `name`.
-fn which(name: &str) -> anyhow::Result<PathBuf> {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-        .with_context(|| format!("{name} is not on PATH"))
 }
 
 /// The HTTP status of `GET path` on `host` (plain HTTP/1.0), None when it does not answer.

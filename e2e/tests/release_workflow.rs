@@ -22,12 +22,7 @@ fn actionlint() -> PathBuf {
     if let Some(p) = std::env::var_os("EBB_ACTIONLINT") {
         return PathBuf::from(p);
     }
-    let on_path = std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .map(|d| d.join("actionlint"))
-        .find(|p| p.is_file());
-    if let Some(p) = on_path {
+    if let Ok(p) = ebb_e2e::harness::which("actionlint") {
         return p;
     }
     let gopath = std::process::Command::new("go")
