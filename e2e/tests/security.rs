@@ -200,6 +200,8 @@ impl World {
 struct Agent {
     child: tokio::process::Child,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The tasks copying stdout and stderr into `lines`; done once the agent has exited.
+    readers: Vec<tokio::task::JoinHandle<()>>,
     dir: PathBuf,
 }
 
@@ -266,24 +268,36 @@ impl Agent {
             Box::new(child.stdout.take().unwrap()),
             Box::new(child.stderr.take().unwrap()),
         ];
-        for pipe in pipes {
-            let lines = lines.clone();
-            tokio::spawn(async move {
-                let mut r = tokio::io::BufReader::new(pipe).lines();
-                while let Ok(Some(l)) = r.next_line().await {
-                    lines.lock().unwrap().push(l);
-                }
-            });
-        }
+        let readers = pipes
+            .into_iter()
+            .map(|pipe| {
+                let lines = lines.clone();
+                tokio::spawn(async move {
+                    let mut r = tokio::io::BufReader::new(pipe).lines();
+                    while let Ok(Some(l)) = r.next_line().await {
+                        lines.lock().unwrap().push(l);
+                    }
+                })
+            })
+            .collect();
         Agent {
             child,
             lines,
+            readers,
             dir: dir.to_path_buf(),
         }
     }
 
     fn log(&self) -> String {
         self.lines.lock().unwrap().join("\n")
+    }
+
+    /// The whole log of an agent that has exited: waits for its pipes to be read to the end.
+    async fn exited_log(&mut self) -> String {
+        for r in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(10), r).await;
+        }
+        self.log()
     }
 
     /// `ebb-node-agent dump` of this agent's store, as text.
@@ -666,12 +680,14 @@ async fn a_cache_dir_holding_unknown_files_is_refused_and_kept(backend) {
     std::fs::create_dir_all(cache.join("etc")).unwrap();
     std::fs::write(cache.join("etc/precious.conf"), b"keep me").unwrap();
     let mut agent = Agent::spawn(&w, dir.path(), AgentOpts::default());
-    let status = tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await;
-    let log = agent.log();
-    let status = match status {
+    let status = match tokio::time::timeout(Duration::from_secs(30), agent.child.wait()).await {
         Ok(s) => s.unwrap(),
-        Err(_) => panic!("the agent kept running on a foreign --cache-dir:\n{log}"),
+        Err(_) => panic!(
+            "the agent kept running on a foreign --cache-dir:\n{}",
+            agent.log()
+        ),
     };
+    let log = agent.exited_log().await;
     assert!(!status.success(), "{log}");
     assert!(log.contains("--cache-dir"), "{log}");
     assert_eq!(
