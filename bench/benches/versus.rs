@@ -5,7 +5,7 @@
 //! Needs the control plane (`e2e/k8s/build.sh`), the peers (`e2e/k8s/build.sh peers`: Karpenter,
 //! and Cluster Autoscaler from `EBB_CA_SOURCE`, see e2e/k8s/README.md) and the
 //! controller (`cargo build --release -p ebb-controller`). `EBB_VERSUS_SCENARIOS` picks scenarios
-//! by name (comma-separated: mixed-60, pdb-paced, large-200, tight-holes); all by default.
+//! by name (comma-separated: mixed-60, pdb-paced, large-200, tight-holes, gpu-pool); all by default.
 //! `EBB_VERSUS_COLUMNS` picks columns (comma-separated: ebb, cluster-autoscaler, ebb-karpenter,
 //! ebb-karpenter-hostname, karpenter); all but ebb-karpenter-hostname by default.
 //! `EBB_VERSUS_UTILIZATION_THRESHOLD` (a comma-separated list) runs ebb's columns and Cluster
@@ -54,6 +54,7 @@ async fn run() -> anyhow::Result<()> {
         scenario::pdb_paced(24),
         scenario::large_200(),
         scenario::tight_holes(),
+        scenario::gpu_pool(),
     ];
     let thresholds = versus::thresholds_from_env()?;
     let default = versus::ebb_default_threshold();

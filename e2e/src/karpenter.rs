@@ -1180,11 +1180,28 @@ pub async fn create_node_claims(
     pool: &str,
     count: usize,
 ) -> anyhow::Result<Vec<String>> {
+    create_node_claims_of_type(client, pool, count, None).await
+}
+
+/// [`create_node_claims`], each NodeClaim asking for `instance_type` when given (one more
+/// `node.kubernetes.io/instance-type In` requirement, one of the pool's types).
+pub async fn create_node_claims_of_type(
+    client: &kube::Client,
+    pool: &str,
+    count: usize,
+    instance_type: Option<&str>,
+) -> anyhow::Result<Vec<String>> {
     let p = node_pools(client)
         .get(pool)
         .await
         .with_context(|| format!("reading NodePool {pool}"))?;
-    let claim: DynamicObject = serde_json::from_value(node_claim_json(&p)?)?;
+    let mut json = node_claim_json(&p)?;
+    if let (Some(t), Some(reqs)) = (instance_type, json["spec"]["requirements"].as_array_mut()) {
+        reqs.push(
+            json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [t]}),
+        );
+    }
+    let claim: DynamicObject = serde_json::from_value(json)?;
     let api = node_claims_api(client);
     let mut names = Vec::with_capacity(count);
     for _ in 0..count {

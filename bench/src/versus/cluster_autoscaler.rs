@@ -8,8 +8,9 @@
 //! `cluster-autoscaler` in the control plane's bin dir ([`binary`]), and refuses one whose Go
 //! build information names another commit ([`BinaryInfo::check`]).
 //!
-//! The provider groups the scenario's nodes into one node group by the scenario's
-//! [`GROUP_LABEL`] and reads its template from the live nodes (`readNodesFrom: cluster`); the
+//! The provider groups the scenario's nodes into node groups by their [`SHAPE_LABEL`] (one group
+//! on a uniform scenario, one per shape on a shaped one), knows GPU nodes by their
+//! [`GPU_TYPE_LABEL`], and reads the templates from the live nodes (`readNodesFrom: cluster`); the
 //! nodes carry what it needs (providerID `kwok:<name>`, the `kwok.x-k8s.io/node: fake`
 //! annotation, the node-group name and min-count annotations; see
 //! [`super::scenario::node_object`]). It is stopped with SIGKILL: on SIGTERM or SIGINT its signal
@@ -25,7 +26,7 @@ use kube::api::{Api, PostParams};
 use serde_json::json;
 
 use super::Settings;
-use super::scenario::GROUP_LABEL;
+use super::scenario::{GPU_TYPE, GPU_TYPE_LABEL, SHAPE_LABEL};
 use ebb_e2e::harness::TestEnv;
 use ebb_e2e::harness::wait_http_ready;
 
@@ -195,11 +196,13 @@ pub fn checked_binary() -> Result<(PathBuf, BinaryInfo), String> {
     Ok((path, info))
 }
 
-/// The kwok provider's configuration: one node group per value of [`GROUP_LABEL`], templates read
-/// from the live nodes, everything else at the provider's defaults.
+/// The kwok provider's configuration: one node group per value of [`SHAPE_LABEL`], templates read
+/// from the live nodes, GPU nodes known by [`GPU_TYPE_LABEL`] (`nodes.gpuConfig`: with it, a node
+/// with GPUs is judged by its GPUs alone, against `--scale-down-gpu-utilization-threshold`),
+/// everything else at the provider's defaults.
 pub fn provider_config() -> String {
     format!(
-        "apiVersion: v1alpha1\nreadNodesFrom: cluster\nnodegroups:\n  fromNodeLabelKey: \"{GROUP_LABEL}\"\n"
+        "apiVersion: v1alpha1\nreadNodesFrom: cluster\nnodegroups:\n  fromNodeLabelKey: \"{SHAPE_LABEL}\"\nnodes:\n  gpuConfig:\n    gpuLabelKey: \"{GPU_TYPE_LABEL}\"\n    availableGPUTypes:\n      \"{GPU_TYPE}\": {{}}\n"
     )
 }
 

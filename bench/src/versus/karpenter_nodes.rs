@@ -36,13 +36,72 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 
 /// Karpenter as both Karpenter-variant runs start it: every flag at Karpenter's default (the
 /// provisioner's batch windows 1 s idle and 10 s at most, log level info, default feature gates),
-/// except what running outside a pod needs (no leader election, free metrics and health ports).
-pub fn karpenter_settings() -> karpenter::Settings {
+/// except what running outside a pod needs (no leader election, free metrics and health ports)
+/// and, for a shaped scenario, `instance_types`: the file of its KWOK instance types
+/// ([`instance_types_json`]).
+pub fn karpenter_settings(instance_types: Option<&std::path::Path>) -> karpenter::Settings {
     karpenter::Settings {
         batch_idle: Duration::from_secs(1),
         batch_max: Duration::from_secs(10),
+        extra_args: instance_types
+            .map(|p| vec![format!("--instance-types-file-path={}", p.display())])
+            .unwrap_or_default(),
         ..karpenter::Settings::default()
     }
+}
+
+/// The KWOK provider's instance types of a shaped scenario (`--instance-types-file-path`, which
+/// replaces its built-in ones): one per shape, named by it, with its cpu, memory, GPUs and 110
+/// pods, offered on demand in the harness's zone at the shape's price per hour.
+pub fn instance_types_json(s: &Scenario) -> serde_json::Value {
+    let types: Vec<serde_json::Value> = s
+        .shapes
+        .iter()
+        .map(|shape| {
+            let mut resources = json!({"cpu": shape.cpu, "memory": shape.memory, "pods": "110"});
+            if shape.gpus > 0 {
+                resources[scenario::GPU_RESOURCE] = json!(shape.gpus.to_string());
+            }
+            json!({
+                "name": shape.name,
+                "offerings": [{"Price": shape.per_hour, "Available": true, "Requirements": [
+                    {"key": "karpenter.sh/capacity-type", "operator": "In",
+                        "values": [karpenter::CAPACITY_TYPE]},
+                    {"key": "topology.kubernetes.io/zone", "operator": "In",
+                        "values": [karpenter::ZONE]}]}],
+                "architecture": "amd64",
+                "operatingSystems": ["linux"],
+                "resources": resources,
+            })
+        })
+        .collect();
+    json!(types)
+}
+
+/// The instance types of the scenario's nodes: its shapes' names, or the one built-in type of
+/// its uniform nodes.
+fn instance_types(s: &Scenario) -> anyhow::Result<Vec<String>> {
+    if s.shapes.is_empty() {
+        return Ok(vec![instance_type(s.node_cpu, s.node_memory)?]);
+    }
+    Ok(s.shapes.iter().map(|sh| sh.name.to_string()).collect())
+}
+
+/// CPUs of all the scenario's nodes.
+fn total_cpus(s: &Scenario) -> anyhow::Result<u64> {
+    if s.shapes.is_empty() {
+        let cpus: u64 = s.node_cpu.parse()?;
+        return Ok(cpus * s.nodes as u64);
+    }
+    let mut total = 0;
+    for sh in &s.shapes {
+        let cpus: u64 = sh
+            .cpu
+            .parse()
+            .with_context(|| format!("shape {}: cpu {} is not a whole number", sh.name, sh.cpu))?;
+        total += cpus * sh.count as u64;
+    }
+    Ok(total)
 }
 
 /// The KWOK provider's instance type for a scenario node of `cpu` and `memory`: family `c`, `s`
@@ -82,11 +141,10 @@ fn pool_spec(
     p.budgets = vec![Budget::nodes(
         &settings.max_scale_down_parallelism.to_string(),
     )];
-    p.instance_types = vec![instance_type(s.node_cpu, s.node_memory)?];
+    p.instance_types = instance_types(s)?;
     p.labels = json!({GROUP_LABEL: GROUP});
     if limits {
-        let cpus: u64 = s.node_cpu.parse()?;
-        p.limits = Some(json!({"cpu": (cpus * s.nodes as u64).to_string()}));
+        p.limits = Some(json!({"cpu": total_cpus(s)?.to_string()}));
     }
     Ok(p)
 }
@@ -117,19 +175,53 @@ pub async fn build(
 ) -> anyhow::Result<Built> {
     let client = &env.client;
     karpenter::install_crds(env).await?;
-    let k = Karpenter::start(env, &karpenter_settings()).await?;
+    let types_file = match s.shapes.is_empty() {
+        true => None,
+        false => {
+            let real = env
+                .real()
+                .context("Karpenter's nodes need a control plane the suite starts")?;
+            let path = real.dir().join("instance-types.json");
+            std::fs::write(&path, serde_json::to_vec_pretty(&instance_types_json(s))?)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Some(path)
+        }
+    };
+    let k = Karpenter::start(env, &karpenter_settings(types_file.as_deref())).await?;
     karpenter::node_pool(client, &pool_spec(s, settings, "Never", true)?).await?;
     karpenter::wait_node_pool_ready(client, POOL, Duration::from_secs(60)).await?;
-    let created = karpenter::create_node_claims(client, POOL, s.nodes).await?;
+    // (shape index, NodeClaim): the nodes are ordered by shape as the scenario lists them.
+    let mut created: Vec<(usize, String)> = Vec::new();
+    if s.shapes.is_empty() {
+        for c in karpenter::create_node_claims(client, POOL, s.nodes).await? {
+            created.push((0, c));
+        }
+    } else {
+        for (i, sh) in s.shapes.iter().enumerate() {
+            for c in
+                karpenter::create_node_claims_of_type(client, POOL, sh.count, Some(sh.name)).await?
+            {
+                created.push((i, c));
+            }
+        }
+    }
+    let names: Vec<String> = created.iter().map(|(_, c)| c.clone()).collect();
     let timeout = Duration::from_secs(60) + Duration::from_millis(500) * s.nodes as u32;
-    let claims = karpenter::wait_node_claims_ready(client, &created, timeout).await?;
-    let mut pairs: Vec<(String, String)> = claims
+    let claims = karpenter::wait_node_claims_ready(client, &names, timeout).await?;
+    let mut pairs: Vec<(usize, String, String)> = claims
         .iter()
-        .map(|c| (c.node_name.clone().unwrap_or_default(), c.name.clone()))
+        .zip(&created)
+        .map(|(c, (shape, _))| {
+            (
+                *shape,
+                c.node_name.clone().unwrap_or_default(),
+                c.name.clone(),
+            )
+        })
         .collect();
     pairs.sort();
-    let nodes: Vec<String> = pairs.iter().map(|p| p.0.clone()).collect();
-    let node_claims: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
+    let nodes: Vec<String> = pairs.iter().map(|p| p.1.clone()).collect();
+    let node_claims: Vec<String> = pairs.iter().map(|p| p.2.clone()).collect();
     let nodes_api = Api::<Node>::all(client.clone());
     if hostname_is_name {
         for n in &nodes {
@@ -143,21 +235,32 @@ pub async fn build(
                 .with_context(|| format!("relabelling node {n}"))?;
         }
     }
-    let first = nodes_api.get(&nodes[0]).await?;
-    let alloc = first
-        .status
-        .and_then(|st| st.allocatable)
-        .unwrap_or_default();
-    let q = |k: &str| alloc.get(k).map_or("?".to_string(), |v| v.0.clone());
-    let description = format!(
-        "{} (allocatable cpu {}, memory {}, pods {}; the kwok variant's nodes: cpu {}, memory {}, pods 110)",
-        instance_type(s.node_cpu, s.node_memory)?,
-        q("cpu"),
-        q("memory"),
-        q("pods"),
-        s.node_cpu,
-        s.node_memory
-    );
+    let description = if s.shapes.is_empty() {
+        let first = nodes_api.get(&nodes[0]).await?;
+        let alloc = first
+            .status
+            .and_then(|st| st.allocatable)
+            .unwrap_or_default();
+        let q = |k: &str| alloc.get(k).map_or("?".to_string(), |v| v.0.clone());
+        format!(
+            "{} (allocatable cpu {}, memory {}, pods {}; the kwok variant's nodes: cpu {}, memory {}, pods 110)",
+            instance_type(s.node_cpu, s.node_memory)?,
+            q("cpu"),
+            q("memory"),
+            q("pods"),
+            s.node_cpu,
+            s.node_memory
+        )
+    } else {
+        format!(
+            "one per shape from the bench's instance-types file, each NodeClaim asking for its shape's ({}; allocatable 100m cpu and 10Mi less than the kwok variant's nodes)",
+            s.shapes
+                .iter()
+                .map(|sh| format!("{} × {}", sh.count, sh.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
     let budgets = scenario::build_on(client, s, &nodes).await?;
     check(client, &nodes, &node_claims, hostname_is_name).await?;
     Ok(Built {
@@ -300,6 +403,30 @@ mod tests {
         assert_eq!(instance_type("2", "4Gi").unwrap(), "c-2x-amd64-linux");
         assert_eq!(instance_type("4", "32Gi").unwrap(), "m-4x-amd64-linux");
         assert!(instance_type("4", "10Gi").is_err());
+    }
+
+    #[test]
+    fn a_shaped_scenario_has_one_priced_instance_type_per_shape() {
+        let s = scenario::gpu_pool();
+        let types = instance_types_json(&s);
+        let types = types.as_array().unwrap();
+        assert_eq!(types.len(), s.shapes.len());
+        for (t, sh) in types.iter().zip(&s.shapes) {
+            assert_eq!(t["name"], sh.name);
+            assert_eq!(t["resources"]["cpu"], sh.cpu);
+            assert_eq!(t["offerings"][0]["Price"], sh.per_hour);
+            let gpus = t["resources"].get(scenario::GPU_RESOURCE);
+            assert_eq!(gpus.is_some(), sh.gpus > 0, "{t}");
+        }
+        assert_eq!(
+            instance_types(&s).unwrap(),
+            vec!["gpu-8x", "gpu-4x", "gpu-2x", "cpu-32x"]
+        );
+        assert_eq!(total_cpus(&s).unwrap(), 3 * 64 + 5 * 32 + 8 * 16 + 12 * 32);
+        assert_eq!(
+            instance_types(&scenario::mixed_60()).unwrap(),
+            vec!["s-4x-amd64-linux"]
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use ebb_e2e::harness::{ChildProcess, TestEnv, wait_for};
-use scenario::{GROUP, GROUP_LABEL, Scenario};
+use scenario::{GPU_TYPE_LABEL, GROUP, GROUP_LABEL, SHAPE_LABEL, Scenario};
 
 /// The settings deliberately matched between the scalers, in ebb's terms (Cluster Autoscaler's
 /// flags and Karpenter's NodePool fields are set from these). Everything else runs at each
@@ -130,7 +130,7 @@ impl Scaler {
                 s.min_nodes_per_group,
             ),
             Scaler::ClusterAutoscaler => format!(
-                "cluster-autoscaler ({}, kwok provider): matched: --scan-interval={} --scale-down-unneeded-time={} --max-scale-down-parallelism={} --max-drain-parallelism={} --scale-down-utilization-threshold={}, node group min size {} (ebb's minNodesPerGroup); also --scale-down-delay-after-add=0s (no node is added before a run) and --leader-elect=false; every other flag at its default (--unremovable-node-recheck-timeout=5m, --scale-down-delay-after-failure=3m, --max-pod-eviction-time=2m, --node-delete-delay-after-taint=5s, --daemonset-eviction-for-occupied-nodes=true, --scale-down-non-empty-candidates-count=30, ...); kwok provider ConfigMap: readNodesFrom cluster, node groups by label {GROUP_LABEL}, the rest at its defaults; out of cluster: --cloud-provider=kwok --kubeconfig, --address=127.0.0.1:<free port>, KWOK_PROVIDER_MODE=local, POD_NAMESPACE={}; --v={} (log verbosity, for the reasons it keeps nodes)",
+                "cluster-autoscaler ({}, kwok provider): matched: --scan-interval={} --scale-down-unneeded-time={} --max-scale-down-parallelism={} --max-drain-parallelism={} --scale-down-utilization-threshold={}, node group min size {} (ebb's minNodesPerGroup); also --scale-down-delay-after-add=0s (no node is added before a run) and --leader-elect=false; every other flag at its default (--unremovable-node-recheck-timeout=5m, --scale-down-delay-after-failure=3m, --max-pod-eviction-time=2m, --node-delete-delay-after-taint=5s, --daemonset-eviction-for-occupied-nodes=true, --scale-down-non-empty-candidates-count=30, ...); kwok provider ConfigMap: readNodesFrom cluster, node groups by label {SHAPE_LABEL} (one per node shape), GPU nodes by label {GPU_TYPE_LABEL} (gpuConfig), the rest at its defaults (--scale-down-gpu-utilization-threshold=0.5 too); out of cluster: --cloud-provider=kwok --kubeconfig, --address=127.0.0.1:<free port>, KWOK_PROVIDER_MODE=local, POD_NAMESPACE={}; --v={} (log verbosity, for the reasons it keeps nodes)",
                 cluster_autoscaler::checked_binary()
                     .map(|(_, info)| info.describe())
                     .unwrap_or_else(|_| format!(
@@ -290,6 +290,19 @@ pub struct Measured {
     pub most_drains_at_once: usize,
     /// The longest time between two waves of node deletions ([`removal_waves`]).
     pub longest_gap: Option<Duration>,
+    /// Of the removed nodes, those with GPUs, their GPUs and their price per hour (shaped
+    /// scenarios; read from the nodes' allocatable and instance type before the run).
+    #[serde(default)]
+    pub gpu_nodes_removed: usize,
+    #[serde(default)]
+    pub gpus_freed: u64,
+    #[serde(default)]
+    pub cost_freed_per_hour: f64,
+    /// GPUs and price per hour of all the scenario's nodes before the run.
+    #[serde(default)]
+    pub gpus_before: u64,
+    #[serde(default)]
+    pub cost_before_per_hour: f64,
     /// What the table says below itself about this column (the nodes, Karpenter's decisions).
     pub notes: Vec<String>,
 }
@@ -373,7 +386,12 @@ pub fn unavailable(column: Column) -> Option<String> {
     }
 }
 
-async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Result<Running> {
+async fn start_ebb(
+    env: &TestEnv,
+    scenario: &Scenario,
+    s: &Settings,
+    karpenter: bool,
+) -> anyhow::Result<Running> {
     let c = env.client.clone();
     for crd in ebb_api::crdgen::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -420,6 +438,15 @@ async fn start_ebb(env: &TestEnv, s: &Settings, karpenter: bool) -> anyhow::Resu
     if s.utilization_threshold != ebb_default_threshold() {
         spec["utilizationThreshold"] = json!(s.utilization_threshold);
     }
+    if scenario.priced() {
+        // What a user tells ebb about their nodes: the price of each instance type.
+        let per_hour: serde_json::Map<String, serde_json::Value> = scenario
+            .shapes
+            .iter()
+            .map(|sh| (sh.name.to_string(), json!(sh.per_hour)))
+            .collect();
+        spec["prices"] = json!({"label": scenario::INSTANCE_TYPE_LABEL, "perHour": per_hour});
+    }
     let policy: ebb_api::ScaleDownPolicy = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1", "kind": "ScaleDownPolicy",
         "metadata": {"name": "versus"},
@@ -444,10 +471,6 @@ async fn scenario_nodes(client: &kube::Client) -> anyhow::Result<Vec<Node>> {
         .list(&ListParams::default().labels(&format!("{GROUP_LABEL}={GROUP}")))
         .await?
         .items)
-}
-
-async fn node_count(client: &kube::Client) -> anyhow::Result<usize> {
-    Ok(scenario_nodes(client).await?.len())
 }
 
 /// The taints the scalers put on a node they are draining and deleting: ebb's, Cluster
@@ -564,6 +587,34 @@ pub fn most_drains_at_once(
     usize::try_from(most).unwrap_or(0)
 }
 
+/// What a scenario node is worth removing: its allocatable GPUs and its shape's price per hour
+/// (by its instance-type label; 0 on a uniform scenario).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct NodeWorth {
+    pub gpus: u64,
+    pub per_hour: f64,
+}
+
+impl NodeWorth {
+    pub fn of(scenario: &Scenario, node: &Node) -> Self {
+        let gpus = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .and_then(|a| a.get(scenario::GPU_RESOURCE))
+            .and_then(|q| q.0.parse().ok())
+            .unwrap_or(0);
+        let per_hour = node
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(scenario::INSTANCE_TYPE_LABEL))
+            .and_then(|t| scenario.shapes.iter().find(|sh| sh.name == t))
+            .map_or(0.0, |sh| sh.per_hour);
+        Self { gpus, per_hour }
+    }
+}
+
 fn parse_time(t: &str) -> Option<jiff::Timestamp> {
     t.parse().ok()
 }
@@ -609,6 +660,18 @@ pub async fn run_on(
         ebb_e2e::setup::install_steering_webhook(&client).await?;
     }
     let mut notes = Vec::new();
+    if scenario.priced() && column.scaler == Scaler::Ebb {
+        notes.push(format!(
+            "the policy's prices (label {}): {}",
+            scenario::INSTANCE_TYPE_LABEL,
+            scenario
+                .shapes
+                .iter()
+                .map(|sh| format!("{} {}/h", sh.name, sh.per_hour))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let (budgets, mut karpenter, node_claims) = match column.nodes {
         Nodes::Kwok => (
             scenario::build(&client, scenario, settings.min_nodes_per_group).await?,
@@ -633,7 +696,12 @@ pub async fn run_on(
         scenario.pods(),
         t_setup.elapsed().as_secs_f64()
     );
-    let nodes_before = node_count(&client).await?;
+    let before = scenario_nodes(&client).await?;
+    let nodes_before = before.len();
+    let worth: std::collections::BTreeMap<String, NodeWorth> = before
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.clone()?, NodeWorth::of(scenario, n))))
+        .collect();
     let observer = observe::Observer::start(client.clone(), budgets).await?;
     let karpenter_cpu = |k: &Option<ebb_e2e::karpenter::Karpenter>| {
         k.as_ref().and_then(|k| k.pid()).and_then(cpu_seconds_of)
@@ -659,7 +727,7 @@ pub async fn run_on(
         .await?;
     }
     let running = match column.scaler {
-        Scaler::Ebb => Some(start_ebb(&env, settings, column.nodes.karpenter()).await?),
+        Scaler::Ebb => Some(start_ebb(&env, scenario, settings, column.nodes.karpenter()).await?),
         Scaler::Karpenter | Scaler::ClusterAutoscaler => None,
     };
     let ca_log = log_dir().join(format!(
@@ -886,6 +954,13 @@ pub async fn run_on(
         }
     }
     m.node_deletes = deleted.len();
+    m.gpus_before = worth.values().map(|w| w.gpus).sum();
+    m.cost_before_per_hour = worth.values().map(|w| w.per_hour).sum();
+    for w in deleted.keys().filter_map(|n| worth.get(n)) {
+        m.gpu_nodes_removed += usize::from(w.gpus > 0);
+        m.gpus_freed += w.gpus;
+        m.cost_freed_per_hour += w.per_hour;
+    }
     m.node_claim_deletes = claims_deleted.len();
     m.time_to_final = last_delete.and_then(|t| {
         let d = t.duration_since(started_at);
@@ -1029,6 +1104,33 @@ pub fn table(scenario: &Scenario, results: &[(String, Outcome)]) -> String {
             Box::new(|o| cell(o, |m| m.karpenter_cpu_seconds, opt_cpu)),
         ),
     ];
+    let mut rows = rows;
+    if scenario.priced() {
+        let priced: Vec<Row> = vec![
+            ("GPU nodes removed", count(|m| m.gpu_nodes_removed)),
+            (
+                "GPUs freed (of)",
+                Box::new(|o| {
+                    cell(
+                        o,
+                        |m| (m.gpus_freed, m.gpus_before),
+                        |(f, b)| format!("{f} ({b})"),
+                    )
+                }),
+            ),
+            (
+                "cost freed per hour (of)",
+                Box::new(|o| {
+                    cell(
+                        o,
+                        |m| (m.cost_freed_per_hour, m.cost_before_per_hour),
+                        |(f, b)| format!("{f:.1} ({b:.1})"),
+                    )
+                }),
+            ),
+        ];
+        rows.splice(2..2, priced);
+    }
     for (label, f) in &rows {
         out.push_str(&format!("| {label} |"));
         for (_, o) in results {
@@ -1084,8 +1186,30 @@ pub fn summary_line(scenario: &Scenario, results: &[(Column, Outcome)]) -> Strin
     let e = summary_ebb_column(results);
     let c = Column::new(Scaler::ClusterAutoscaler, Nodes::Kwok);
     let k = Column::new(Scaler::Karpenter, Nodes::Karpenter);
+    let priced = match scenario.priced() {
+        false => String::new(),
+        true => {
+            let gpus = |c| match get(c) {
+                Some(Outcome::Ran(m)) => m.gpus_freed.to_string(),
+                _ => "n/a".into(),
+            };
+            let cost = |c| match get(c) {
+                Some(Outcome::Ran(m)) => format!("{:.1}", m.cost_freed_per_hour),
+                _ => "n/a".into(),
+            };
+            format!(
+                "; gpus freed {}/{}/{}; cost freed per hour {}/{}/{}",
+                gpus(e),
+                gpus(c),
+                gpus(k),
+                cost(e),
+                cost(c),
+                cost(k)
+            )
+        }
+    };
     format!(
-        "versus {}: ebb {}, cluster-autoscaler {}, karpenter {}; removed {}/{}/{}; pdb violations {}/{}/{}",
+        "versus {}: ebb {}, cluster-autoscaler {}, karpenter {}; removed {}/{}/{}; pdb violations {}/{}/{}{priced}",
         scenario.name,
         time(e),
         time(c),
@@ -1188,6 +1312,35 @@ mod tests {
         assert_eq!(ebb, Duration::from_secs(30 + 30 + 20));
         assert!(ca > cluster_autoscaler::UNREMOVABLE_RECHECK + s.unneeded_time);
         assert!(karpenter > KARPENTER_RECONSIDER + s.unneeded_time);
+    }
+
+    #[test]
+    fn a_node_is_worth_its_gpus_and_its_shapes_price() {
+        let s = scenario::gpu_pool();
+        let node = |labels: serde_json::Value, alloc: serde_json::Value| -> Node {
+            serde_json::from_value(json!({"metadata": {"name": "n", "labels": labels},
+                "status": {"allocatable": alloc}}))
+            .unwrap()
+        };
+        let gpu = node(
+            json!({"node.kubernetes.io/instance-type": "gpu-4x"}),
+            json!({"cpu": "31900m", "nvidia.com/gpu": "4"}),
+        );
+        assert_eq!(
+            NodeWorth::of(&s, &gpu),
+            NodeWorth {
+                gpus: 4,
+                per_hour: 10.0
+            }
+        );
+        // An instance type the scenario does not price, and no GPUs.
+        let other = node(
+            json!({"node.kubernetes.io/instance-type": "s-4x-amd64-linux"}),
+            json!({"cpu": "4"}),
+        );
+        assert_eq!(NodeWorth::of(&s, &other), NodeWorth::default());
+        // A uniform scenario prices nothing.
+        assert_eq!(NodeWorth::of(&scenario::mixed_60(), &gpu).per_hour, 0.0);
     }
 
     #[test]
