@@ -1183,8 +1183,10 @@ pub async fn create_node_claims(
     create_node_claims_of_type(client, pool, count, None).await
 }
 
-/// [`create_node_claims`], each NodeClaim asking for `instance_type` when given (one more
-/// `node.kubernetes.io/instance-type In` requirement, one of the pool's types).
+/// [`create_node_claims`], each NodeClaim asking for `instance_type` when given: its
+/// `node.kubernetes.io/instance-type In` requirement (the pool's types) narrowed to that one.
+/// Narrowed, not added: Karpenter does not intersect two requirements on the same key (with both,
+/// it launched the cheapest of the pool's types).
 pub async fn create_node_claims_of_type(
     client: &kube::Client,
     pool: &str,
@@ -1196,10 +1198,8 @@ pub async fn create_node_claims_of_type(
         .await
         .with_context(|| format!("reading NodePool {pool}"))?;
     let mut json = node_claim_json(&p)?;
-    if let (Some(t), Some(reqs)) = (instance_type, json["spec"]["requirements"].as_array_mut()) {
-        reqs.push(
-            json!({"key": "node.kubernetes.io/instance-type", "operator": "In", "values": [t]}),
-        );
+    if let Some(t) = instance_type {
+        narrow_instance_type(&mut json, t);
     }
     let claim: DynamicObject = serde_json::from_value(json)?;
     let api = node_claims_api(client);
@@ -1212,6 +1212,19 @@ pub async fn create_node_claims_of_type(
         names.push(created.metadata.name.unwrap_or_default());
     }
     Ok(names)
+}
+
+/// Makes a NodeClaim's requirements ask for instance type `t` alone: its `In` requirement on
+/// `node.kubernetes.io/instance-type` becomes `[t]` (one is added when there is none).
+pub fn narrow_instance_type(claim: &mut Value, t: &str) {
+    const KEY: &str = "node.kubernetes.io/instance-type";
+    let wanted = json!({"key": KEY, "operator": "In", "values": [t]});
+    let Some(reqs) = claim["spec"]["requirements"].as_array_mut() else {
+        claim["spec"]["requirements"] = json!([wanted]);
+        return;
+    };
+    reqs.retain(|r| r["key"] != KEY);
+    reqs.push(wanted);
 }
 
 /// Waits until each NodeClaim of `names` is Ready (launched, registered, initialized), not being
@@ -1276,4 +1289,32 @@ pub async fn set_last_pod_event_time(
         .await
         .with_context(|| format!("setting lastPodEventTime of NodeClaim {name}"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_is_narrowed_to_one_instance_type_not_given_a_second_requirement() {
+        let mut claim = json!({"spec": {"requirements": [
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b"]},
+            {"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]},
+        ]}});
+        narrow_instance_type(&mut claim, "b");
+        let reqs = claim["spec"]["requirements"].as_array().unwrap();
+        let types: Vec<&Value> = reqs
+            .iter()
+            .filter(|r| r["key"] == "node.kubernetes.io/instance-type")
+            .collect();
+        assert_eq!(types.len(), 1, "{reqs:?}");
+        assert_eq!(types[0]["values"], json!(["b"]));
+        assert!(
+            reqs.iter()
+                .any(|r| r["key"] == "karpenter.sh/capacity-type")
+        );
+        let mut bare = json!({"spec": {}});
+        narrow_instance_type(&mut bare, "c");
+        assert_eq!(bare["spec"]["requirements"][0]["values"], json!(["c"]));
+    }
 }
