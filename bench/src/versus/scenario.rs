@@ -185,6 +185,11 @@ impl Scenario {
     }
 }
 
+/// The DaemonSet every scenario with one runs: 100m and 64Mi on each node.
+fn node_exporter() -> Workload {
+    Workload::new(Kind::DaemonSet, "node-exporter", 0, "100m", "64Mi")
+}
+
 /// Scenario 1: 60 nodes, a third lightly used; Deployments with PDBs `maxUnavailable: 10%`, a
 /// StatefulSet and a DaemonSet.
 pub fn mixed_60() -> Scenario {
@@ -202,13 +207,7 @@ pub fn mixed_60() -> Scenario {
         node_memory: "16Gi",
         shapes: vec![],
         light_from: 40,
-        daemonsets: vec![Workload::new(
-            Kind::DaemonSet,
-            "node-exporter",
-            0,
-            "100m",
-            "64Mi",
-        )],
+        daemonsets: vec![node_exporter()],
         busy,
         light: vec![Workload::new(Kind::Deployment, "batch", 20, "250m", "128Mi").pdb("10%")],
         cap: CAP,
@@ -276,13 +275,7 @@ pub fn large_200() -> Scenario {
         node_memory: "32Gi",
         shapes: vec![],
         light_from: 140,
-        daemonsets: vec![Workload::new(
-            Kind::DaemonSet,
-            "node-exporter",
-            0,
-            "100m",
-            "64Mi",
-        )],
+        daemonsets: vec![node_exporter()],
         busy,
         light,
         cap: CAP,
@@ -306,13 +299,7 @@ pub fn tight_holes() -> Scenario {
         node_memory: "16Gi",
         shapes: vec![],
         light_from: 30,
-        daemonsets: vec![Workload::new(
-            Kind::DaemonSet,
-            "node-exporter",
-            0,
-            "100m",
-            "64Mi",
-        )],
+        daemonsets: vec![node_exporter()],
         busy: vec![
             Workload::new(Kind::Deployment, "fill-a", 15, "3000m", "1Gi").pdb("10%"),
             Workload::new(Kind::Deployment, "fill-b", 15, "3300m", "1Gi").pdb("10%"),
@@ -379,13 +366,7 @@ pub fn gpu_pool() -> Scenario {
         node_memory: "128Gi",
         light_from: nodes - 12,
         shapes,
-        daemonsets: vec![Workload::new(
-            Kind::DaemonSet,
-            "node-exporter",
-            0,
-            "100m",
-            "64Mi",
-        )],
+        daemonsets: vec![node_exporter()],
         busy: vec![
             Workload::new(Kind::Deployment, "train-8", 1, "2", "32Gi")
                 .gpus(8)
