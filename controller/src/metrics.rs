@@ -155,6 +155,14 @@ pub struct PlacementLabels {
     pub outcome: Release,
 }
 
+/// A pod of a PlacementHistory that ended, by why (`TerminationClass`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PodEndLabels {
+    pub namespace: String,
+    pub placement_history: String,
+    pub class: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PlacementHistoryLabels {
     pub namespace: String,
@@ -242,6 +250,7 @@ pub struct Metrics {
     pub placements: Family<PlacementLabels, Counter>,
     pub placement_escalations: Family<PlacementHistoryLabels, Counter>,
     pub placement_hits: Family<PlacementHistoryLabels, Counter>,
+    pub placement_pod_ends: Family<PodEndLabels, Counter>,
     pub gate_wait: Family<PlacementHistoryLabels, Histogram>,
     pub reconcile_errors: Family<ReconcileErrorLabels, Counter>,
     pub steering_admissions: Family<SteeringAdmissionLabels, Counter>,
@@ -276,6 +285,7 @@ impl Metrics {
             placements: Family::<PlacementLabels, Counter>::default(),
             placement_escalations: Family::<PlacementHistoryLabels, Counter>::default(),
             placement_hits: Family::<PlacementHistoryLabels, Counter>::default(),
+            placement_pod_ends: Family::<PodEndLabels, Counter>::default(),
             gate_wait: Family::<PlacementHistoryLabels, Histogram>::new_with_constructor(|| {Histogram::new(exponential_buckets(0.05, 2.0, 14))}),
             reconcile_errors: Family::<ReconcileErrorLabels, Counter>::default(),
             steering_admissions: Family::<SteeringAdmissionLabels, Counter>::default(),
@@ -356,6 +366,11 @@ impl Metrics {
             "placement_hits",
             "Pods that landed on a node with history or warm data",
             self.placement_hits.clone(),
+        );
+        r.register(
+            "placement_pod_ends",
+            "Pods of a PlacementHistory that ended, by class (NodeLost, StartFailure and ApplicationFailure count against their node)",
+            self.placement_pod_ends.clone(),
         );
         r.register(
             "placement_gate_wait_seconds",

@@ -1515,3 +1515,46 @@ fn warm_landing_is_a_hit_and_replays_are_not_placements() {
     assert_eq!(h.counters("a").bound, 0);
     assert_eq!(h.entry("n1", "a").map(|e| e.live), Some(1));
 }
+
+#[test]
+fn a_pod_stopped_by_its_deletion_is_told_from_one_that_ended_first() {
+    let pod = |deletion: Option<(&str, i64)>, finished: Option<&str>| {
+        let mut p =
+            serde_json::json!({"metadata": {"name": "db-0"}, "status": {"phase": "Failed"}});
+        if let Some((at, grace)) = deletion {
+            p["metadata"]["deletionTimestamp"] = at.into();
+            p["metadata"]["deletionGracePeriodSeconds"] = grace.into();
+        }
+        if let Some(f) = finished {
+            p["status"]["containerStatuses"] = serde_json::json!([
+                {"name": "a", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                 "state": {"terminated": {"exitCode": 143, "finishedAt": f}}}]);
+        }
+        serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(p).expect("pod literal")
+    };
+    // Deletion asked at 00:00:00 (30 s grace): the container stopped at 00:00:05, killed by it.
+    assert!(ebb_controller::placement::deleted_before_it_ended(&pod(
+        Some(("2026-01-01T00:00:30Z", 30)),
+        Some("2026-01-01T00:00:05Z")
+    )));
+    // Killed at the very end of its grace period.
+    assert!(ebb_controller::placement::deleted_before_it_ended(&pod(
+        Some(("2026-01-01T00:00:30Z", 30)),
+        Some("2026-01-01T00:00:30Z")
+    )));
+    // Ended on its own at 23:59:00, deleted afterwards (a clean-up): its exit counts.
+    assert!(!ebb_controller::placement::deleted_before_it_ended(&pod(
+        Some(("2026-01-01T00:00:30Z", 30)),
+        Some("2025-12-31T23:59:00Z")
+    )));
+    // Deleted with no container end recorded (force delete of a running pod).
+    assert!(ebb_controller::placement::deleted_before_it_ended(&pod(
+        Some(("2026-01-01T00:00:00Z", 0)),
+        None
+    )));
+    // Never deleted.
+    assert!(!ebb_controller::placement::deleted_before_it_ended(&pod(
+        None,
+        Some("2026-01-01T00:00:05Z")
+    )));
+}

@@ -25,6 +25,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_placement_escalations", "counter"),
     ("ebb_placement_gate_wait_seconds", "histogram"),
     ("ebb_placement_hits", "counter"),
+    ("ebb_placement_pod_ends", "counter"),
     ("ebb_placements", "counter"),
     ("ebb_policy_degraded", "gauge"),
     ("ebb_reconcile_errors", "counter"),
@@ -294,6 +295,13 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
         .inc();
     m.placement_escalations.get_or_create(&ph()).inc();
     m.placement_hits.get_or_create(&ph()).inc();
+    m.placement_pod_ends
+        .get_or_create(&PodEndLabels {
+            namespace: "default".into(),
+            placement_history: "db".into(),
+            class: "NodeLost".into(),
+        })
+        .inc();
     m.gate_wait.get_or_create(&ph()).observe(0.2);
     m.observe_phase("p", LoopPhase::apply_events, Duration::from_millis(2));
     m.removals

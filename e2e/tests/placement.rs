@@ -154,8 +154,8 @@ async fn statefulset(c: &Cluster) {
     let env = &c.env;
     nodes(c, "home-", 3, "2", "8Gi", json!({})).await;
     // kwok keeps a deleted pod for its whole grace period: 1 s on the real backend. On ebb-sim
-    // the default (30 s of sim time) stays: with 1 s there the replacement of db-1 is not
-    // pinned back home (on the real control plane it is).
+    // the default (30 s of sim time) stays: deleted 1 s after it was seen running, db-1 would
+    // have run under the history's shortLivedThreshold (1 s) and warmed nothing (no hit).
     let grace = match env.backend() {
         Backend::Real => "\n      terminationGracePeriodSeconds: 1",
         Backend::Sim => "",
@@ -465,6 +465,32 @@ async fn deleted_pod_returns_home_also_after_a_controller_restart(backend) {
         ) == 4.0,
         "{text}"
     );
+    // A force delete (grace 0) is gone before any pass sees the pod deleting: still no fault of
+    // its node, so db-0 comes home each time (threshold 1: two node failures would exclude it).
+    for _ in 0..2 {
+        let again = replace(&env.client, "db-0", true).await;
+        assert_eq!(node_of(&again), home("db-0"), "force-deleted db-0 went back to its node");
+        assert_eq!(
+            annotation(&again, "ebb.dev/placement").as_deref(),
+            Some("Pinned")
+        );
+    }
+    let text = ctl.metrics().await;
+    let ends = |class: &str| {
+        metric(
+            &text,
+            &format!("ebb_placement_pod_ends_total{{namespace=\"default\",placement_history=\"db\",class=\"{class}\"}}"),
+        )
+    };
+    for class in ["NodeLost", "StartFailure", "ApplicationFailure"] {
+        assert_eq!(ends(class), 0.0, "no end counted against a node as {class}:\n{text}");
+    }
+    assert!(ends("DeletedByOwner") >= 2.0, "{text}");
+    let all: f64 = ["Completed", "DeletedByOwner", "LimitsExceeded", "Preempted"]
+        .iter()
+        .map(|c| ends(c))
+        .sum();
+    assert_eq!(all, 3.0, "db-1 once, db-0 twice:\n{text}");
     ctl.kill().await;
     let _ctl = Controller::spawn(env);
     let back = replace(&env.client, "db-2", false).await;

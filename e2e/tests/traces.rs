@@ -13,14 +13,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use ebb_api::names::TAINT_TO_BE_DELETED;
 use ebb_e2e::faults::stop_node;
 use ebb_e2e::harness::{Backend, ChildProcess, TestEnv, set_child_env, wait_for, workspace_binary};
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, NodeGroup, create_policy, fast_policy_spec, fetch_metrics, merged,
-    metrics_address, node_of, spawn_node_agent, wait_running,
+    Apps, Cluster, Controller, NodeGroup, create_policy, fast_policy_spec, fetch_metrics,
+    has_taint, merged, metrics_address, node_of, spawn_node_agent, wait_running,
 };
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 
@@ -247,7 +248,16 @@ impl Collector {
                         *m.entry(format!("{}:{}", s.service, s.name)).or_default() += 1;
                         m
                     });
-                panic!("{e}; spans collected: {names:?}\ncollector log:\n{log}")
+                let decisions: Vec<String> = self
+                    .spans()
+                    .iter()
+                    .filter(|s| s.name == "placement")
+                    .map(|s| format!("{:?} {:?}", s.attrs, s.events))
+                    .collect();
+                panic!(
+                    "{e}; spans collected: {names:?}\nplacement spans:\n{}\ncollector log:\n{log}",
+                    decisions.join("\n")
+                )
             }
         }
     }
@@ -833,6 +843,20 @@ async fn a_drain_waiting_for_its_budget_shows_in_its_evict_span(backend) {
     c.add_nodes(&NodeGroup::plain(&format!("trpdbkeep{b}-"), 2, "32", "128Gi"))
     .await
     .unwrap();
+    let _ctl = Controller::spawn(env, "ebb-controller", false, "200ms").unwrap();
+    apply_policy(&env.client, &policy, &pool).await;
+    // The budget's healthy pods come only once a drain has begun (a node of the pool carries
+    // the to-be-deleted taint): its eviction has to wait for them however slow the machine.
+    let nodes_api: Api<Node> = Api::all(env.client.clone());
+    wait_for("a drain begun", Duration::from_secs(60), || async {
+        let l = nodes_api.list(&kube::api::ListParams::default()).await.ok()?;
+        l.items
+            .iter()
+            .any(|n| n.metadata.name.as_deref().is_some_and(|m| m.starts_with(&prefix)) && has_taint(n, TAINT_TO_BE_DELETED))
+            .then_some(())
+    })
+    .await
+    .unwrap();
     c.add_apps(&Apps {
         prefix: "web-",
         replicas: 3,
@@ -843,8 +867,6 @@ async fn a_drain_waiting_for_its_budget_shows_in_its_evict_span(backend) {
     })
     .await
     .unwrap();
-    let _ctl = Controller::spawn(env, "ebb-controller", false, "200ms").unwrap();
-    apply_policy(&env.client, &policy, &pool).await;
     let drains = col
         .wait_spans("two drains of the policy, ended", Duration::from_secs(90), |spans| {
             let d: Vec<Span> = spans

@@ -42,6 +42,6 @@ pub use error::HistoryError;
 pub use history::{HistoryConfig, PodRef, RoleCounters, RoleHistory, TerminationReport};
 pub use node_map::{NodeEntry, NodeMap};
 pub use nodes::{NodeFacts, NodeView, warm_roles};
-pub use outcome::{Requeue, Termination, TerminationClass, classify};
+pub use outcome::{Requeue, Termination, TerminationClass, classify, deleted_before_it_ended};
 pub use persist::{RebuildReport, SCHEMA_VERSION};
 pub use roles::{RoleConfig, RoleId, RoleTable};

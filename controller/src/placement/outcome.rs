@@ -86,7 +86,8 @@ pub struct Termination {
     pub disruption_target: bool,
     /// The node was lost or NotReady when the pod ended, or the node agent recorded it as lost.
     pub node_lost: bool,
-    /// The pod was deleted by its owner (deletion requested while it was running).
+    /// The pod was deleted (by its owner, a user, a force delete) before it ended on its own,
+    /// while its node was up.
     pub deleted_by_owner: bool,
     /// When its containers started running, if known.
     pub started_at: Option<Timestamp>,
@@ -96,7 +97,7 @@ pub struct Termination {
 
 impl Termination {
     /// Read a terminated pod's status. `node_lost` comes from the Node's readiness or the node
-    /// agent's records, `deleted_by_owner` from whether the pod was deleted while running.
+    /// agent's records, `deleted_by_owner` from whether the pod went without a terminal phase.
     pub fn from_pod(pod: &Pod, node_lost: bool, deleted_by_owner: bool) -> Self {
         let status = pod.status.as_ref();
         let terminated: Vec<_> = status
@@ -156,6 +157,35 @@ impl Termination {
         let start = self.started_at.or(started_at)?;
         Some(self.finished_at.unwrap_or(now).duration_since(start))
     }
+}
+
+/// True when the pod's deletion was requested before its containers ended: it was stopped by
+/// whoever deleted it (its exit, often 137 or 143 and a `Failed` phase since Kubernetes 1.27,
+/// says nothing about the node). A pod that ended on its own and was deleted afterwards (a Job's
+/// clean-up, garbage collection) is not. Without a deletion timestamp: false.
+pub fn deleted_before_it_ended(pod: &Pod) -> bool {
+    let Some(deleted) = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0) else {
+        return false;
+    };
+    // The request came the grace period before the deletion timestamp.
+    let grace = pod
+        .metadata
+        .deletion_grace_period_seconds
+        .unwrap_or(0)
+        .max(0);
+    let requested = deleted
+        .checked_sub(SignedDuration::from_secs(grace))
+        .unwrap_or(deleted);
+    let finished = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref()?.finished_at.as_ref())
+        .map(|t| t.0)
+        .max();
+    finished.is_none_or(|f| f >= requested)
 }
 
 /// Classify a termination. `running_since` is when the history saw the pod running (used when

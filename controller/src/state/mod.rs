@@ -1,6 +1,7 @@
 //! State both reconcilers share: the reflector stores of the watched kinds, leadership (the
 //! Lease and the flag every write checks), and the coalescing of wake-ups.
 
+pub mod ended_pods;
 pub mod leadership;
 pub mod lease;
 pub mod lists;

@@ -77,6 +77,7 @@ impl Caches {
                 node_states: synced().0,
                 providers: Default::default(),
                 model: Default::default(),
+                ended: Default::default(),
             },
             nodes,
             pods,

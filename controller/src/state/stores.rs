@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, MutexGuard};
 
+use ebb_api::names;
 use ebb_api::nodestate::NodeState;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
@@ -21,6 +22,7 @@ use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::ended_pods::EndedPods;
 use super::lists::InitialList;
 use super::machine_caches::{ProviderSources, ProviderStores};
 use super::shared_model::{Caches, Catchup, OwnerKind, SharedModel};
@@ -50,6 +52,8 @@ pub struct Stores {
     pub providers: ProviderStores,
     /// The cluster model built from these caches, kept current by their events.
     pub model: Arc<SharedModel>,
+    /// Last states of pods that ended or were deleted (placement classifies ends by them).
+    pub ended: Arc<EndedPods>,
 }
 
 /// The running watches and what they signal.
@@ -219,13 +223,26 @@ fn watch_pods(
     client: kube::Client,
     lists: InitialList,
     model: Arc<SharedModel>,
+    ended: Arc<EndedPods>,
     changes: watch::Sender<u64>,
     on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
 ) -> (Store<Pod>, JoinHandle<()>) {
     reflect(Api::<Pod>::all(client), lists, "Pod", move |c| {
         match &c {
-            Changed::Applied(p) => on_pod(PodSeen::Applied(p)),
-            Changed::Deleted(p) => on_pod(PodSeen::Deleted(p)),
+            Changed::Applied(p) => {
+                // Every pod that ended (a Job's, a failed one): how it ended, for histories.
+                if EndedPods::is_terminal(p) {
+                    ended.record((*p).clone());
+                }
+                on_pod(PodSeen::Applied(p))
+            }
+            Changed::Deleted(p) => {
+                // A deleted pod placement released: where it ran and how it went.
+                if p.annotations().contains_key(names::ANNOTATION_PLACEMENT) {
+                    ended.record((*p).clone());
+                }
+                on_pod(PodSeen::Deleted(p))
+            }
             Changed::Relisted => {}
         }
         mark(&model, &c, SharedModel::pod_changed);
@@ -308,7 +325,15 @@ pub async fn start_seeing_pods(
     let mut tasks = Vec::new();
     let (nodes, t) = watch_nodes(client.clone(), lists, model.clone(), node_tx);
     tasks.push(t);
-    let (pods, t) = watch_pods(client.clone(), lists, model.clone(), pod_tx, on_pod);
+    let ended = Arc::new(EndedPods::default());
+    let (pods, t) = watch_pods(
+        client.clone(),
+        lists,
+        model.clone(),
+        ended.clone(),
+        pod_tx,
+        on_pod,
+    );
     tasks.push(t);
     macro_rules! owners {
         ($kind:ident) => {{
@@ -380,6 +405,7 @@ pub async fn start_seeing_pods(
             ProviderStores::start(providers, lists, &mut tasks, move || m.providers_changed())
         },
         model,
+        ended,
     };
     Watches {
         stores,

@@ -165,6 +165,7 @@ impl FakeApi {
             node_states: empty_store(),
             providers: Default::default(),
             model: self.model.clone(),
+            ended: Default::default(),
         }
     }
 

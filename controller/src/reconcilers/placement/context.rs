@@ -18,10 +18,10 @@ use super::keys::CurrentKey;
 use super::settings::PlacementSettings;
 use super::state::PhState;
 use super::status::write_status;
-use super::terminal::TerminalPods;
 use crate::metrics::Metrics;
 use crate::state::Leadership;
 use crate::state::Stores;
+use crate::state::ended_pods::EndedPods;
 
 /// The state placement passes and the ungoverned sweep share.
 pub struct Context {
@@ -43,8 +43,8 @@ pub struct Context {
     /// When this process first saw each gated pod (by UID): grace and gate wait are measured
     /// on this clock, not against creation timestamps written by another clock.
     first_seen: Mutex<HashMap<String, Instant>>,
-    /// Last states of pods seen in a terminal phase.
-    pub terminal: Arc<TerminalPods>,
+    /// Last states of pods seen ended or deleted (the caches' own).
+    pub ended: Arc<EndedPods>,
 }
 
 /// An invalid PlacementHistory is looked at again this often.
@@ -67,6 +67,7 @@ impl Context {
         settings: PlacementSettings,
         node_states: Store<NodeState>,
     ) -> Self {
+        let ended = stores.ended.clone();
         Self {
             client,
             stores,
@@ -81,7 +82,7 @@ impl Context {
             invalid: Mutex::default(),
             released: Mutex::default(),
             first_seen: Mutex::default(),
-            terminal: Arc::default(),
+            ended,
         }
     }
 

@@ -10,7 +10,8 @@ use kube::ResourceExt;
 use super::events::Notice;
 use super::pass::{Pass, node_of, phase, terminal};
 use super::patch;
-use crate::placement::{PodRef, Termination};
+use crate::metrics::PodEndLabels;
+use crate::placement::{PodRef, Termination, TerminationClass, deleted_before_it_ended};
 
 /// A selected pod with its role.
 pub type Selected<'p> = (&'p Arc<Pod>, String);
@@ -44,10 +45,12 @@ impl Pass<'_> {
 
     /// A pod in a terminal phase: its end is reported once.
     fn observe_terminal(&mut self, pod: &Pod, uid: &str) {
-        self.ctx.terminal.take(uid);
+        self.ctx.ended.take(uid);
         if self.state.ended.insert(uid.to_string()) {
-            let t = Termination::from_pod(pod, self.node_lost(pod), false);
-            self.report_end(uid, &t);
+            let node_lost = self.node_lost(pod);
+            let by_owner = !node_lost && deleted_before_it_ended(pod);
+            let t = Termination::from_pod(pod, node_lost, by_owner);
+            self.report_end(&pod.name_any(), uid, &t);
         }
     }
 
@@ -100,27 +103,49 @@ impl Pass<'_> {
             if self.state.ended.remove(&uid) {
                 continue;
             }
-            // Its terminal state, when the pass did not see it before it went.
-            let last = self.ctx.terminal.take(&uid).unwrap_or(last);
+            // Its last state (ended, deleted) when the pass did not see it before it went.
+            let last = self.ctx.ended.take(&uid).unwrap_or(last);
             self.state.waiting.remove(&uid);
             self.ctx.ungated(&uid);
-            if node_of(&last).is_none() {
+            let Some(node) = node_of(&last).map(str::to_string) else {
                 self.state.history.cancel(&uid);
                 continue;
+            };
+            // Bound, run and gone between two passes: the history learns where it ran (a
+            // no-op for a pod it knows) before it learns how it ended.
+            if let Some(role) = last.labels().get(&self.ph.spec.role_label).cloned()
+                && self.state.history.roles().by_name(&role).is_some()
+            {
+                self.observe_bound(&last, &uid, &role, &node, false);
             }
             let node_lost = self.node_lost(&last);
-            let by_owner = last.metadata.deletion_timestamp.is_some() && phase(&last) == "Running";
-            let t = Termination::from_pod(&last, node_lost, by_owner && !node_lost);
-            self.report_end(&uid, &t);
+            // Gone while its node is up, without ending on its own first: someone deleted it
+            // (its owner, a user, a force delete between two passes), no fault of the node.
+            let by_owner = !node_lost && (!terminal(&last) || deleted_before_it_ended(&last));
+            let t = Termination::from_pod(&last, node_lost, by_owner);
+            self.report_end(&last.name_any(), &uid, &t);
         }
     }
 
     /// Report a pod's end to the history; a warning Event when its node is now excluded.
-    fn report_end(&mut self, uid: &str, t: &Termination) {
+    fn report_end(&mut self, pod: &str, uid: &str, t: &Termination) {
         let Some(report) = self.state.history.on_terminated(uid, t, self.now) else {
             return;
         };
-        tracing::info!(node = %report.node, role = %report.role, class = report.class.as_str(), "pod ended");
+        tracing::info!(%pod, %uid, node = %report.node, role = %report.role, class = report.class.as_str(), "pod ended");
+        // Every class's series starts at 0 with the history's first end.
+        for class in TerminationClass::ALL {
+            let series = self
+                .ctx
+                .metrics
+                .placement_pod_ends
+                .get_or_create(&PodEndLabels {
+                    namespace: self.labels.namespace.clone(),
+                    placement_history: self.labels.placement_history.clone(),
+                    class: class.as_str().to_string(),
+                });
+            series.inc_by(u64::from(*class == report.class));
+        }
         if report.node_excluded {
             let until = self.state.history.next_failure_reset(self.now);
             self.notices.push(

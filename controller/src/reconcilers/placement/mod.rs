@@ -14,7 +14,6 @@ pub mod reconcile;
 pub mod settings;
 pub mod state;
 pub mod status;
-pub mod terminal;
 pub mod ungoverned;
 
 use std::sync::Arc;
@@ -71,7 +70,6 @@ pub fn start(
         node_states,
     ));
     vec![
-        tokio::spawn(terminal::watch(ctx.client.clone(), ctx.terminal.clone())),
         tokio::spawn(keep_key(
             keeper,
             ctx.settings.key_rotation,

@@ -143,5 +143,5 @@ pub fn node_of(p: &Pod) -> Option<&str> {
 }
 
 pub fn terminal(p: &Pod) -> bool {
-    matches!(phase(p), "Succeeded" | "Failed")
+    crate::state::ended_pods::EndedPods::is_terminal(p)
 }

@@ -158,6 +158,7 @@ mod tests {
             node_states: reflector::store().0,
             providers: Default::default(),
             model: Default::default(),
+            ended: Default::default(),
         }
     }
 
