@@ -195,8 +195,29 @@ build() {
   timed "the real node: kubelet, kube-proxy, the pause image (cached)" bash e2e/k8s/build.sh node
 }
 
+# Cargo's fingerprints do not record where a workspace crate lives, and a test binary keeps the
+# path it was built at (env!("CARGO_MANIFEST_DIR")): a target directory last used by another
+# checkout of ebb would hand this one that checkout's test binaries, reading its files. Such a
+# directory gets the workspace's own crates cleaned (dependencies stay built).
+own_target_dir() {
+  local dir=${CARGO_TARGET_DIR:-target} here
+  here=$(pwd -P)
+  if [[ -f $dir/.ebb-checkout && $(cat "$dir/.ebb-checkout") != "$here" ]]; then
+    log "$dir was last used by the checkout at $(cat "$dir/.ebb-checkout"): rebuilding the workspace's crates"
+    local members
+    members=$(cargo metadata --no-deps --format-version 1 \
+      | python3 -c 'import json, sys; print(" ".join("-p " + p["name"] for p in json.load(sys.stdin)["packages"]))')
+    # shellcheck disable=SC2086 # one word per flag and name
+    cargo clean $members
+  fi
+  mkdir -p "$dir"
+  printf '%s\n' "$here" >"$dir/.ebb-checkout"
+}
+
 run_tests() {
-  timed "cargo test --workspace $*" cargo test --workspace "$@"
+  own_target_dir
+  # Every test binary runs even after a failure: the log lists every failing test.
+  timed "cargo test --workspace --no-fail-fast $*" cargo test --workspace --no-fail-fast "$@"
 }
 
 phases=()
