@@ -81,7 +81,7 @@ reason_enum! {
         /// names them. It is not removed until they have settled.
         PodsArriving,
         /// The node has accelerators (`acceleratorResources`, for example `nvidia.com/gpu`) and
-        /// their requested share is at or above `acceleratorUtilizationThreshold`. Its cpu and
+        /// their requested share is above `acceleratorUtilizationThreshold`. Its cpu and
         /// memory do not count: the node is kept for what it is for.
         AcceleratorsInUse,
     }

@@ -191,7 +191,8 @@ pub struct ScaleDownPolicySpec {
     #[serde(default = "defaults::unready_time")]
     pub unready_time: KubeDuration,
     /// A node is underutilized when the larger of its requested cpu and memory, over allocatable,
-    /// is below this fraction.
+    /// is at or below this fraction (as Cluster Autoscaler's `--scale-down-utilization-threshold`).
+    /// `0` considers empty nodes only.
     #[serde(default = "defaults::utilization_threshold")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub utilization_threshold: f64,
@@ -271,7 +272,7 @@ pub struct ScaleDownPolicySpec {
     )]
     pub accelerator_resources: Vec<String>,
     /// An accelerator node is underutilized when the largest requested share of its
-    /// `acceleratorResources`, over allocatable, is below this fraction (Cluster Autoscaler's
+    /// `acceleratorResources`, over allocatable, is at or below this fraction (Cluster Autoscaler's
     /// `--scale-down-gpu-utilization-threshold`).
     #[serde(default = "defaults::accelerator_utilization_threshold")]
     #[schemars(range(min = 0.0, max = 1.0))]

@@ -62,12 +62,13 @@ pub struct Load {
 }
 
 impl Load {
-    /// Below its threshold: worth simulating.
+    /// At or below its threshold: worth simulating (Cluster Autoscaler's rule: a 4-GPU node
+    /// using 2 at the default 0.5 is a candidate).
     pub fn underutilized(&self) -> bool {
-        self.share < self.threshold
+        self.share <= self.threshold
     }
 
-    /// The reason a node at or above its threshold stays.
+    /// The reason a node above its threshold stays.
     pub fn busy_reason(&self) -> UnremovableReason {
         if self.accelerator {
             UnremovableReason::AcceleratorsInUse
@@ -147,7 +148,7 @@ pub fn being_deleted(snap: &ClusterSnapshot, node: NodeId, deleted: &BTreeSet<St
 }
 
 /// Node-level reasons, in order: being deleted, being disrupted by Karpenter, scale-down disabled by annotation (ebb's, Cluster
-/// Autoscaler's or Karpenter's), cordoned by someone else, `load` at or above its threshold
+/// Autoscaler's or Karpenter's), cordoned by someone else, `load` above its threshold
 /// (skipped for unready nodes, which are removable whatever they request).
 pub fn check_node(
     snap: &ClusterSnapshot,
@@ -221,6 +222,40 @@ pub fn arriving_message(pods: &[String]) -> String {
 mod tests {
     use super::*;
     use crate::testkit::{NodeBuilder, node, pod, snapshot, taint};
+
+    /// A node exactly at its threshold is a candidate (Cluster Autoscaler's at-or-below): a
+    /// 4-GPU node using 2 at 0.5, a 4-cpu node requesting 2 at 0.5; a hair above is not; at
+    /// threshold 0 only an empty node is.
+    #[test]
+    fn a_node_at_its_threshold_is_underutilized() {
+        let s = snapshot(
+            [
+                node("gpu").cpu("32").resource("nvidia.com/gpu", "4"),
+                node("cpu").cpu("4"),
+                node("over").cpu("4"),
+                node("empty").cpu("4"),
+            ],
+            [
+                pod("train")
+                    .on("gpu")
+                    .cpu("30")
+                    .resource("nvidia.com/gpu", "2")
+                    .owned_by_rs("t"),
+                pod("web").on("cpu").cpu("2").owned_by_rs("w"),
+                pod("web2").on("over").cpu("2001m").owned_by_rs("w"),
+            ],
+        );
+        let rules = UtilizationRules::default();
+        let acc = Accelerators::default();
+        let at = |n: NodeId, t: f64| load(&s, n, rules, t, &acc).underutilized();
+        assert!(
+            at(0, 0.9),
+            "2 of 4 GPUs at the accelerator threshold 0.5 (cpu does not count)"
+        );
+        assert!(at(1, 0.5));
+        assert!(!at(2, 0.5), "2001m of 4 cpu is above 0.5");
+        assert!(at(3, 0.0) && !at(1, 0.0), "threshold 0: empty nodes only");
+    }
 
     fn reason(n: NodeBuilder, deleted: &[&str]) -> Result<(), UnremovableReason> {
         let s = snapshot(

@@ -128,7 +128,7 @@ fn destinations_without_soft_taints_come_before_fuller_ones() {
     };
     let pods = || {
         [
-            web("w0", "full", "7"),
+            web("w0", "full", "8"),
             web("w1", "roomy", "60"),
             web("m", "src", "1"),
         ]

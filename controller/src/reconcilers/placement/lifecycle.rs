@@ -133,19 +133,7 @@ impl Pass<'_> {
             return;
         };
         tracing::info!(%pod, %uid, node = %report.node, role = %report.role, class = report.class.as_str(), "pod ended");
-        // Every class's series starts at 0 with the history's first end.
-        for class in TerminationClass::ALL {
-            let series = self
-                .ctx
-                .metrics
-                .placement_pod_ends
-                .get_or_create(&PodEndLabels {
-                    namespace: self.labels.namespace.clone(),
-                    placement_history: self.labels.placement_history.clone(),
-                    class: class.as_str().to_string(),
-                });
-            series.inc_by(u64::from(*class == report.class));
-        }
+        count_end(&self.ctx.metrics, &self.labels, Some(report.class));
         if report.node_excluded {
             let until = self.state.history.next_failure_reset(self.now);
             self.notices.push(
@@ -161,5 +149,22 @@ impl Pass<'_> {
                 .about_node(&report.node),
             );
         }
+    }
+}
+
+/// Counts a pod's end (`None`: none, the series only start) in `ebb_placement_pod_ends_total`;
+/// every class's series of the history starts at 0 with its first release or end.
+pub(super) fn count_end(
+    metrics: &crate::metrics::Metrics,
+    labels: &crate::metrics::PlacementHistoryLabels,
+    ended: Option<TerminationClass>,
+) {
+    for class in TerminationClass::ALL {
+        let series = metrics.placement_pod_ends.get_or_create(&PodEndLabels {
+            namespace: labels.namespace.clone(),
+            placement_history: labels.placement_history.clone(),
+            class: class.as_str().to_string(),
+        });
+        series.inc_by(u64::from(Some(*class) == ended));
     }
 }

@@ -185,8 +185,8 @@ impl Pass<'_> {
             outcome,
         };
         metrics.placements.get_or_create(&pl).inc();
-        // The history's hit and escalation series start at 0 with its first release, so a hit
-        // rate and an escalation count read 0 rather than nothing until the first of each.
+        // The history's hit, escalation and end series start at 0 with its first release, so a
+        // hit rate and the counts read 0 rather than nothing until the first of each.
         metrics
             .placement_hits
             .get_or_create(&labels(self.ph))
@@ -195,6 +195,7 @@ impl Pass<'_> {
             .placement_escalations
             .get_or_create(&labels(self.ph))
             .inc_by(0);
+        super::lifecycle::count_end(metrics, &labels(self.ph), None);
         if let Some(waited) = self.ctx.ungated(&pod.uid().unwrap_or_default()) {
             metrics
                 .gate_wait
