@@ -18,6 +18,7 @@ use ebb_controller::actuation::pods::{PodRef, uids_on};
 use ebb_controller::actuation::taints;
 use ebb_controller::actuation::{
     Actuator, DrainOrder, EbbTaint, EvictionSettings, GiveUpReason, Outcome, Tracker, Written,
+    runner::RECORDED_TIMEOUT,
 };
 use ebb_controller::metrics::{Metrics, ScaleDownKind};
 use ebb_controller::scaledown::{PlannerConfig, PlannerState};
@@ -247,9 +248,13 @@ fn order(api: &FakeApi, node: &str, mode: ScaleDownMode) -> DrainOrder {
     }
 }
 
-/// Starts `order`, which the actuator must accept and not find running already.
+/// Starts `order`, which the actuator must accept and not find running already, and records it
+/// as the policy's loop does right after starting drains (its status lists the drain).
 async fn start(actuator: &Actuator, order: DrainOrder) -> JoinHandle<Outcome> {
-    actuator.start(order).await.unwrap().unwrap()
+    let node = order.node.clone();
+    let handle = actuator.start(order).await.unwrap().unwrap();
+    actuator.tracker().mark_recorded([node.as_str()]);
+    handle
 }
 
 /// Runs `order` to its end.
@@ -284,6 +289,7 @@ async fn drain_and_delete_evicts_everything_then_deletes_the_node() {
         .await
         .unwrap()
         .expect("drain started");
+    tracker.mark_recorded(["n1"]);
     assert!(has_hard_taint(&api, "n1"), "tainted synchronously by start");
     assert_eq!(tracker.in_flight(), BTreeSet::from(["n1".to_string()]));
     assert_eq!(handle.await.unwrap(), Outcome::Removed);
@@ -402,6 +408,44 @@ async fn pods_that_never_terminate_fail_the_drain_after_their_grace() {
     // re-check delay (2s) + grace cap (60s) + slack (30s)
     assert_eq!(t0.elapsed(), Duration::from_secs(92));
     assert!(!has_hard_taint(&api, "n1"));
+}
+
+/// A node goes only once a written status of its policy lists its drain (so a process started
+/// after the removal counts it), or after [`RECORDED_TIMEOUT`] when no status can be written.
+#[tokio::test(start_paused = true)]
+async fn a_node_goes_once_a_written_status_lists_its_drain() {
+    let api = FakeApi::new();
+    api.add_node(node("n1").build());
+    api.add_node(node("n2").build());
+    let (actuator, tracker) = setup(&api);
+    let t0 = tokio::time::Instant::now();
+    let one = actuator
+        .start(order(&api, "n1", ScaleDownMode::DrainAndDelete))
+        .await
+        .unwrap()
+        .unwrap();
+    let two = actuator
+        .start(order(&api, "n2", ScaleDownMode::DrainAndDelete))
+        .await
+        .unwrap()
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        api.node("n1").is_some() && api.node("n2").is_some(),
+        "no node goes before a status lists its drain"
+    );
+    tracker.mark_recorded(["n1"]);
+    assert_eq!(one.await.unwrap(), Outcome::Removed);
+    assert_eq!(t0.elapsed(), Duration::from_secs(10), "at once when listed");
+    assert!(api.node("n2").is_some(), "n2's drain is not listed");
+    assert_eq!(two.await.unwrap(), Outcome::Removed);
+    assert_eq!(
+        t0.elapsed(),
+        Duration::try_from(ebb_controller::scaledown::eligibility::ARRIVAL_WINDOW).unwrap()
+            + RECORDED_TIMEOUT,
+        "unlisted: removed all the same after the bound, counted from the end of the arrival window"
+    );
+    assert!(api.node("n2").is_none());
 }
 
 #[tokio::test(start_paused = true)]

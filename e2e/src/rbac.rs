@@ -79,7 +79,7 @@ pub fn render(values: &Value) -> anyhow::Result<Vec<Value>> {
                 .context("cannot start a runtime to render the chart")?;
             rt.block_on(async {
                 let sim = ebb_sim::Sim::start(ebb_sim::SimConfig::api_only()).await?;
-                serve_monitoring_kinds(&sim.client().await?).await?;
+                serve_optional_kinds(&sim.client().await?).await?;
                 let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
                 let kubeconfig = dir.path().join("kubeconfig");
                 sim.write_kubeconfig(&kubeconfig, &["admin"])?;
@@ -129,22 +129,59 @@ pub fn render(values: &Value) -> anyhow::Result<Vec<Value>> {
     Ok(docs)
 }
 
-/// The Prometheus Operator's kinds the chart can create, served as CRDs without a schema (the
-/// simulator stores what it is given): Helm needs their mapping to install them. And the
-/// namespace `monitoring`, where the dashboard's ConfigMap may go.
-async fn serve_monitoring_kinds(client: &kube::Client) -> anyhow::Result<()> {
+/// The Prometheus Operator's, cert-manager's and admission kinds the chart can create, served as
+/// CRDs without a schema (the simulator stores what it is given): Helm needs their mapping to
+/// install them. And the namespace `monitoring`, where the dashboard's ConfigMap may go.
+async fn serve_optional_kinds(client: &kube::Client) -> anyhow::Result<()> {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     let crds: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
-    for (kind, plural) in [
-        ("ServiceMonitor", "servicemonitors"),
-        ("PrometheusRule", "prometheusrules"),
+    // admissionregistration.k8s.io is not served by ebb-sim: as CRDs it is in discovery, so
+    // Helm's `.Capabilities.APIVersions.Has` is true and the templates that need it render.
+    for (group, kind, plural, scope) in [
+        (
+            "monitoring.coreos.com",
+            "ServiceMonitor",
+            "servicemonitors",
+            "Namespaced",
+        ),
+        (
+            "monitoring.coreos.com",
+            "PrometheusRule",
+            "prometheusrules",
+            "Namespaced",
+        ),
+        (
+            "cert-manager.io",
+            "Certificate",
+            "certificates",
+            "Namespaced",
+        ),
+        ("cert-manager.io", "Issuer", "issuers", "Namespaced"),
+        (
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            "Cluster",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy",
+            "validatingadmissionpolicies",
+            "Cluster",
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            "Cluster",
+        ),
     ] {
         let crd: CustomResourceDefinition = serde_json::from_value(json!({
-            "metadata": {"name": format!("{plural}.monitoring.coreos.com")},
+            "metadata": {"name": format!("{plural}.{group}")},
             "spec": {
-                "group": "monitoring.coreos.com",
+                "group": group,
                 "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
-                "scope": "Namespaced",
+                "scope": scope,
                 "versions": [{"name": "v1", "served": true, "storage": true,
                     "schema": {"openAPIV3Schema": {"type": "object",
                         "x-kubernetes-preserve-unknown-fields": true}}}],

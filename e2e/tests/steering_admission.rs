@@ -801,3 +801,123 @@ async fn on_ebb_sim_steering_is_off_and_said_once() {
     );
     assert!(!ctl.logged("serving the steering webhook"));
 }
+
+/// A CA and a serving certificate for 127.0.0.1 signed by it, as PEM: (CA, leaf, leaf's key).
+fn issued() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca.pem(), leaf.pem(), key.serialize_pem())
+}
+
+/// Sets the configuration's caBundle, as cert-manager's CA injector does.
+async fn inject_ca(c: &Cluster, ca_pem: &str) {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.client().clone());
+    // ByteString serializes as the API's base64.
+    let b64 = serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec())).unwrap();
+    api.patch(
+        "ebb-steering",
+        &PatchParams::default(),
+        &Patch::Json::<()>(
+            serde_json::from_value(json!([
+                {"op": "add", "path": "/webhooks/0/clientConfig/caBundle", "value": b64}
+            ]))
+            .unwrap(),
+        ),
+    )
+    .await
+    .unwrap();
+}
+
+/// (cert-manager) With `--steering-cert-dir` the controller serves the files' certificate, the
+/// API server trusts it through the bundle another tool wrote (the controller never writes
+/// caBundle), and a renewal in the files is served within seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_certificate_kept_by_another_tool_is_served_and_renewed() {
+    let c = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    let write = |(_, leaf, key): &(String, String, String)| {
+        std::fs::write(dir.path().join("tls.crt"), leaf).unwrap();
+        std::fs::write(dir.path().join("tls.key"), key).unwrap();
+    };
+    let first = issued();
+    write(&first);
+    inject_ca(&c, &first.0).await;
+    let port = ebb_e2e::harness::free_port().unwrap();
+    let url = format!("https://127.0.0.1:{port}/steer");
+    let port_arg = port.to_string();
+    let ctl = Controller::spawn_with(
+        &c.env,
+        "ebb-controller",
+        false,
+        "1s",
+        &[
+            "--steering-cert-dir",
+            dir.path().to_str().unwrap(),
+            "--steering-port",
+            &port_arg,
+            "--steering-webhook-url",
+            &url,
+        ],
+    )
+    .unwrap();
+    wait_registered(&c, &url).await;
+    assert_eq!(
+        ca_bundle(&c).await,
+        first.0.as_bytes(),
+        "the controller left the injected caBundle as it was"
+    );
+    trusted_by(port, first.0.as_bytes())
+        .await
+        .expect("the files' certificate is served");
+
+    replica_set(&c, "web", 2, false).await;
+    for name in names(&scheduled(&c, "web", 2, Duration::from_secs(60)).await) {
+        let created = &creations(&c, "default")[&name];
+        assert!(
+            created.admitted_unchanged(),
+            "the API server trusted the served certificate: {created:?}"
+        );
+    }
+
+    // Renewed with a new CA: served within the reload period, and trusted once injected.
+    let second = issued();
+    write(&second);
+    wait_for(
+        "the renewed certificate served",
+        Duration::from_secs(30),
+        || async { trusted_by(port, second.0.as_bytes()).await.ok() },
+    )
+    .await
+    .unwrap();
+    assert!(
+        trusted_by(port, first.0.as_bytes()).await.is_err(),
+        "the old certificate is no longer served"
+    );
+    inject_ca(&c, &second.0).await;
+    scale(&c, "replicasets", "web", 3).await;
+    let pods = scheduled(&c, "web", 3, Duration::from_secs(60)).await;
+    let audit = creations(&c, "default");
+    let admitted = names(&pods)
+        .iter()
+        .filter(|n| audit[n.as_str()].admitted_unchanged())
+        .count();
+    assert_eq!(
+        admitted, 3,
+        "the third pod too, under the renewed certificate"
+    );
+    assert_eq!(
+        ca_bundle(&c).await,
+        second.0.as_bytes(),
+        "still the injected bundle"
+    );
+    drop(ctl);
+}

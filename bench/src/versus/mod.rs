@@ -615,6 +615,16 @@ impl NodeWorth {
     }
 }
 
+/// GPUs and cost per hour freed: what the removed nodes held less what the nodes launched
+/// during the run and still there hold (a replacement is not a saving).
+pub fn net_freed(removed: impl Iterator<Item = NodeWorth>, launched: &[NodeWorth]) -> (u64, f64) {
+    let (gpus, cost) = removed.fold((0u64, 0.0f64), |(g, c), w| (g + w.gpus, c + w.per_hour));
+    let (lg, lc) = launched
+        .iter()
+        .fold((0u64, 0.0f64), |(g, c), w| (g + w.gpus, c + w.per_hour));
+    (gpus.saturating_sub(lg), cost - lc)
+}
+
 fn parse_time(t: &str) -> Option<jiff::Timestamp> {
     t.parse().ok()
 }
@@ -858,12 +868,24 @@ pub async fn run_on(
         ));
     }
     let observed = observer.stop();
-    let remaining: Vec<String> = scenario_nodes(&client)
-        .await?
-        .into_iter()
-        .filter_map(|n| n.metadata.name)
+    let after: Vec<Node> = scenario_nodes(&client).await?;
+    let remaining: Vec<String> = after
+        .iter()
+        .filter_map(|n| n.metadata.name.clone())
         .collect();
     let nodes_after = remaining.len();
+    // Nodes there at the end that were not there before: launched during the run (Karpenter's
+    // replacements), counted against what was freed.
+    let launched: Vec<NodeWorth> = after
+        .iter()
+        .filter(|n| {
+            n.metadata
+                .name
+                .as_ref()
+                .is_some_and(|name| !worth.contains_key(name))
+        })
+        .map(|n| NodeWorth::of(scenario, n))
+        .collect();
     if let Some(k) = karpenter.as_mut() {
         let log = std::fs::read_to_string(k.log_path()).unwrap_or_default();
         let commands = karpenter_nodes::commands(&log);
@@ -956,10 +978,24 @@ pub async fn run_on(
     m.node_deletes = deleted.len();
     m.gpus_before = worth.values().map(|w| w.gpus).sum();
     m.cost_before_per_hour = worth.values().map(|w| w.per_hour).sum();
-    for w in deleted.keys().filter_map(|n| worth.get(n)) {
-        m.gpu_nodes_removed += usize::from(w.gpus > 0);
-        m.gpus_freed += w.gpus;
-        m.cost_freed_per_hour += w.per_hour;
+    let (gpus_freed, cost_freed) = net_freed(
+        deleted.keys().filter_map(|n| worth.get(n)).copied(),
+        &launched,
+    );
+    m.gpu_nodes_removed = deleted
+        .keys()
+        .filter_map(|n| worth.get(n))
+        .filter(|w| w.gpus > 0)
+        .count();
+    m.gpus_freed = gpus_freed;
+    m.cost_freed_per_hour = cost_freed;
+    if !launched.is_empty() {
+        m.notes.push(format!(
+            "{} node(s) launched during the run and still there ({} GPUs, {:.1}/h): GPUs and cost freed are net of them",
+            launched.len(),
+            launched.iter().map(|w| w.gpus).sum::<u64>(),
+            launched.iter().map(|w| w.per_hour).sum::<f64>()
+        ));
     }
     m.node_claim_deletes = claims_deleted.len();
     m.time_to_final = last_delete.and_then(|t| {
@@ -1312,6 +1348,18 @@ mod tests {
         assert_eq!(ebb, Duration::from_secs(30 + 30 + 20));
         assert!(ca > cluster_autoscaler::UNREMOVABLE_RECHECK + s.unneeded_time);
         assert!(karpenter > KARPENTER_RECONSIDER + s.unneeded_time);
+    }
+
+    #[test]
+    fn a_replacement_launched_during_the_run_is_not_a_saving() {
+        let w = |gpus, per_hour| NodeWorth { gpus, per_hour };
+        let removed = [w(8, 24.0), w(4, 10.0), w(0, 1.6)];
+        assert_eq!(net_freed(removed.into_iter(), &[]), (12, 35.6));
+        let (gpus, cost) = net_freed(removed.into_iter(), &[w(2, 4.0), w(0, 1.6)]);
+        assert_eq!(gpus, 10);
+        assert!((cost - 30.0).abs() < 1e-9, "{cost}");
+        // More launched than removed: nothing freed (GPUs never go below 0).
+        assert_eq!(net_freed([w(2, 4.0)].into_iter(), &[w(8, 24.0)]).0, 0);
     }
 
     #[test]

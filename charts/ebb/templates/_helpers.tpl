@@ -96,3 +96,14 @@ annotations:
 {{- define "ebb.leaseName" -}}
 {{- include "ebb.fullname" . }}-controller
 {{- end -}}
+
+{{/*
+The steering webhook configuration's annotations: with cert-manager, its CA injector keeps
+caBundle (the controller never writes it then).
+*/}}
+{{- define "ebb.steering.annotations" -}}
+{{- if .Values.steering.certManager.enabled -}}
+annotations:
+  cert-manager.io/inject-ca-from: {{ .Release.Namespace }}/{{ include "ebb.fullname" . }}-steering
+{{- end }}
+{{- end }}

@@ -15,12 +15,16 @@ struct Inner {
     unseen: Vec<Evicted>,
     /// Evictions a PodDisruptionBudget refused, per policy, not yet taken.
     refused: BTreeMap<String, i64>,
+    /// Nodes whose drain in flight a written policy status lists: a process started after
+    /// their removal counts it from there.
+    recorded: BTreeSet<String>,
 }
 
 /// Shared record of the actuator's work. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Tracker {
     inner: Arc<Mutex<Inner>>,
+    recorded_changed: Arc<tokio::sync::Notify>,
 }
 
 impl Tracker {
@@ -52,6 +56,7 @@ impl Tracker {
         let result = drain.apply(event);
         if let Ok(Step::Done(outcome)) = &result {
             let outcome = outcome.clone();
+            inner.recorded.remove(node);
             if let Some(drain) = inner.drains.remove(node) {
                 inner.finished.push(Finished {
                     drain,
@@ -76,6 +81,36 @@ impl Tracker {
             .filter(|d| policy.is_none_or(|p| d.policy == p))
             .cloned()
             .collect()
+    }
+
+    /// A policy status listing these nodes' drains in flight was written (or was already
+    /// there): a removal from now on is counted by a process that starts after it.
+    pub fn mark_recorded<'a>(&self, nodes: impl IntoIterator<Item = &'a str>) {
+        let mut inner = self.lock();
+        let mut added = false;
+        for node in nodes {
+            if inner.drains.contains_key(node) && !inner.recorded.contains(node) {
+                inner.recorded.insert(node.to_string());
+                added = true;
+            }
+        }
+        drop(inner);
+        if added {
+            self.recorded_changed.notify_waiters();
+        }
+    }
+
+    /// Resolves once a written status lists the drain of `node` ([`Self::mark_recorded`]).
+    pub async fn recorded(&self, node: &str) {
+        loop {
+            let changed = self.recorded_changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if self.lock().recorded.contains(node) {
+                return;
+            }
+            changed.await;
+        }
     }
 
     /// Nodes being drained, by any policy.
@@ -136,6 +171,7 @@ mod tests {
     use crate::actuation::drain::GiveUpReason;
     use crate::actuation::pods::PodRef;
     use crate::metrics::ScaleDownKind;
+    use std::time::Duration;
 
     fn ts(s: i64) -> jiff::Timestamp {
         jiff::Timestamp::from_second(s).unwrap()
@@ -167,6 +203,47 @@ mod tests {
         assert_eq!(done[0].at, ts(4));
         assert!(t.take_finished("p").is_empty(), "taken once");
         assert!(t.apply("n1", DrainEvent::RecheckPassed, ts(5)).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_drain_is_recorded_once_a_written_status_lists_it_until_it_ends() {
+        let t = Tracker::default();
+        assert!(t.begin(Drain::new("p", "n1", ScaleDownKind::empty, ts(1))));
+        let wait = Duration::from_millis(50);
+        let waiter = tokio::spawn({
+            let t = t.clone();
+            async move { t.recorded("n1").await }
+        });
+        tokio::time::sleep(wait).await;
+        assert!(!waiter.is_finished(), "nothing written yet");
+        t.mark_recorded(["n2", "unknown"]);
+        tokio::time::sleep(wait).await;
+        assert!(
+            !waiter.is_finished(),
+            "another node's drain is not this one"
+        );
+        t.mark_recorded(["n1"]);
+        tokio::time::timeout(Duration::from_secs(5), waiter)
+            .await
+            .expect("recorded resolves once the status lists the drain")
+            .unwrap();
+        t.apply(
+            "n1",
+            DrainEvent::GiveUp(GiveUpReason::PodsLanded(vec![])),
+            ts(2),
+        );
+        assert!(t.begin(Drain::new("p", "n1", ScaleDownKind::empty, ts(3))));
+        assert!(
+            tokio::time::timeout(wait, t.recorded("n1")).await.is_err(),
+            "a new drain of the node is not recorded by the old one's status"
+        );
+        t.mark_recorded(["gone-node"]);
+        assert!(
+            tokio::time::timeout(wait, t.recorded("gone-node"))
+                .await
+                .is_err(),
+            "a node with no drain in flight is never recorded"
+        );
     }
 
     #[test]

@@ -25,6 +25,10 @@ pub enum CertError {
     Pem(String),
     #[error("the steering webhook's CA key does not sign for its certificate: {0}")]
     Mismatch(rustls::Error),
+    #[error(
+        "cannot use the steering webhook's certificate file {path} (--steering-cert-dir): {reason}"
+    )]
+    Files { path: String, reason: String },
 }
 
 /// A CA as PEM: what signs the replicas' serving certificates (shared through `super::ca`).

@@ -9,6 +9,7 @@
 
 pub mod ca;
 pub mod cert;
+pub mod cert_dir;
 pub mod leader_label;
 pub mod registration;
 pub mod review;
@@ -88,6 +89,10 @@ pub struct SteeringSettings {
     pub own_pod: Option<PodRef>,
     /// The Secret (in `namespace`) holding the CA the replicas share; `None`: a CA of its own.
     pub ca_secret: Option<String>,
+    /// A directory with `tls.crt` and `tls.key` kept by another tool (cert-manager), served in
+    /// place of a certificate of ebb's own; the configuration's `caBundle` is then that tool's
+    /// to write (cert-manager's CA injector), never the controller's.
+    pub cert_dir: Option<std::path::PathBuf>,
 }
 
 /// How long the leader-label and registration writes may take when leadership changes.
@@ -111,7 +116,8 @@ fn set(a: &mut SteeringAvailability, next: SteeringAvailability) -> bool {
 pub struct Webhook {
     client: Option<kube::Client>,
     settings: Option<SteeringSettings>,
-    ca_pem: String,
+    /// The CA the leader writes as `caBundle`; `None` when another tool writes it.
+    ca_pem: Option<String>,
     addr: Option<SocketAddr>,
     availability: watch::Sender<SteeringAvailability>,
 }
@@ -123,7 +129,7 @@ impl Webhook {
         Self {
             client: None,
             settings: None,
-            ca_pem: String::new(),
+            ca_pem: None,
             addr: None,
             availability: watch::Sender::new(SteeringAvailability::Disabled {
                 reason: reason.to_string(),
@@ -148,37 +154,20 @@ impl Webhook {
             tracing::warn!(%reason, "steering is off");
             return Self::off_quietly(reason);
         }
-        let mut names = cert::dns_names(&settings.service, &settings.namespace);
-        // The API server checks the certificate against the host it calls.
-        names.extend(settings.webhook_url.as_deref().and_then(cert::url_host));
-        // One CA for every replica, so the bundle a leader writes trusts them all; when it
-        // cannot be shared, a CA of its own (steering still works while this replica leads).
-        let shared = match &settings.ca_secret {
-            Some(name) => match ca::shared(
-                client,
-                &settings.namespace,
-                name,
-                registration::owner(client, &settings.webhook_name).await,
-            )
-            .await
-            {
-                Ok(m) => Some(m),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the steering webhook's CA is not shared: this replica uses one of its own, which the configuration trusts only while it leads");
-                    None
+        let (tls, ca_pem) = match &settings.cert_dir {
+            Some(dir) => match cert_dir::CertDir::load(dir) {
+                Ok(files) => {
+                    tokio::spawn(files.clone().watch(cert_dir::RELOAD_EVERY, stop.clone()));
+                    (files.server_config(), None)
                 }
+                Err(e) => return Self::failed(e.to_string()),
             },
-            None => None,
+            None => match own_certificate(client, &settings).await {
+                Ok(serving) => (serving.server_config(), Some(serving.ca_pem().to_string())),
+                Err(e) => return Self::failed(e.to_string()),
+            },
         };
-        let serving = match shared {
-            Some(m) => cert::ServingCert::signed_by(&names, &m),
-            None => cert::ServingCert::generate(&names),
-        };
-        let serving = match serving {
-            Ok(c) => c,
-            Err(e) => return Self::failed(e.to_string()),
-        };
-        let tls = match serving.server_config() {
+        let tls = match tls {
             Ok(t) => t,
             Err(e) => return Self::failed(e.to_string()),
         };
@@ -192,7 +181,7 @@ impl Webhook {
                 ));
             }
         };
-        tracing::info!(%addr, path = server::PATH, webhook = %settings.webhook_name, service = ?names, "serving the steering webhook");
+        tracing::info!(%addr, path = server::PATH, webhook = %settings.webhook_name, cert_dir = ?settings.cert_dir, "serving the steering webhook");
         // A Pod restarted after it led may still carry the label: not the leader now.
         if let Some(pod) = &settings.own_pod {
             label(client, pod, false).await;
@@ -200,7 +189,7 @@ impl Webhook {
         Self {
             client: Some(client.clone()),
             settings: Some(settings),
-            ca_pem: serving.ca_pem().to_string(),
+            ca_pem,
             addr: Some(addr),
             availability: watch::Sender::new(SteeringAvailability::Enabled),
         }
@@ -210,7 +199,7 @@ impl Webhook {
         Self {
             client: None,
             settings: None,
-            ca_pem: String::new(),
+            ca_pem: None,
             addr: None,
             availability: watch::Sender::new(SteeringAvailability::Disabled { reason }),
         }
@@ -250,7 +239,7 @@ impl Webhook {
                 registration::register(
                     client,
                     &settings.webhook_name,
-                    &self.ca_pem,
+                    self.ca_pem.as_deref(),
                     settings.webhook_url.as_deref(),
                 ),
             )
@@ -302,6 +291,39 @@ impl Webhook {
         ) {
             label(client, pod, false).await;
         }
+    }
+}
+
+/// A serving certificate of ebb's own for the Service's names (and a `webhookURL` host): signed
+/// by the CA the replicas share through `settings.ca_secret`, or by a CA of this replica's own
+/// when it cannot be shared (steering still works while this replica leads).
+async fn own_certificate(
+    client: &kube::Client,
+    settings: &SteeringSettings,
+) -> Result<cert::ServingCert, cert::CertError> {
+    let mut names = cert::dns_names(&settings.service, &settings.namespace);
+    // The API server checks the certificate against the host it calls.
+    names.extend(settings.webhook_url.as_deref().and_then(cert::url_host));
+    let shared = match &settings.ca_secret {
+        Some(name) => match ca::shared(
+            client,
+            &settings.namespace,
+            name,
+            registration::owner(client, &settings.webhook_name).await,
+        )
+        .await
+        {
+            Ok(m) => Some(m),
+            Err(e) => {
+                tracing::warn!(error = %e, "the steering webhook's CA is not shared: this replica uses one of its own, which the configuration trusts only while it leads");
+                None
+            }
+        },
+        None => None,
+    };
+    match shared {
+        Some(m) => cert::ServingCert::signed_by(&names, &m),
+        None => cert::ServingCert::generate(&names),
     }
 }
 

@@ -77,17 +77,20 @@ pub fn owner_of(config: &MutatingWebhookConfiguration) -> Option<OwnerReference>
 }
 
 /// The JSON patch that points every webhook of `config` at this replica: `caBundle` set to
-/// `ca_pem`, and with `url` the URL in place of the Service. Each replacement is guarded by a
+/// `ca_pem` (left as it is with `None`: another tool writes it), and with `url` the URL in place
+/// of the Service. Each replacement is guarded by a
 /// test of the webhook's name, so a configuration changed in between is not patched blindly.
 pub fn registration_patch(
     config: &MutatingWebhookConfiguration,
-    ca_pem: &str,
+    ca_pem: Option<&str>,
     url: Option<&str>,
 ) -> json_patch::Patch {
     let mut ops = Vec::new();
     for (i, webhook) in config.webhooks.iter().flatten().enumerate() {
         let mut client_config = webhook.client_config.clone();
-        client_config.ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
+        if let Some(ca_pem) = ca_pem {
+            client_config.ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
+        }
         if let Some(url) = url {
             client_config.url = Some(url.to_string());
             client_config.service = None;
@@ -104,15 +107,20 @@ pub fn registration_patch(
     serde_json::from_value(serde_json::Value::Array(ops)).unwrap_or_default()
 }
 
-/// Whether every webhook of `config` already points at this replica (`caBundle` is `ca_pem`;
-/// with `url`, that URL in place of a Service).
-pub fn points_here(config: &MutatingWebhookConfiguration, ca_pem: &str, url: Option<&str>) -> bool {
+/// Whether every webhook of `config` already points at this replica (`caBundle` is `ca_pem`
+/// unless that is another tool's; with `url`, that URL in place of a Service).
+pub fn points_here(
+    config: &MutatingWebhookConfiguration,
+    ca_pem: Option<&str>,
+    url: Option<&str>,
+) -> bool {
     let webhooks = config.webhooks.as_deref().unwrap_or_default();
     !webhooks.is_empty()
         && webhooks.iter().all(|w| {
             let cc = &w.client_config;
-            cc.ca_bundle.as_ref().map(|b| b.0.as_slice()) == Some(ca_pem.as_bytes())
-                && url.is_none_or(|u| cc.url.as_deref() == Some(u) && cc.service.is_none())
+            ca_pem.is_none_or(|ca| {
+                cc.ca_bundle.as_ref().map(|b| b.0.as_slice()) == Some(ca.as_bytes())
+            }) && url.is_none_or(|u| cc.url.as_deref() == Some(u) && cc.service.is_none())
         })
 }
 
@@ -122,7 +130,7 @@ pub fn points_here(config: &MutatingWebhookConfiguration, ca_pem: &str, url: Opt
 pub async fn register(
     client: &kube::Client,
     name: &str,
-    ca_pem: &str,
+    ca_pem: Option<&str>,
     url: Option<&str>,
 ) -> Result<(usize, bool), RegistrationError> {
     let api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
@@ -275,7 +283,7 @@ mod tests {
         let n = register(
             &client,
             "ebb-steering",
-            "-----BEGIN CERTIFICATE-----\nAA==\n",
+            Some("-----BEGIN CERTIFICATE-----\nAA==\n"),
             None,
         )
         .await
@@ -308,7 +316,7 @@ mod tests {
         register(
             &client,
             "ebb-steering",
-            "pem",
+            Some("pem"),
             Some("https://127.0.0.1:9555/steer"),
         )
         .await
@@ -323,22 +331,51 @@ mod tests {
         assert_eq!(cc["caBundle"], "cGVt");
     }
 
+    #[tokio::test]
+    async fn a_ca_bundle_another_tool_writes_is_never_touched() {
+        // cert-manager's CA injector owns caBundle: in a cluster nothing is written at all, out
+        // of one only the URL.
+        let mut chart = chart_config();
+        chart["webhooks"][0]["clientConfig"]["caBundle"] = json!("aW5qZWN0ZWQ=");
+        let patches = Arc::default();
+        let client = api(Some(chart.clone()), None, Arc::clone(&patches));
+        assert_eq!(
+            register(&client, "ebb-steering", None, None).await.unwrap(),
+            (1, false)
+        );
+        assert!(patches.lock().unwrap().is_empty(), "nothing written");
+        let patches = Arc::default();
+        let client = api(Some(chart), None, Arc::clone(&patches));
+        register(
+            &client,
+            "ebb-steering",
+            None,
+            Some("https://127.0.0.1:9555/steer"),
+        )
+        .await
+        .unwrap();
+        let sent = patches.lock().unwrap().clone();
+        let cc = &sent[0].1[1]["value"];
+        assert_eq!(cc["url"], "https://127.0.0.1:9555/steer");
+        assert_eq!(cc["caBundle"], "aW5qZWN0ZWQ=", "the injected CA is kept");
+    }
+
     #[test]
     fn a_configuration_pointing_here_needs_no_write_and_any_change_is_seen() {
         let mut config: MutatingWebhookConfiguration =
             serde_json::from_value(chart_config()).unwrap();
-        assert!(!points_here(&config, "pem", None), "no caBundle yet");
-        let patch = registration_patch(&config, "pem", None);
+        assert!(!points_here(&config, Some("pem"), None), "no caBundle yet");
+        let patch = registration_patch(&config, Some("pem"), None);
         let mut doc = serde_json::to_value(&config).unwrap();
         json_patch::patch(&mut doc, &patch).unwrap();
         config = serde_json::from_value(doc).unwrap();
-        assert!(points_here(&config, "pem", None));
+        assert!(points_here(&config, Some("pem"), None));
         assert!(
-            !points_here(&config, "other-ca", None),
+            !points_here(&config, Some("other-ca"), None),
             "another replica's CA"
         );
         assert!(
-            !points_here(&config, "pem", Some("https://127.0.0.1:9555/steer")),
+            !points_here(&config, Some("pem"), Some("https://127.0.0.1:9555/steer")),
             "the Service where a URL is wanted"
         );
     }
@@ -346,12 +383,12 @@ mod tests {
     #[tokio::test]
     async fn registering_without_the_configuration_or_permission_fails_clearly() {
         let gone = api(None, None, Arc::default());
-        let err = register(&gone, "ebb-steering", "pem", None)
+        let err = register(&gone, "ebb-steering", Some("pem"), None)
             .await
             .unwrap_err();
         assert!(matches!(err, RegistrationError::Gone { .. }), "{err}");
         let forbidden = api(Some(chart_config()), Some(403), Arc::default());
-        let err = register(&forbidden, "ebb-steering", "pem", None)
+        let err = register(&forbidden, "ebb-steering", Some("pem"), None)
             .await
             .unwrap_err();
         assert!(err.to_string().contains("get and patch"), "{err}");

@@ -126,6 +126,12 @@ pub struct RunArgs {
         default_value = "ebb-steering-ca"
     )]
     pub steering_ca_secret: String,
+    /// Directory holding the webhook's serving certificate as `tls.crt` and `tls.key`, kept by
+    /// another tool (cert-manager's Secret, mounted): served in place of ebb's own certificate
+    /// and re-read when renewed; `--steering-ca-secret` is then unused and the webhook
+    /// configuration's `caBundle` is left to that tool (cert-manager's CA injector).
+    #[arg(long, env = "EBB_STEERING_CERT_DIR")]
+    pub steering_cert_dir: Option<std::path::PathBuf>,
     /// The webhook's Service, `namespace/name` (or `name` in `--namespace`): its DNS names are
     /// the serving certificate's.
     #[arg(long, env = "EBB_STEERING_SERVICE", default_value = "ebb-steering")]

@@ -199,7 +199,9 @@ impl Settings {
                 service: args.steering_service.clone(),
                 namespace: namespace.to_string(),
                 own_pod: PodRef::from_env(namespace),
-                ca_secret: Some(args.steering_ca_secret.clone()).filter(|s| !s.is_empty()),
+                ca_secret: Some(args.steering_ca_secret.clone())
+                    .filter(|s| !s.is_empty() && args.steering_cert_dir.is_none()),
+                cert_dir: args.steering_cert_dir.clone(),
             }),
         }
     }

@@ -478,3 +478,105 @@ fn schema_refuses_what_the_templates_cannot_use() {
         assert!(err.contains(path), "{values}: {path} not in {err}");
     }
 }
+
+#[test]
+fn with_cert_manager_the_controller_serves_its_certificate_and_never_owns_the_bundle() {
+    let env_names = |d: &Value| -> BTreeSet<String> {
+        pod_spec(d).containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| e.name.clone())
+            .collect()
+    };
+    let plain = render(&json!({}));
+    assert!(of_kind(&plain, "Certificate").is_empty());
+    assert!(of_kind(&plain, "Issuer").is_empty());
+    let deploy = object(&plain, "Deployment", "ebb-controller");
+    assert!(env_names(deploy).contains("EBB_STEERING_CA_SECRET"));
+    assert!(!env_names(deploy).contains("EBB_STEERING_CERT_DIR"));
+
+    let docs = render(&json!({"steering": {"certManager": {"enabled": true},
+        "webhookURL": "https://steer.example.internal:8443/steer"}}));
+    let cert = object(&docs, "Certificate", "ebb-steering");
+    let names: Vec<&str> = cert["spec"]["dnsNames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ebb-steering",
+            "ebb-steering.ebb-system",
+            "ebb-steering.ebb-system.svc",
+            "ebb-steering.ebb-system.svc.cluster.local",
+            "steer.example.internal"
+        ],
+        "the Service's names, as the controller's own certificate has them, and the URL's host"
+    );
+    // With no issuer given, a CA chain of the release's own issues it.
+    assert_eq!(cert["spec"]["issuerRef"]["name"], "ebb-steering-ca");
+    let ca_issuer = object(&docs, "Issuer", "ebb-steering-ca");
+    let ca_cert = object(&docs, "Certificate", "ebb-steering-ca");
+    assert_eq!(ca_cert["spec"]["isCA"], true);
+    assert_eq!(
+        ca_issuer["spec"]["ca"]["secretName"],
+        ca_cert["spec"]["secretName"]
+    );
+    assert_eq!(
+        ca_cert["spec"]["issuerRef"]["name"],
+        object(&docs, "Issuer", "ebb-steering-selfsigned")["metadata"]["name"]
+    );
+    // The controller serves the Secret cert-manager writes, mounted where its flag points.
+    let deploy = object(&docs, "Deployment", "ebb-controller");
+    let spec = pod_spec(deploy);
+    let c = &spec.containers[0];
+    let env = env_of(c);
+    let dir = env
+        .get("EBB_STEERING_CERT_DIR")
+        .expect("--steering-cert-dir set");
+    assert!(!env.contains_key("EBB_STEERING_CA_SECRET"), "{env:?}");
+    let mount = c
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| &m.mount_path == dir)
+        .unwrap_or_else(|| panic!("a volume mounted at {dir}"));
+    let volume = spec
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == mount.name)
+        .unwrap();
+    assert_eq!(
+        volume.secret.as_ref().unwrap().secret_name.as_deref(),
+        cert["spec"]["secretName"].as_str()
+    );
+    // cert-manager's injector writes the bundle; the controller may not read a CA Secret.
+    let hook = object(&docs, "MutatingWebhookConfiguration", "ebb-steering");
+    assert_eq!(
+        hook["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "ebb-system/ebb-steering"
+    );
+    let role = object(&docs, "Role", "ebb-controller");
+    assert!(
+        !role.to_string().contains("ebb-steering-ca"),
+        "no rule on the CA Secret: {role}"
+    );
+
+    // An issuer of the user's: no CA chain of the chart's.
+    let theirs = render(&json!({"steering": {"certManager": {"enabled": true,
+        "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}}}));
+    assert!(of_kind(&theirs, "Issuer").is_empty());
+    assert_eq!(of_kind(&theirs, "Certificate").len(), 1);
+    let cert = object(&theirs, "Certificate", "ebb-steering");
+    assert_eq!(
+        cert["spec"]["issuerRef"],
+        json!({"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+    );
+    let err = render_error(&json!({"steering": {"certManager": {"enabled": true,
+        "issuerRef": {"kind": "Issuer"}}}}));
+    assert!(err.contains("issuerRef.name"), "{err}");
+}

@@ -39,7 +39,7 @@ mod waits;
 use observer::Observer;
 use shutdown::Shutdown;
 pub use shutdown::{SHUTDOWN_ROLLBACK_RESERVE, ShutdownReport};
-pub use waits::POD_GONE_SLACK;
+pub use waits::{POD_GONE_SLACK, RECORDED_TIMEOUT};
 
 /// Default extra wait, after the node watch shows the `to-be-deleted` taint, before the
 /// re-check. Nothing: what protects the plan is the taint seen by the watch (the scheduler's
@@ -480,6 +480,7 @@ impl Actuator {
             );
             self.step(node, DrainEvent::RecheckPassed);
             self.step(node, DrainEvent::PodsGone);
+            self.recorded(order).await;
             self.fenced()?;
             return self.remove(order).await;
         }
@@ -495,6 +496,7 @@ impl Actuator {
         self.settle_arrivals(order, began).await?;
 
         // Deleting.
+        self.recorded(order).await;
         self.fenced()?;
         if order.mode == ScaleDownMode::DrainAndDelete {
             return self.remove(order).await;

@@ -15,6 +15,10 @@ const POD_GONE_RECHECK: Duration = Duration::from_secs(5);
 /// Extra time, beyond the capped grace period, that evicted pods get to disappear.
 pub const POD_GONE_SLACK: Duration = Duration::from_secs(30);
 
+/// Longest wait, before a node goes, for a written policy status to list its drain (status
+/// writes failing must not hold removals; a restart then may leave that removal uncounted).
+pub const RECORDED_TIMEOUT: Duration = Duration::from_secs(30);
+
 impl Actuator {
     /// Waits until the node cache shows ebb's `to-be-deleted` taint on `node` (or the node is
     /// gone from it), at most [`TAINT_SEEN_TIMEOUT`].
@@ -37,6 +41,24 @@ impl Actuator {
                 return;
             }
             tokio::time::sleep(TAINT_SEEN_POLL).await;
+        }
+    }
+
+    /// Before a drained node goes (deleted or marked drained): a written status of its policy
+    /// lists the drain, so that a process started after the removal counts it in
+    /// `removedTotal` (usually at once: a loop writes its status right after starting drains;
+    /// a drain resumed at start waits for the first loop). At most [`RECORDED_TIMEOUT`].
+    pub(super) async fn recorded(&self, order: &DrainOrder) {
+        let node = order.node.as_str();
+        tokio::select! {
+            _ = self.tracker.recorded(node) => {}
+            _ = self.abandoned(order) => {}
+            _ = tokio::time::sleep(RECORDED_TIMEOUT) => {
+                tracing::warn!(
+                    node,
+                    "no status of the policy lists this drain yet; removing the node all the same (a restart right now would leave the removal out of removedTotal)"
+                );
+            }
         }
     }
 

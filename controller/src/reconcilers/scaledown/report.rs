@@ -66,6 +66,11 @@ pub async fn write_status(
             })?;
         memory.last_written = Some(next.clone());
     }
+    // Written, or already there: a drain listed here may now remove its node (a process started
+    // after that counts the removal from this list).
+    ctx.actuator
+        .tracker()
+        .mark_recorded(next.draining_nodes.iter().map(|d| d.node.as_str()));
     Ok(next)
 }
 
