@@ -76,9 +76,14 @@ fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
                 inflight / 2
             ),
         ),
+        // A node's heartbeat may be late while tens of thousands of pods are created (kwok
+        // renews every lease from one process): with the default 40 s the node lifecycle
+        // controller marked nodes NotReady, tainted them and their pods were evicted and made
+        // again, and the set-up never ended (3 pods/s Running at 1,000 nodes). The bench
+        // measures ebb, not node failure: nodes stay Ready for an hour without a heartbeat.
         (
             "EBB_K8S_CONTROLLER_MANAGER_ARGS",
-            "--kube-api-qps=300 --kube-api-burst=600".into(),
+            "--kube-api-qps=300 --kube-api-burst=600 --node-monitor-grace-period=3600s".into(),
         ),
         (
             "EBB_K8S_SCHEDULER_ARGS",
@@ -664,8 +669,9 @@ async fn populate(
             "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": app}},
                      "template": {"metadata": {"labels": {"app": app}}, "spec": template_spec}}
         }))?;
-        // Created with its pods already bound: the ReplicaSet controller adopts them and,
-        // counting `replicas`, creates none.
+        // Created before its pods (their owner reference needs its uid): the ReplicaSet
+        // controller may make pods of its own meanwhile and delete the surplus when the bench's
+        // bound pods arrive (see docs/performance-scale.md).
         let rs = Api::<ReplicaSet>::namespaced(client.clone(), ns)
             .create(&PostParams::default(), &rs)
             .await

@@ -311,18 +311,7 @@ mod tests {
 
     #[tokio::test]
     async fn out_of_a_cluster_the_url_replaces_the_service() {
-        let patches = Arc::default();
-        let client = api(Some(chart_config()), None, Arc::clone(&patches));
-        register(
-            &client,
-            "ebb-steering",
-            Some("pem"),
-            Some("https://127.0.0.1:9555/steer"),
-        )
-        .await
-        .unwrap();
-        let sent = patches.lock().unwrap().clone();
-        let cc = &sent[0].1[1]["value"];
+        let cc = &registered_with_url(chart_config(), Some("pem")).await;
         assert_eq!(cc["url"], "https://127.0.0.1:9555/steer");
         assert!(
             cc.get("service").is_none(),
@@ -344,20 +333,25 @@ mod tests {
             (1, false)
         );
         assert!(patches.lock().unwrap().is_empty(), "nothing written");
+        let cc = &registered_with_url(chart, None).await;
+        assert_eq!(cc["url"], "https://127.0.0.1:9555/steer");
+        assert_eq!(cc["caBundle"], "aW5qZWN0ZWQ=", "the injected CA is kept");
+    }
+
+    /// The clientConfig registering `config` sends with a URL (out of a cluster) and `ca_pem`.
+    async fn registered_with_url(config: Value, ca_pem: Option<&str>) -> Value {
         let patches = Arc::default();
-        let client = api(Some(chart), None, Arc::clone(&patches));
+        let client = api(Some(config), None, Arc::clone(&patches));
         register(
             &client,
             "ebb-steering",
-            None,
+            ca_pem,
             Some("https://127.0.0.1:9555/steer"),
         )
         .await
         .unwrap();
         let sent = patches.lock().unwrap().clone();
-        let cc = &sent[0].1[1]["value"];
-        assert_eq!(cc["url"], "https://127.0.0.1:9555/steer");
-        assert_eq!(cc["caBundle"], "aW5qZWN0ZWQ=", "the injected CA is kept");
+        sent[0].1[1]["value"].clone()
     }
 
     #[test]
