@@ -14,13 +14,17 @@
 # What it installs when missing:
 #   apt-get   prometheus (promtool, and the server the in-pod test scrapes with), containerd (containerd, ctr), runc, iptables, iproute2 (ip),
 #             containernetworking-plugins (/usr/lib/cni), buildah, skopeo, docker-registry
-#             (the in-pod test's registry on loopback), musl-tools (musl-gcc), openssl,
+#             (the in-pod test's registry on loopback), qemu-user-static, qemu-system-arm and
+#             cpio (the arm64 images' binaries run under emulation), musl-tools (musl-gcc), openssl,
 #             ca-certificates, git
 #   pip       helm-sdkpy (the Helm library the chart tests use), for python3
 #   rustup    the x86_64- and aarch64-unknown-linux-musl targets (the images' static binaries,
 #             for linux/amd64 and linux/arm64)
 #   cargo     cargo-zigbuild (cross-compiles the arm64 binaries), pip: ziglang (its C compiler)
 #   go        actionlint (lints the release workflow), into Go's bin directory
+#   dpkg      Debian's arm64 kernel and busybox-static, unpacked into $EBB_ARM64_KIT (default
+#             ~/.cache/ebb-arm64): the arm64 node agent boots on them in qemu-system-aarch64
+#             (adds the arm64 architecture to dpkg to download them; installs nothing arm64)
 # What it needs and does not install: Rust 1.89+ (rustup), Go 1.26+ (https://go.dev/dl/),
 # python3 with pip, and root: the in-pod test runs a real node (containerd, kubelet, network
 # namespaces), which only root can.
@@ -37,6 +41,8 @@ MUSL_TARGETS=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl)
 ZIGBUILD_VERSION=0.24.1
 ZIGLANG_VERSION=0.14.1
 ACTIONLINT_VERSION=v1.7.12
+# Where the arm64 test's kernel and busybox are unpacked (e2e/tests/images_arm64.rs reads it).
+ARM64_KIT=${EBB_ARM64_KIT:-$HOME/.cache/ebb-arm64}
 CNI_BIN_DIR=${EBB_K8S_CNI_BIN_DIR:-/usr/lib/cni}
 
 # Commands the tests run, each with the Debian package that provides it.
@@ -50,6 +56,9 @@ APT_COMMANDS=(
   ip:iproute2
   buildah:buildah
   skopeo:skopeo
+  qemu-aarch64-static:qemu-user-static
+  qemu-system-aarch64:qemu-system-arm
+  cpio:cpio
   docker-registry:docker-registry
   musl-gcc:musl-tools
   openssl:openssl
@@ -124,6 +133,7 @@ check() {
   for entry in "${APT_FILES[@]}"; do
     if [[ -e ${entry%%:*} ]]; then ok "${entry%%:*}" present; else no "${entry%%:*}" "apt-get install ${entry#*:}"; fi
   done
+  if has_arm64_kit; then ok "arm64 kernel and busybox" "$ARM64_KIT"; else no "arm64 kernel and busybox" "hack/test.sh install (Debian's linux-image-arm64 and busybox-static:arm64 into $ARM64_KIT)"; fi
   if [[ $(id -u) -eq 0 ]]; then
     ok root "uid 0"
   else
@@ -172,11 +182,38 @@ install() {
     go install "github.com/rhysd/actionlint/cmd/actionlint@$ACTIONLINT_VERSION" ||
       die "go could not install actionlint (lints .github/workflows/release.yml)"
   fi
+  has_arm64_kit || install_arm64_kit
   if ! has_zigbuild; then
     log "cargo install cargo-zigbuild@$ZIGBUILD_VERSION"
     cargo install --quiet --locked "cargo-zigbuild@$ZIGBUILD_VERSION" ||
       die "cargo could not install cargo-zigbuild (cross-compiles the arm64 images' binaries)"
   fi
+}
+
+has_arm64_kit() { [[ -s $ARM64_KIT/vmlinuz && -x $ARM64_KIT/busybox ]]; }
+
+# Debian's arm64 kernel and static busybox, unpacked (not installed) into $ARM64_KIT: the
+# arm64 image's node agent boots on them under qemu-system-aarch64.
+install_arm64_kit() {
+  command -v apt-get >/dev/null 2>&1 || die "the arm64 test's kernel comes from Debian's packages, and there is no apt-get here"
+  [[ $(id -u) -eq 0 ]] || die "downloading Debian's arm64 kernel needs dpkg --add-architecture arm64: run as root"
+  log "Debian's arm64 kernel and busybox-static into $ARM64_KIT"
+  if ! dpkg --print-foreign-architectures | grep -qx arm64; then
+    dpkg --add-architecture arm64
+  fi
+  apt-get update -qq
+  local kernel tmp
+  kernel=$(apt-cache depends linux-image-arm64:arm64 | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  [[ -n $kernel ]] || die "apt-cache names no kernel package for linux-image-arm64:arm64"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -qq "$kernel" busybox-static:arm64 2>/dev/null) ||
+    die "apt-get could not download $kernel and busybox-static:arm64"
+  for deb in "$tmp"/*.deb; do dpkg-deb -x "$deb" "$tmp/x"; done
+  mkdir -p "$ARM64_KIT"
+  cp "$tmp"/x/boot/vmlinuz-* "$ARM64_KIT/vmlinuz"
+  cp "$tmp/x/bin/busybox" "$ARM64_KIT/busybox"
+  echo "$kernel" >"$ARM64_KIT/kernel-package"
+  rm -rf "$tmp"
 }
 
 # timed NAME CMD...: runs CMD, then says how long it took.
