@@ -157,10 +157,16 @@ fn snapshot_dir(nodes: usize, per_node: usize) -> anyhow::Result<PathBuf> {
 /// What one controller run measured.
 struct Figures {
     first_loop: Duration,
+    /// From the start to the controller's `caches synced` log line.
+    synced: Option<Duration>,
     loops: Vec<i64>,
     phases: BTreeMap<String, f64>,
     rss_kib: u64,
+    /// VmRSS after the last measured loop.
+    steady_rss_kib: u64,
     requests_per_loop: f64,
+    /// Requests in the measured loops by verb and resource, most first.
+    requests_by_kind: Vec<(String, usize)>,
 }
 
 async fn run(
@@ -365,9 +371,22 @@ fn print_figures(
         f.loops
     );
     println!(
-        "scale {nodes} nodes, {pods} pods: first loop {:.1} s, loop median {median} ms, max {max} ms, peak RSS {} MiB, {:.1} KiB/pod, requests/loop {:.1}",
+        "  requests in the measured loops: {}",
+        f.requests_by_kind
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "scale {nodes} nodes, {pods} pods: caches synced {}, first loop {:.1} s, loop median {median} ms, max {max} ms, peak RSS {} MiB, steady RSS {} MiB, {:.1} KiB/pod, requests/loop {:.1}",
+        f.synced.map_or("(not seen)".to_string(), |d| format!(
+            "{:.1} s",
+            d.as_secs_f64()
+        )),
         f.first_loop.as_secs_f64(),
         f.rss_kib / 1024,
+        f.steady_rss_kib / 1024,
         f.rss_kib as f64 / pods.max(1) as f64,
         f.requests_per_loop
     );
@@ -418,6 +437,23 @@ async fn measure(
     let client = env.client.clone();
     let pid = ctrl.id().context("the controller's pid")?;
     let started = Instant::now();
+    // When the controller logs that its caches are synced (polled from its captured output).
+    let synced = {
+        let log = log.clone();
+        tokio::spawn(async move {
+            while started.elapsed() < Duration::from_secs(1800) {
+                let seen = log
+                    .lock()
+                    .map(|l| l.iter().any(|x| x.contains("caches synced")))
+                    .unwrap_or(false);
+                if seen {
+                    return Some(started.elapsed());
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            None
+        })
+    };
     create_policy(
         &client,
         "scale",
@@ -425,50 +461,79 @@ async fn measure(
                "nodeSelector": {"matchLabels": {"pool": "scale"}}}),
     )
     .await?;
-    let policies = Api::<ebb_api::ScaleDownPolicy>::all(client.clone());
+    // Loops are read from the controller's phase histograms, not from `status.lastLoop`: the
+    // status is written only when it changes (or every 5 minutes), so a settled cluster shows
+    // no new loop there for minutes while the controller runs one every scan interval.
+    let addr = wait_for(
+        "the controller's /metrics address",
+        Duration::from_secs(120),
+        || async {
+            let lines = log.lock().map(|l| l.clone()).ok()?;
+            metrics_address(&lines)
+        },
+    )
+    .await?;
     let mut durations = Vec::new();
     let mut times: Vec<jiff::Timestamp> = Vec::new();
     let mut first_loop = None;
+    let (mut count, mut sum) = (0.0, 0.0);
     while durations.len() < loops {
-        let (time, ms) = wait_for("the next loop", Duration::from_secs(600), || async {
-            let s = policies.get("scale").await.ok()?.status?;
-            let time = s.last_loop.time.as_ref()?.0;
-            (times.last() != Some(&time)).then_some((time, s.last_loop.duration_ms))
+        let (c, s) = wait_for("the next loop", Duration::from_secs(600), || async {
+            let (c, s) = loop_totals(&fetch_metrics(&addr, None).await.ok()?);
+            (c > count).then_some((c, s))
         })
         .await?;
+        let time = jiff::Timestamp::now();
         first_loop.get_or_insert_with(|| started.elapsed());
-        println!("  loop at {time}: {ms} ms");
-        durations.push(ms);
-        times.push(time);
+        // Two loops between polls (50 ms apart) count as two of their mean.
+        let n = (c - count).round().max(1.0) as usize;
+        let ms = ((s - sum) * 1000.0 / n as f64).round() as i64;
+        (count, sum) = (c, s);
+        for _ in 0..n.min(loops - durations.len()) {
+            println!("  loop seen at {time}: {ms} ms");
+            durations.push(ms);
+            times.push(time);
+        }
     }
-    let lines = log.lock().map(|l| l.clone()).unwrap_or_default();
-    let addr = metrics_address(&lines).context("the controller's /metrics address")?;
     let metrics = fetch_metrics(&addr, None).await?;
     // Requests between the end of the first loop and the end of the last, per loop.
     let (from, to) = (times[0], times[times.len() - 1]);
     let requests = controller_requests(env, from, to)?;
+    let total: usize = requests.values().sum();
+    let mut requests_by_kind: Vec<(String, usize)> = requests.into_iter().collect();
+    requests_by_kind.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(Figures {
         first_loop: first_loop.unwrap_or_default(),
+        // Seen long before the last loop; a controller that never logs it gives none.
+        synced: if synced.is_finished() {
+            synced.await.ok().flatten()
+        } else {
+            synced.abort();
+            None
+        },
         loops: durations,
         phases: phase_means(&metrics),
         rss_kib: peak_rss_kib(pid)?,
-        requests_per_loop: requests as f64 / (times.len() - 1) as f64,
+        steady_rss_kib: status_kib(pid, "VmRSS:")?,
+        requests_per_loop: total as f64 / (times.len() - 1) as f64,
+        requests_by_kind,
     })
 }
 
 /// The controller's API requests (reads and writes) received in `[from, to)`, from the audit
-/// log (one record per request id).
+/// log (one record per request id), counted by verb and resource.
 fn controller_requests(
     env: &TestEnv,
     from: jiff::Timestamp,
     to: jiff::Timestamp,
-) -> anyhow::Result<usize> {
+) -> anyhow::Result<BTreeMap<String, usize>> {
     let real = env
         .real()
         .context("the audit log of a real control plane")?;
     let path = real.dir().join("audit.log");
     let file = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
     let mut ids = BTreeSet::new();
+    let mut by_kind: BTreeMap<String, usize> = BTreeMap::new();
     for line in std::io::BufReader::new(file).lines() {
         let line = line?;
         if !line.contains(CONTROLLER_USER) {
@@ -488,15 +553,22 @@ fn controller_requests(
             continue;
         };
         if at >= from && at < to {
-            ids.insert(
-                e.get("auditID")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_string(),
+            let id = e.get("auditID").and_then(Value::as_str).unwrap_or_default();
+            let field = |p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or_default();
+            let sub = field("/objectRef/subresource");
+            let kind = format!(
+                "{} {}{}{}",
+                field("/verb"),
+                field("/objectRef/resource"),
+                if sub.is_empty() { "" } else { "/" },
+                sub
             );
+            if ids.insert(id.to_string()) {
+                *by_kind.entry(kind).or_default() += 1;
+            }
         }
     }
-    Ok(ids.len())
+    Ok(by_kind)
 }
 
 struct Wave {
@@ -806,6 +878,25 @@ fn report_cluster_rss(env: &TestEnv) {
         ));
     }
     println!("control plane RSS: {}", parts.join(", "));
+}
+
+/// The loops the controller ran and their seconds in all, from the policy's
+/// `ebb_loop_phase_duration_seconds`: the count of its `status_write` phase (the last of every
+/// loop) and the sum over every phase.
+fn loop_totals(metrics: &str) -> (f64, f64) {
+    let value = |l: &str| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+    let mut count = 0.0;
+    let mut sum = 0.0;
+    for line in metrics.lines() {
+        if line.starts_with("ebb_loop_phase_duration_seconds_count{")
+            && line.contains("phase=\"status_write\"")
+        {
+            count += value(line).unwrap_or_default();
+        } else if line.starts_with("ebb_loop_phase_duration_seconds_sum{") {
+            sum += value(line).unwrap_or_default();
+        }
+    }
+    (count, sum)
 }
 
 /// Mean milliseconds of each loop phase, from `ebb_loop_phase_duration_seconds` sums and counts.
