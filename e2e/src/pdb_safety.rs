@@ -128,7 +128,41 @@ pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
 
 /// Replays a real kube-apiserver audit log (JSON lines) and returns the violations by `users`.
 pub fn check_audit_text(text: &str, users: &[&str]) -> anyhow::Result<Vec<Violation>> {
+    check_audit_text_from(text, users, &[])
+}
+
+/// [`check_audit_text`] for a log that starts after the budgets were published: `budgets` (as
+/// the API server returns them) are what each allowed before the log's first record. A control
+/// plane started from a saved etcd has budgets the disruption controller may not write again
+/// (its status is unchanged), so the log alone would show them allowing nothing.
+pub fn check_audit_text_from(
+    text: &str,
+    users: &[&str],
+    budgets_before: &[Value],
+) -> anyhow::Result<Vec<Violation>> {
     let mut budgets: BTreeMap<String, Budget> = BTreeMap::new();
+    for b in budgets_before {
+        let key = format!("{}/{}", s(b, "/metadata/namespace"), s(b, "/metadata/name"));
+        let allowed = b
+            .pointer("/status/disruptionsAllowed")
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        let mut seeded = Budget {
+            selector: b.pointer("/spec/selector").cloned().unwrap_or(Value::Null),
+            allowed,
+            disrupted: b
+                .pointer("/status/disruptedPods")
+                .and_then(Value::as_object)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default(),
+            history: Vec::new(),
+        };
+        seeded.history.push(format!(
+            "before the log: allowed {allowed}, healthy {:?}",
+            b.pointer("/status/currentHealthy")
+        ));
+        budgets.insert(key, seeded);
+    }
     let mut pods: HashMap<String, PodState> = HashMap::new();
     let mut out = Vec::new();
     // Pod → the budgets the Eviction API took a disruption from for it, each with what the
@@ -440,6 +474,48 @@ mod tests {
 
     fn run(lines: &[String]) -> Vec<Violation> {
         check_audit_text(&lines.join("\n"), &[CTL]).unwrap()
+    }
+
+    #[test]
+    fn budgets_published_before_the_log_are_taken_as_they_stood() {
+        // The Eviction API's own status write (the pod added to disruptedPods), then its answer.
+        let took = |name: &str| {
+            ev(
+                APISERVER,
+                "update",
+                "policy",
+                "poddisruptionbudgets",
+                "status",
+                "web",
+                200,
+                json!({"spec": {"selector": {"matchLabels": {"app": "web"}}},
+                       "status": {"disruptedPods": {name: "2026-11-23T10:00:00Z"}}}),
+            )
+        };
+        let lines = [pod("a", true), took("a"), evict(CTL, "a", 201)];
+        assert_eq!(
+            run(&lines).len(),
+            1,
+            "without what the budget allowed before the log, it allowed nothing"
+        );
+        let before = json!({"metadata": {"namespace": "default", "name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}},
+            "status": {"disruptionsAllowed": 1, "currentHealthy": 3}});
+        let v = check_audit_text_from(&lines.join("\n"), &[CTL], std::slice::from_ref(&before))
+            .unwrap();
+        assert_eq!(v, vec![]);
+        // One more than it allowed is still a violation.
+        let two = [
+            pod("a", true),
+            pod("b", true),
+            took("a"),
+            evict(CTL, "a", 201),
+            took("b"),
+            evict(CTL, "b", 201),
+        ];
+        let v = check_audit_text_from(&two.join("\n"), &[CTL], &[before]).unwrap();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].pod, "default/b");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 
 use super::pods::PodRef;
@@ -18,6 +18,10 @@ use crate::scaledown::pdb::allowance;
 /// How long an accepted eviction counts against its budgets when the pod cache never shows the
 /// pod terminating (the budget's own status has caught up long before).
 const LEDGER_TTL: Duration = Duration::from_secs(120);
+
+/// After a pod change, how long a drain held by a budget waits before it asks again (a budget's
+/// own status change wakes it at once).
+const RECHECK_AFTER_POD_CHANGE: Duration = Duration::from_millis(200);
 
 /// What the gate says about one eviction.
 #[derive(Debug, PartialEq, Eq)]
@@ -124,28 +128,35 @@ impl DisruptionGate {
         let Some(pdbs) = &self.pdbs else {
             return free();
         };
-        let pods = self.pods.state();
-        let Some(object) = pods.iter().find(|p| {
-            p.metadata.namespace.as_deref() == Some(&pod.namespace)
-                && p.metadata.name.as_deref() == Some(&pod.name)
-        }) else {
-            return free(); // gone: the API server answers 404
+        // One lookup, not a pass over every pod: the gate runs for every eviction and, while a
+        // budget holds it, again on pod changes, and the cache holds every pod of the cluster.
+        let key = ObjectRef::new(&pod.name).within(&pod.namespace);
+        let Some(object) = self
+            .pods
+            .get(&key)
+            .filter(|p| p.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+        else {
+            return free(); // gone (or another pod of that name): the API server answers 404
         };
-        if ignores_budgets(object) {
+        if ignores_budgets(&object) {
             return free();
         }
         let budgets = pdbs.state();
         let over: Vec<Budget> = budgets
             .iter()
             .filter_map(|b| Budget::read(b))
-            .filter(|b| b.selects(object))
+            .filter(|b| b.selects(&object))
             .collect();
+        if over.is_empty() {
+            return free();
+        }
+        let pods = self.pods.state();
         let mut ledger = self.lock();
         prune(&mut ledger, &pods);
         let evicted: HashSet<&str> = ledger.accepted.keys().map(String::as_str).collect();
         let mut costs = Vec::new();
         for b in &over {
-            match cost(b, object, &pods, &evicted, ledger.sending.get(&b.key)) {
+            match cost(b, &object, &pods, &evicted, ledger.sending.get(&b.key)) {
                 Some(true) => costs.push(b.key.clone()),
                 Some(false) => {}
                 None => return Admission::Wait { pdb: b.key.clone() },
@@ -194,7 +205,11 @@ impl DisruptionGate {
             }
         };
         tokio::select! {
-            _ = pods.changed() => {}
+            _ = pods.changed() => {
+                // Pods change hundreds of times a second in a big cluster, nearly always
+                // elsewhere: look again at most this often rather than on every change.
+                tokio::time::sleep(RECHECK_AFTER_POD_CHANGE.min(limit)).await;
+            }
             _ = budgets => {}
             _ = tokio::time::sleep(limit) => {}
         }
@@ -218,14 +233,24 @@ pub(crate) fn ready(pod: &Pod) -> bool {
 
 /// Forgets accepted evictions the pod cache now shows (pod terminating or gone) or that are old.
 fn prune(ledger: &mut Ledger, pods: &[Arc<Pod>]) {
-    let live: HashSet<&str> = pods
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
     ledger
         .accepted
-        .retain(|uid, (_, at)| live.contains(uid.as_str()) && at.elapsed() < LEDGER_TTL);
+        .retain(|_, (_, at)| at.elapsed() < LEDGER_TTL);
+    if ledger.accepted.is_empty() {
+        return;
+    }
+    // The few accepted uids looked up in one pass (no set of every pod's uid).
+    let mut live: HashSet<&str> = HashSet::new();
+    for p in pods {
+        if p.metadata.deletion_timestamp.is_none()
+            && let Some(uid) = p.metadata.uid.as_deref()
+            && ledger.accepted.contains_key(uid)
+        {
+            live.insert(uid);
+        }
+    }
+    let live: HashSet<String> = live.into_iter().map(str::to_string).collect();
+    ledger.accepted.retain(|uid, _| live.contains(uid));
 }
 
 /// What evicting `pod` costs budget `b`: `Some(true)` a disruption, `Some(false)` nothing

@@ -366,7 +366,7 @@ impl Actuator {
                 _ = tokio::time::sleep(self.recheck_delay) => {}
             }
         }
-        let snapshot = self.pods_now();
+        let snapshot = self.pods_on(node);
         let landed =
             pods::landed_since_plan(node, &order.planned_pods, snapshot.iter().map(|p| &**p));
         if !landed.is_empty() {
@@ -435,7 +435,7 @@ impl Actuator {
             let call = evict_once(&self.client, ds, order.settings.grace_cap).await;
             tracing::debug!(pod = %ds.key(), ?call, "DaemonSet pod evicted best-effort");
         }
-        let remaining = pods::remaining(node, self.pods_now().iter().map(|p| &**p)).len();
+        let remaining = pods::remaining(node, self.pods_on(node).iter().map(|p| &**p)).len();
         self.step(
             node,
             DrainEvent::EvictionsAccepted {
@@ -456,6 +456,12 @@ impl Actuator {
 
     fn pods_now(&self) -> Vec<Arc<Pod>> {
         self.pods.state()
+    }
+
+    /// The cached pods bound to `node` (one pass over the cache, without copying the rest).
+    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+        self.pods
+            .state_filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
     }
 
     async fn drive(
