@@ -37,14 +37,16 @@ pub enum Admission {
 pub struct Reservation {
     uid: String,
     budgets: Vec<String>,
+    /// The pod's cache key, to see it go without a pass over every pod.
+    key: ObjectRef<Pod>,
 }
 
 #[derive(Default)]
 struct Ledger {
     /// Evictions being sent, per budget.
     sending: HashMap<String, i64>,
-    /// Accepted evictions by pod uid: their budgets and when.
-    accepted: HashMap<String, (Vec<String>, Instant)>,
+    /// Accepted evictions by pod uid: their budgets, when, and the pod's cache key.
+    accepted: HashMap<String, (Vec<String>, Instant, ObjectRef<Pod>)>,
 }
 
 /// Shared by every drain of the process. Cheap to clone.
@@ -119,10 +121,12 @@ impl DisruptionGate {
     /// Whether evicting `pod` now is within every budget over it; if so its disruptions are
     /// held until [`Self::settle`].
     pub fn admit(&self, pod: &PodRef) -> Admission {
+        let key = ObjectRef::new(&pod.name).within(&pod.namespace);
         let free = || {
             Admission::Send(Reservation {
                 uid: pod.uid.clone(),
                 budgets: Vec::new(),
+                key: key.clone(),
             })
         };
         let Some(pdbs) = &self.pdbs else {
@@ -130,7 +134,6 @@ impl DisruptionGate {
         };
         // One lookup, not a pass over every pod: the gate runs for every eviction and, while a
         // budget holds it, again on pod changes, and the cache holds every pod of the cluster.
-        let key = ObjectRef::new(&pod.name).within(&pod.namespace);
         let Some(object) = self
             .pods
             .get(&key)
@@ -152,7 +155,7 @@ impl DisruptionGate {
         }
         let pods = self.pods.state();
         let mut ledger = self.lock();
-        prune(&mut ledger, &pods);
+        prune(&mut ledger, &self.pods);
         let evicted: HashSet<&str> = ledger.accepted.keys().map(String::as_str).collect();
         let mut costs = Vec::new();
         for b in &over {
@@ -168,6 +171,7 @@ impl DisruptionGate {
         Admission::Send(Reservation {
             uid: pod.uid.clone(),
             budgets: costs,
+            key,
         })
     }
 
@@ -184,7 +188,9 @@ impl DisruptionGate {
             }
         }
         if accepted && !r.budgets.is_empty() {
-            ledger.accepted.insert(r.uid, (r.budgets, Instant::now()));
+            ledger
+                .accepted
+                .insert(r.uid, (r.budgets, Instant::now(), r.key));
         }
     }
 
@@ -232,25 +238,14 @@ pub(crate) fn ready(pod: &Pod) -> bool {
 }
 
 /// Forgets accepted evictions the pod cache now shows (pod terminating or gone) or that are old.
-fn prune(ledger: &mut Ledger, pods: &[Arc<Pod>]) {
-    ledger
-        .accepted
-        .retain(|_, (_, at)| at.elapsed() < LEDGER_TTL);
-    if ledger.accepted.is_empty() {
-        return;
-    }
-    // The few accepted uids looked up in one pass (no set of every pod's uid).
-    let mut live: HashSet<&str> = HashSet::new();
-    for p in pods {
-        if p.metadata.deletion_timestamp.is_none()
-            && let Some(uid) = p.metadata.uid.as_deref()
-            && ledger.accepted.contains_key(uid)
-        {
-            live.insert(uid);
-        }
-    }
-    let live: HashSet<String> = live.into_iter().map(str::to_string).collect();
-    ledger.accepted.retain(|uid, _| live.contains(uid));
+fn prune(ledger: &mut Ledger, pods: &Store<Pod>) {
+    ledger.accepted.retain(|uid, (_, at, key)| {
+        at.elapsed() < LEDGER_TTL
+            && pods.get(key).is_some_and(|p| {
+                p.metadata.uid.as_deref() == Some(uid.as_str())
+                    && p.metadata.deletion_timestamp.is_none()
+            })
+    });
 }
 
 /// What evicting `pod` costs budget `b`: `Some(true)` a disruption, `Some(false)` nothing
@@ -414,7 +409,8 @@ mod tests {
             g.admit(&r("u")),
             Admission::Send(Reservation {
                 uid: "uid-default-u".into(),
-                budgets: vec![]
+                budgets: vec![],
+                key: ObjectRef::new("u").within("default"),
             })
         );
         // Not whole (1 healthy of 2) and nothing allowed: the API server would refuse.
