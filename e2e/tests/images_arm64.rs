@@ -70,6 +70,25 @@ async fn unpack_arm64(archive: &Path, rootfs: &Path) -> anyhow::Result<Unpacked>
     })
 }
 
+/// The linux/arm64 image of `name` (ebb-controller, ebb-node-agent) from the current build,
+/// unpacked into `rootfs`.
+async fn arm64_image(name: &str, rootfs: &Path) -> Unpacked {
+    let built = images::build().await.expect("the images build");
+    let archive = built
+        .archives
+        .iter()
+        .find(|a| a.to_string_lossy().contains(name))
+        .unwrap_or_else(|| panic!("an {name} archive in {:?}", built.archives));
+    let image = unpack_arm64(archive, rootfs)
+        .await
+        .expect("the arm64 image unpacks");
+    assert_eq!(
+        image.architecture, "arm64",
+        "the index's arm64 image of {name}"
+    );
+    image
+}
+
 async fn run(cmd: &mut tokio::process::Command) -> anyhow::Result<Vec<u8>> {
     let out = cmd.stdin(Stdio::null()).output().await?;
     if !out.status.success() {
@@ -146,18 +165,9 @@ async fn the_arm64_node_agent_keeps_acknowledged_state_across_a_kill_on_an_arm64
     );
     let cpio = which("cpio").expect("cpio (Debian: cpio; `hack/test.sh install` installs it)");
     let kit = kit();
-    let built = images::build().await.expect("the images build");
-    let archive = built
-        .archives
-        .iter()
-        .find(|a| a.to_string_lossy().contains("ebb-node-agent"))
-        .expect("a node agent archive");
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
-    let image = unpack_arm64(archive, &rootfs)
-        .await
-        .expect("the arm64 image unpacks");
-    assert_eq!(image.architecture, "arm64", "the index's arm64 image");
+    let image = arm64_image("ebb-node-agent", &rootfs).await;
     assert!(
         image.entrypoint.ends_with("ebb-node-agent"),
         "{}",
@@ -271,18 +281,9 @@ async fn the_arm64_controller_takes_its_lease_under_emulation() {
     let qemu = which("qemu-aarch64-static").expect(
         "qemu-aarch64-static (Debian: qemu-user-static; `hack/test.sh install` installs it)",
     );
-    let built = images::build().await.expect("the images build");
-    let archive = built
-        .archives
-        .iter()
-        .find(|a| a.to_string_lossy().contains("ebb-controller"))
-        .expect("a controller archive");
     let dir = tempfile::tempdir().unwrap();
     let rootfs = dir.path().join("rootfs");
-    let image = unpack_arm64(archive, &rootfs)
-        .await
-        .expect("the arm64 image unpacks");
-    assert_eq!(image.architecture, "arm64", "the index's arm64 image");
+    let image = arm64_image("ebb-controller", &rootfs).await;
     let binary = rootfs.join(image.entrypoint.trim_start_matches('/'));
     let version = run(tokio::process::Command::new(&qemu)
         .arg(&binary)
