@@ -72,7 +72,8 @@ fn is_daemon_set(pod: &Pod) -> bool {
         .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
 }
 
-fn node_of(pod: &Pod) -> Option<&str> {
+/// The node `pod` is bound to.
+pub(crate) fn node_of(pod: &Pod) -> Option<&str> {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 

@@ -460,8 +460,7 @@ impl Actuator {
 
     /// The cached pods bound to `node` (one pass over the cache, without copying the rest).
     fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
-        self.pods
-            .state_filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+        self.pods.state_filter(|p| pods::node_of(p) == Some(node))
     }
 
     async fn drive(
