@@ -9,7 +9,8 @@
 //! own status write, which adds the pod to `disruptedPods`, is the moment an eviction is
 //! accepted; its answer comes later). A disruption taken, or a DELETE of a Ready, not
 //! terminating pod, while that is 0 or less is a violation. Budget status written by anyone
-//! else is not believed.
+//! else is not believed. Concurrent requests reach the log in the order they finished, not
+//! the order etcd stored them: a budget's writes are ordered by their `resourceVersion`.
 //! On ebb-sim the server records deletes that violate a budget itself, and its Eviction API
 //! refuses evictions a budget does not allow.
 
@@ -48,13 +49,40 @@ pub struct Violation {
 #[derive(Default)]
 struct Budget {
     selector: Value,
-    allowed: i64,
+    /// The disruption controller's writes as (order, disruptionsAllowed).
+    published: Vec<(u64, i64)>,
+    /// The order of each disruption taken (the Eviction API's writes, evictions judged at
+    /// their answer).
+    takes: Vec<u64>,
     /// `status.disruptedPods` as last written.
     disrupted: BTreeSet<String>,
     history: Vec<String>,
 }
 
 impl Budget {
+    /// What the budget allowed just before `order`: the disruption controller's last write
+    /// before it, less the disruptions taken between the two.
+    fn allowed_before(&self, order: u64) -> i64 {
+        let (at, allowed) = self
+            .published
+            .iter()
+            .filter(|(o, _)| *o < order)
+            .max_by_key(|(o, _)| *o)
+            .copied()
+            .unwrap_or((0, 0));
+        let taken = self
+            .takes
+            .iter()
+            .filter(|t| **t > at && **t < order)
+            .count();
+        allowed - taken as i64
+    }
+
+    /// What it allows now, after every write replayed so far.
+    fn allowed(&self) -> i64 {
+        self.allowed_before(u64::MAX)
+    }
+
     fn note(&mut self, e: &Value, what: String) {
         if self.history.len() >= 12 {
             self.history.remove(0);
@@ -149,7 +177,8 @@ pub fn check_audit_text_from(
             .unwrap_or(0);
         let mut seeded = Budget {
             selector: b.pointer("/spec/selector").cloned().unwrap_or(Value::Null),
-            allowed,
+            published: vec![(0, allowed)],
+            takes: Vec::new(),
             disrupted: b
                 .pointer("/status/disruptedPods")
                 .and_then(Value::as_object)
@@ -165,11 +194,15 @@ pub fn check_audit_text_from(
     }
     let mut pods: HashMap<String, PodState> = HashMap::new();
     let mut out = Vec::new();
-    // Pod → the budgets the Eviction API took a disruption from for it, each with what the
-    // budget allowed then and its history (judged when the eviction's answer names the user).
-    type Taken = Vec<(String, i64, Vec<String>)>;
+    // Pod → the budgets the Eviction API took a disruption from for it, each with the take's
+    // place in etcd's order (judged when the eviction's answer names the user: by then the
+    // writes logged out of order are in).
+    type Taken = Vec<(String, u64)>;
     let mut taken: HashMap<String, Taken> = HashMap::new();
     let (mut accepted_evictions, mut pod_bodies) = (0usize, 0usize);
+    // A budget write's place in etcd's order (its resourceVersion); a record without one is
+    // taken to come after everything before it in the log.
+    let mut latest = 0u64;
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
@@ -220,11 +253,12 @@ pub fn check_audit_text_from(
                     .map(|m| m.keys().cloned().collect())
                     .unwrap_or_default();
                 if user == DISRUPTION_CONTROLLER {
-                    b.allowed = resp
+                    let published = resp
                         .pointer("/status/disruptionsAllowed")
                         .and_then(Value::as_i64)
                         .unwrap_or(0);
-                    let allowed = b.allowed;
+                    b.published.push((order_of(&mut latest, resp), published));
+                    let allowed = b.allowed();
                     let healthy = resp.pointer("/status/currentHealthy").cloned();
                     b.note(
                         &e,
@@ -233,17 +267,19 @@ pub fn check_audit_text_from(
                 } else if user == APISERVER {
                     // The Eviction API took a disruption for each pod it added to
                     // disruptedPods: that write, not the eviction's answer, is the moment.
+                    // Logged after a recount that already saw it, it is judged by what the
+                    // budget allowed at its own place in etcd's order.
                     let ns = key.split('/').next().unwrap_or("");
                     let new: Vec<String> = disrupted.difference(&b.disrupted).cloned().collect();
+                    let order = order_of(&mut latest, resp);
                     for p in new {
                         let pod = format!("{ns}/{p}");
-                        taken.entry(pod.clone()).or_default().push((
-                            key.clone(),
-                            b.allowed,
-                            b.history.clone(),
-                        ));
-                        b.allowed -= 1;
-                        let allowed = b.allowed;
+                        taken
+                            .entry(pod.clone())
+                            .or_default()
+                            .push((key.clone(), order));
+                        b.takes.push(order);
+                        let allowed = b.allowed();
                         b.note(
                             &e,
                             format!("Eviction API took one for {pod}: allowed {allowed}"),
@@ -264,7 +300,9 @@ pub fn check_audit_text_from(
                 let healthy = pod.ready && !pod.terminating;
                 pod.terminating = true;
                 if let Some(took) = taken.remove(&key) {
-                    for (pdb, allowed, history) in took {
+                    for (pdb, order) in took {
+                        let Some(b) = budgets.get(&pdb) else { continue };
+                        let allowed = b.allowed_before(order);
                         if allowed <= 0 && users.contains(&user) {
                             out.push(Violation {
                                 time: s(&e, "/stageTimestamp").to_string(),
@@ -273,7 +311,7 @@ pub fn check_audit_text_from(
                                 pdb,
                                 how: "evicted",
                                 allowed,
-                                history,
+                                history: b.history.clone(),
                             });
                         }
                     }
@@ -287,11 +325,12 @@ pub fn check_audit_text_from(
                     if !same_namespace(name, &key) || !selects(&b.selector, &pod.labels) {
                         continue;
                     }
-                    if b.allowed <= 0 && users.contains(&user) {
+                    if b.allowed() <= 0 && users.contains(&user) {
                         out.push(violation(&e, user, &key, name, "evicted", b));
                     }
-                    b.allowed -= 1;
-                    let allowed = b.allowed;
+                    latest += 1;
+                    b.takes.push(latest);
+                    let allowed = b.allowed();
                     b.note(&e, format!("{key} evicted by {user}: allowed {allowed}"));
                 }
             }
@@ -305,7 +344,7 @@ pub fn check_audit_text_from(
                 for (name, b) in &budgets {
                     if same_namespace(name, &key)
                         && selects(&b.selector, &pod.labels)
-                        && b.allowed <= 0
+                        && b.allowed() <= 0
                     {
                         out.push(violation(&e, user, &key, name, "deleted", b));
                     }
@@ -330,6 +369,25 @@ pub fn check_audit_text_from(
     Ok(out)
 }
 
+/// A budget write's place in etcd's order: its resourceVersion; a record without one comes
+/// after everything replayed before it.
+fn order_of(latest: &mut u64, resp: &Value) -> u64 {
+    let rv = resp
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse::<u64>().ok());
+    match rv {
+        Some(rv) => {
+            *latest = (*latest).max(rv);
+            rv
+        }
+        None => {
+            *latest += 1;
+            *latest
+        }
+    }
+}
+
 fn same_namespace(a: &str, b: &str) -> bool {
     a.split('/').next() == b.split('/').next()
 }
@@ -348,7 +406,7 @@ fn violation(
         pod: pod.to_string(),
         pdb: pdb.to_string(),
         how,
-        allowed: b.allowed,
+        allowed: b.allowed(),
         history: b.history.clone(),
     }
 }
@@ -626,6 +684,54 @@ mod tests {
         ]);
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!((v[0].pod.as_str(), v[0].allowed), ("default/b", 0));
+    }
+
+    /// `line` with `metadata.resourceVersion` set in its response.
+    fn at_rv(line: String, rv: u64) -> String {
+        let mut v: Value = serde_json::from_str(&line).unwrap();
+        v["responseObject"]["metadata"]["resourceVersion"] = json!(rv.to_string());
+        v.to_string()
+    }
+
+    #[test]
+    fn writes_logged_out_of_order_are_replayed_in_etcds_order() {
+        // The Eviction API's write (rv 12) finished after the disruption controller's recount
+        // it caused (rv 13), so the log holds them the other way round.
+        let late = [
+            pod("a", true),
+            pod("b", true),
+            at_rv(pdb_status(1), 10),
+            at_rv(pdb_status(0), 13),
+            at_rv(took(&["a"], 0), 12),
+            evict(CTL, "a", 201),
+        ];
+        assert_eq!(run(&late), vec![]);
+        // Taken after the recount published none: a violation whatever the log's order.
+        let after = [
+            pod("a", true),
+            pod("b", true),
+            at_rv(pdb_status(1), 10),
+            at_rv(took(&["a"], 0), 14),
+            at_rv(pdb_status(0), 13),
+            evict(CTL, "a", 201),
+        ];
+        let v = run(&after);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!((v[0].pod.as_str(), v[0].allowed), ("default/a", 0));
+        // A second take before the recount is still one more than allowed.
+        let two = [
+            pod("a", true),
+            pod("b", true),
+            at_rv(pdb_status(1), 10),
+            at_rv(pdb_status(0), 14),
+            at_rv(took(&["a"], 0), 11),
+            evict(CTL, "a", 201),
+            at_rv(took(&["a", "b"], -1), 12),
+            evict(CTL, "b", 201),
+        ];
+        let v = run(&two);
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].pod, "default/b");
     }
 
     #[test]
