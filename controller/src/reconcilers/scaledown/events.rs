@@ -22,6 +22,12 @@ pub const MACHINE_HANDED_OFF: &str = "MachineHandedOff";
 pub const REMOVAL_STUCK: &str = "RemovalStuck";
 pub const REPLACEMENTS_OFF_PLAN: &str = "ReplacementsOffPlan";
 
+/// At most this many nodes that joined the candidate set in one loop get an Event of their own
+/// (in name order); the rest are in the policy's summary and its status. A freshly started
+/// controller on a large cluster would otherwise write one Event per candidate at once (1,500
+/// writes at 5,000 nodes).
+pub const CANDIDATE_EVENTS_PER_LOOP: usize = 10;
+
 /// What one loop saw, as far as Events are concerned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Facts {
@@ -133,11 +139,13 @@ pub fn transitions(
     out
 }
 
-/// One Event per node that joined the candidate set, and one on the policy.
+/// One Event per node that joined the candidate set (at most [`CANDIDATE_EVENTS_PER_LOOP`]),
+/// and one on the policy.
 fn joined_candidates(policy: &str, prev: &Facts, next: &Facts) -> Vec<Planned> {
     let mut out: Vec<Planned> = next
         .candidates
         .difference(&prev.candidates)
+        .take(CANDIDATE_EVENTS_PER_LOOP)
         .map(|n| {
             let note =
                 format!("removable together with the other candidates of ScaleDownPolicy {policy}");
@@ -150,7 +158,8 @@ fn joined_candidates(policy: &str, prev: &Facts, next: &Facts) -> Vec<Planned> {
         })
         .collect();
     if !out.is_empty() {
-        let note = "nodes joined the candidate set (status.candidateNodes lists them)";
+        let note = "nodes joined the candidate set (status.candidates counts them; status.candidateNodes lists the first 50)";
+        // The same note for every repeat, so that repeats fold into one Event's series.
         out.push(ev(
             Regarding::Policy,
             false,
@@ -372,6 +381,31 @@ mod tests {
         assert_eq!(events[7].related.as_deref(), Some("e"));
         assert_eq!(events[1].related, None);
         // The next loop with the same facts is silent.
+        assert!(transitions("p", &next, &next, &[]).is_empty());
+    }
+
+    #[test]
+    fn a_crowd_of_new_candidates_gets_a_bounded_number_of_node_events() {
+        let names: Vec<String> = (0..1500).map(|i| format!("n{i:04}")).collect();
+        let next = Facts {
+            candidates: names.iter().cloned().collect(),
+            ..Facts::default()
+        };
+        let events = transitions("p", &Facts::default(), &next, &[]);
+        let per_node: Vec<&Regarding> = events
+            .iter()
+            .filter(|e| e.reason == SCALE_DOWN_CANDIDATE)
+            .map(|e| &e.regarding)
+            .filter(|r| matches!(r, Regarding::Node(_)))
+            .collect();
+        assert_eq!(per_node.len(), CANDIDATE_EVENTS_PER_LOOP);
+        assert_eq!(per_node[0], &Regarding::Node("n0000".into()));
+        let on_policy = events
+            .iter()
+            .filter(|e| e.reason == SCALE_DOWN_CANDIDATE && e.regarding == Regarding::Policy)
+            .count();
+        assert_eq!(on_policy, 1, "the summary is said once");
+        // The nodes not announced are not announced later either: they were in the set.
         assert!(transitions("p", &next, &next, &[]).is_empty());
     }
 
