@@ -99,6 +99,14 @@ struct PodState {
     terminating: bool,
 }
 
+fn pod_state(pod: &Value) -> PodState {
+    PodState {
+        labels: labels_of(pod),
+        ready: ready_of(pod),
+        terminating: pod.pointer("/metadata/deletionTimestamp").is_some(),
+    }
+}
+
 fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
     v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }
@@ -156,17 +164,19 @@ pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
 
 /// Replays a real kube-apiserver audit log (JSON lines) and returns the violations by `users`.
 pub fn check_audit_text(text: &str, users: &[&str]) -> anyhow::Result<Vec<Violation>> {
-    check_audit_text_from(text, users, &[])
+    check_audit_text_from(text, users, &[], &[])
 }
 
-/// [`check_audit_text`] for a log that starts after the budgets were published: `budgets` (as
-/// the API server returns them) are what each allowed before the log's first record. A control
-/// plane started from a saved etcd has budgets the disruption controller may not write again
-/// (its status is unchanged), so the log alone would show them allowing nothing.
+/// [`check_audit_text`] for a log that starts after the budgets were published and the pods
+/// made: `budgets_before` and `pods_before` (as the API server returns them) are how each stood
+/// before the log's first record. A control plane started from a saved etcd has budgets the
+/// disruption controller may not write again (its status is unchanged), so the log alone
+/// would show them allowing nothing; pods written straight to etcd have no record in it.
 pub fn check_audit_text_from(
     text: &str,
     users: &[&str],
     budgets_before: &[Value],
+    pods_before: &[Value],
 ) -> anyhow::Result<Vec<Violation>> {
     let mut budgets: BTreeMap<String, Budget> = BTreeMap::new();
     for b in budgets_before {
@@ -192,7 +202,14 @@ pub fn check_audit_text_from(
         ));
         budgets.insert(key, seeded);
     }
-    let mut pods: HashMap<String, PodState> = HashMap::new();
+    let mut pods: HashMap<String, PodState> = pods_before
+        .iter()
+        .map(|p| {
+            let key = format!("{}/{}", s(p, "/metadata/namespace"), s(p, "/metadata/name"));
+            (key, pod_state(p))
+        })
+        .collect();
+    let pod_bodies_before = pods.len();
     let mut out = Vec::new();
     // Pod → the budgets the Eviction API took a disruption from for it, each with the take's
     // place in etcd's order (judged when the eviction's answer names the user: by then the
@@ -352,15 +369,12 @@ pub fn check_audit_text_from(
             }
             ("", "pods", "" | "status", _) if resp.is_object() => {
                 pod_bodies += 1;
-                let pod = pods.entry(key).or_default();
-                pod.labels = labels_of(resp);
-                pod.ready = ready_of(resp);
-                pod.terminating = resp.pointer("/metadata/deletionTimestamp").is_some();
+                pods.insert(key, pod_state(resp));
             }
             _ => {}
         }
     }
-    if accepted_evictions > 0 && pod_bodies == 0 {
+    if accepted_evictions > 0 && pod_bodies + pod_bodies_before == 0 {
         bail!(
             "the audit log has {accepted_evictions} accepted evictions but no pod bodies: its \
              policy must record pod writes at RequestResponse level (e2e/k8s/cluster.sh)"
@@ -545,8 +559,13 @@ mod tests {
         let before = json!({"metadata": {"namespace": "default", "name": "web"},
             "spec": {"selector": {"matchLabels": {"app": "web"}}},
             "status": {"disruptionsAllowed": 1, "currentHealthy": 3}});
-        let v = check_audit_text_from(&lines.join("\n"), &[CTL], std::slice::from_ref(&before))
-            .unwrap();
+        let v = check_audit_text_from(
+            &lines.join("\n"),
+            &[CTL],
+            std::slice::from_ref(&before),
+            &[],
+        )
+        .unwrap();
         assert_eq!(v, vec![]);
         // One more than it allowed is still a violation.
         let two = [
@@ -557,9 +576,24 @@ mod tests {
             took(&["b"], 0),
             evict(CTL, "b", 201),
         ];
-        let v = check_audit_text_from(&two.join("\n"), &[CTL], &[before]).unwrap();
+        let v = check_audit_text_from(&two.join("\n"), &[CTL], &[before], &[]).unwrap();
         assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(v[0].pod, "default/b");
+    }
+
+    #[test]
+    fn pods_made_before_the_log_are_taken_as_they_stood() {
+        // A Ready pod the log never saw made, evicted while its budget allows nothing.
+        let lines = [pdb_status(0), evict(CTL, "a", 201)];
+        let e = check_audit_text(&lines.join("\n"), &[CTL]).unwrap_err();
+        assert!(e.to_string().contains("no pod bodies"), "{e}");
+        let a: Value = serde_json::from_str(&pod("a", true)).unwrap();
+        let mut before = a["responseObject"].clone();
+        before["metadata"]["namespace"] = json!("default");
+        before["metadata"]["name"] = json!("a");
+        let v = check_audit_text_from(&lines.join("\n"), &[CTL], &[], &[before]).unwrap();
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].pod, "default/a");
     }
 
     #[test]
