@@ -43,8 +43,6 @@ const NS: &str = "scale";
 const DRAIN_NS: &str = "scale-drain";
 /// Nodes per ReplicaSet: each owns the pods of ten nodes.
 const NODES_PER_OWNER: usize = 10;
-/// Concurrent creates while populating.
-const CREATE_CONCURRENCY: usize = 64;
 /// Concurrent etcd transactions while populating (one owner and its pods each).
 const ETCD_CONCURRENCY: usize = 4;
 /// What `populate` makes; a saved cluster of another version is not reused.
@@ -723,44 +721,51 @@ async fn populate(env: &TestEnv, nodes: usize, per_node: usize) -> anyhow::Resul
     let owners = nodes.div_ceil(NODES_PER_OWNER);
     // Whole owners in the drain pool: about a tenth of the nodes.
     let first_drain = first_drain_node(nodes);
-    let node_api = Api::<Node>::all(client.clone());
-    futures::stream::iter(0..nodes)
-        .map(|i| {
-            let api = node_api.clone();
-            async move {
-                let name = format!("scale-{i}");
-                let pool = if i >= first_drain { "drain" } else { "scale" };
-                let res = json!({"cpu": "4", "memory": "16Gi", "pods": "110"});
-                // kwok gives a pod it starts an IP from its node's podCIDR: without one it
-                // never starts the replacements the drain wave's evictions make (the wave
-                // stalled after the first node). The bench's own pods have IPs of another range.
-                let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
-                let node: Node = serde_json::from_value(json!({
-                    "metadata": {"name": name, "labels": {"pool": pool, "type": "kwok",
-                        "kubernetes.io/hostname": name},
-                        "annotations": {"kwok.x-k8s.io/node": "fake"}},
-                    "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
-                    "status": {"capacity": res, "allocatable": res}
-                }))?;
-                api.create(&PostParams::default(), &node)
-                    .await
-                    .with_context(|| format!("creating node {name}"))?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(CREATE_CONCURRENCY)
-        .try_collect::<Vec<_>>()
-        .await?;
-    let created = Instant::now();
+    let real = env
+        .real()
+        .context("the set-up writes to the etcd of the real control plane")?;
     let etcd = EtcdLoader::new(etcd_port(env)?)?;
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
+    // No controller runs while the objects are written: kube-controller-manager, started again
+    // once they are all there, lists them at once before any of its controllers acts. (Running,
+    // its ReplicaSet controller saw some owners before their pods, made pods of its own and
+    // fought its own cache for minutes at 5,000 nodes.)
+    real.stop_controllers().await?;
+    let t_nodes = Instant::now();
+    let node_puts = (0..nodes)
+        .map(|i| {
+            let name = format!("scale-{i}");
+            let pool = if i >= first_drain { "drain" } else { "scale" };
+            let res = json!({"cpu": "4", "memory": "16Gi", "pods": "110"});
+            // kwok gives a pod it starts an IP from its node's podCIDR: without one it never
+            // starts the replacements the drain wave's evictions make (the wave stalled after
+            // the first node). The bench's own pods have IPs of another range.
+            let cidr = format!("10.{}.{}.0/24", 128 + i / 256, i % 256);
+            Put::cluster(
+                "minions",
+                json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": name, "uid": etcd_load::uid(3, i),
+                        "creationTimestamp": now,
+                        "labels": {"pool": pool, "type": "kwok", "kubernetes.io/hostname": name},
+                        "annotations": {"kwok.x-k8s.io/node": "fake"}},
+                    "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
+                    "status": {"capacity": res, "allocatable": res}}),
+            )
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for chunk in node_puts.chunks(500) {
+        etcd.put_all(chunk).await.context("writing the nodes")?;
+    }
+    println!(
+        "  {nodes} nodes written in {:.1} s",
+        t_nodes.elapsed().as_secs_f64()
+    );
+    let created = Instant::now();
     // Each owner with its pods in one etcd transaction, written as kube-apiserver stores them
     // (an API create and a status write per pod made 50 pods per second at 5,000 nodes, API
-    // server bound). One revision for both: the garbage collector never sees a pod whose owner
-    // is missing; the ReplicaSet controller may see the owner first and make a few pods it
-    // deletes again once it sees the bench's.
+    // server bound).
     futures::stream::iter(0..owners)
         .map(|o| {
             let etcd = &etcd;
@@ -825,6 +830,7 @@ async fn populate(env: &TestEnv, nodes: usize, per_node: usize) -> anyhow::Resul
         .buffered(ETCD_CONCURRENCY)
         .try_collect::<Vec<_>>()
         .await?;
+    real.start_controllers().await?;
     // The drain pool's budgets, once their pods are there.
     for o in drain_owners_range(nodes) {
         let app = format!("app-{o}");

@@ -40,6 +40,27 @@ impl Put {
     }
 }
 
+impl Put {
+    /// The key of a cluster-scoped object: `key_resource` as kube-apiserver names it in etcd
+    /// (Nodes are `minions`).
+    pub fn cluster(key_resource: &str, object: Value) -> anyhow::Result<Self> {
+        let name = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .context("an object written to etcd needs metadata.name")?
+            .to_string();
+        for f in ["uid", "creationTimestamp"] {
+            object
+                .pointer(&format!("/metadata/{f}"))
+                .with_context(|| format!("an object written to etcd needs metadata.{f}"))?;
+        }
+        Ok(Put {
+            key: format!("/registry/{key_resource}/{name}"),
+            object,
+        })
+    }
+}
+
 /// A client of one etcd's gateway (`http://127.0.0.1:<port>`).
 pub struct EtcdLoader {
     http: reqwest::Client,
@@ -118,6 +139,14 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.key, "/registry/pods/ns/a");
+        let n = Put::cluster(
+            "minions",
+            json!({"metadata": {"name": "n", "uid": uid(3, 1),
+                "creationTimestamp": "2026-11-29T00:00:00Z"}}),
+        )
+        .unwrap();
+        assert_eq!(n.key, "/registry/minions/n");
+        assert!(Put::cluster("minions", json!({"metadata": {"name": "n"}})).is_err());
         let e = Put::namespaced(
             "pods",
             json!({"metadata": {"name": "a", "namespace": "ns"}}),

@@ -26,6 +26,11 @@
 #                                        ready again. `up` with EBB_K8S_ETCD_RESTORE=TO
 #                                        starts from that copy (a bench's populated cluster
 #                                        in seconds)
+#   cluster.sh stop-controllers DIR      stop kube-controller-manager (SIGTERM)
+#   cluster.sh start-controllers DIR     start it again with the same flags: its caches list
+#                                        everything at once before any controller runs (a
+#                                        bench writes its objects to etcd in between, so no
+#                                        controller acts on half of them)
 #   cluster.sh down DIR                  stop what `up` started (logs stay in DIR)
 #
 # `up` returns when /readyz is ok, the N nodes (kwok-node-0..N-1) are Ready
@@ -739,6 +744,23 @@ cmd_save_etcd() {
   log "etcd's data saved to $to ($(du -sh "$to" | cut -f1)); kube-apiserver ready again $((($(now_ms) - t0) / 1000))s after the stop"
 }
 
+cmd_stop_controllers() {
+  set_dir "${1:-}"
+  [[ -f $DIR/pids/kube-controller-manager.cmd ]] ||
+    die "no kube-controller-manager recorded in $DIR (run: $0 up $DIR)"
+  stop kube-controller-manager TERM
+  log "kube-controller-manager stopped"
+}
+
+cmd_start_controllers() {
+  set_dir "${1:-}"
+  [[ -f $DIR/pids/kube-controller-manager.cmd ]] ||
+    die "no kube-controller-manager recorded in $DIR (run: $0 up $DIR)"
+  pid_alive kube-controller-manager && die "kube-controller-manager already runs in $DIR"
+  restart_recorded kube-controller-manager
+  log "kube-controller-manager started again"
+}
+
 cmd_import_images() {
   set_dir "${1:-}"
   shift
@@ -764,9 +786,11 @@ main() {
   restart-apiserver) cmd_restart_apiserver "$@" ;;
   stop-etcd) cmd_stop_etcd "$@" ;;
   save-etcd) cmd_save_etcd "$@" ;;
+  stop-controllers) cmd_stop_controllers "$@" ;;
+  start-controllers) cmd_start_controllers "$@" ;;
   down) cmd_down "$@" ;;
   -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|save-etcd|down DIR ... (try --help)" ;;
+  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|save-etcd|stop-controllers|start-controllers|down DIR ... (try --help)" ;;
   esac
 }
 

@@ -620,6 +620,21 @@ impl RealCluster {
         Ok(())
     }
 
+    /// Stops kube-controller-manager (`cluster.sh stop-controllers`): nothing reconciles
+    /// ReplicaSets, collects garbage or publishes budgets until [`Self::start_controllers`].
+    pub async fn stop_controllers(&self) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        run_script(&k8s_script("cluster.sh"), &["stop-controllers", &path]).await?;
+        Ok(())
+    }
+
+    /// Starts kube-controller-manager again with its flags (`cluster.sh start-controllers`).
+    pub async fn start_controllers(&self) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        run_script(&k8s_script("cluster.sh"), &["start-controllers", &path]).await?;
+        Ok(())
+    }
+
     /// Stops etcd (SIGTERM), copies its data directory to `to` and starts it again; returns
     /// once the API server is ready (`cluster.sh save-etcd`). A later control plane started
     /// with `EBB_K8S_ETCD_RESTORE=<to>` starts from that copy.
