@@ -53,6 +53,8 @@ struct Ledger {
 #[derive(Clone)]
 pub struct DisruptionGate {
     pods: Store<Pod>,
+    /// Finds a budget's namespace's pods without a pass over every pod.
+    index: crate::state::pod_index::PodIndex,
     pdbs: Option<Store<PodDisruptionBudget>>,
     changes: watch::Receiver<u64>,
     pdb_changes: Option<watch::Receiver<u64>>,
@@ -96,11 +98,18 @@ impl DisruptionGate {
     pub fn new(pods: Store<Pod>, pod_changes: watch::Receiver<u64>) -> Self {
         DisruptionGate {
             pods,
+            index: Default::default(),
             pdbs: None,
             changes: pod_changes,
             pdb_changes: None,
             ledger: Arc::default(),
         }
+    }
+
+    /// Reads a namespace's pods from `index` (the pod watch's) instead of a pass over the cache.
+    pub fn with_index(mut self, index: crate::state::pod_index::PodIndex) -> Self {
+        self.index = index;
+        self
     }
 
     /// Reads budgets from `pdbs`; `pdb_changes` ticks on every budget event.
@@ -153,7 +162,11 @@ impl DisruptionGate {
         if over.is_empty() {
             return free();
         }
-        let pods = self.pods.state();
+        // A budget selects pods of its own namespace only.
+        let pods = self.index.in_namespace(
+            object.metadata.namespace.as_deref().unwrap_or_default(),
+            &self.pods,
+        );
         let mut ledger = self.lock();
         prune(&mut ledger, &self.pods);
         let evicted: HashSet<&str> = ledger.accepted.keys().map(String::as_str).collect();

@@ -6,6 +6,7 @@ pub mod leadership;
 pub mod lease;
 pub mod lists;
 pub mod machine_caches;
+pub mod pod_index;
 pub mod shared_model;
 pub mod stores;
 pub mod trim;

@@ -65,6 +65,7 @@ impl Caches {
             stores: Stores {
                 nodes: nodes_s,
                 pods: pods_s,
+                pod_index: Default::default(),
                 pdbs: pdbs_s,
                 replica_sets: rs_s,
                 stateful_sets: synced().0,

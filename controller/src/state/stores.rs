@@ -34,6 +34,8 @@ use crate::cluster::ClusterObjects;
 pub struct Stores {
     pub nodes: Store<Node>,
     pub pods: Store<Pod>,
+    /// The pods by node and by namespace (kept by the pod watch).
+    pub pod_index: super::pod_index::PodIndex,
     pub pdbs: Store<PodDisruptionBudget>,
     pub replica_sets: Store<ReplicaSet>,
     pub stateful_sets: Store<StatefulSet>,
@@ -224,12 +226,14 @@ fn watch_pods(
     lists: InitialList,
     model: Arc<SharedModel>,
     ended: Arc<EndedPods>,
+    index: super::pod_index::PodIndex,
     changes: watch::Sender<u64>,
     on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
 ) -> (Store<Pod>, JoinHandle<()>) {
     reflect(Api::<Pod>::all(client), lists, "Pod", move |c| {
         match &c {
             Changed::Applied(p) => {
+                index.applied(p);
                 // Every pod that ended (a Job's, a failed one): how it ended, for histories.
                 if EndedPods::is_terminal(p) {
                     ended.record((*p).clone());
@@ -237,6 +241,7 @@ fn watch_pods(
                 on_pod(PodSeen::Applied(p))
             }
             Changed::Deleted(p) => {
+                index.deleted(p);
                 // A deleted pod placement released: where it ran and how it went.
                 if p.annotations().contains_key(names::ANNOTATION_PLACEMENT) {
                     ended.record((*p).clone());
@@ -326,11 +331,13 @@ pub async fn start_seeing_pods(
     let (nodes, t) = watch_nodes(client.clone(), lists, model.clone(), node_tx);
     tasks.push(t);
     let ended = Arc::new(EndedPods::default());
+    let pod_index = super::pod_index::PodIndex::watched();
     let (pods, t) = watch_pods(
         client.clone(),
         lists,
         model.clone(),
         ended.clone(),
+        pod_index.clone(),
         pod_tx,
         on_pod,
     );
@@ -368,6 +375,7 @@ pub async fn start_seeing_pods(
     let stores = Stores {
         nodes,
         pods,
+        pod_index,
         pdbs: {
             let (s, t) = watch_budgets(client.clone(), lists, model.clone(), pdb_tx, rise_tx);
             tasks.push(t);

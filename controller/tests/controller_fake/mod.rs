@@ -153,6 +153,7 @@ impl FakeApi {
         ebb_controller::state::Stores {
             nodes: self.node_store(),
             pods: self.pod_store(),
+            pod_index: Default::default(),
             pdbs: empty_store(),
             replica_sets: empty_store(),
             stateful_sets: empty_store(),

