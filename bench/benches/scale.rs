@@ -586,24 +586,9 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
     let node_api = Api::<Node>::all(client.clone());
     // The budgets as they stand before the wave: a cluster restored from a saved etcd has no
     // record of the disruption controller publishing them in this run's audit log.
-    let budgets_before: Vec<Value> =
-        Api::<PodDisruptionBudget>::namespaced(client.clone(), DRAIN_NS)
-            .list(&ListParams::default())
-            .await
-            .context("listing the drain pool's budgets")?
-            .items
-            .iter()
-            .map(serde_json::to_value)
-            .collect::<Result<_, _>>()?;
+    let budgets_before = drain_pool_objects::<PodDisruptionBudget>(&client).await?;
     // Its pods likewise: the set-up wrote them to etcd, so the log has no record of them.
-    let pods_before: Vec<Value> = Api::<Pod>::namespaced(client.clone(), DRAIN_NS)
-        .list(&ListParams::default())
-        .await
-        .context("listing the drain pool's pods")?
-        .items
-        .iter()
-        .map(serde_json::to_value)
-        .collect::<Result<_, _>>()?;
+    let pods_before = drain_pool_objects::<Pod>(&client).await?;
     let started = Instant::now();
     create_policy(
         &client,
@@ -659,6 +644,25 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
         first: first.unwrap_or_default(),
         violations: drain_violations(env, &budgets_before, &pods_before)?,
     })
+}
+
+/// The drain pool's objects of kind `K` as the API server returns them.
+async fn drain_pool_objects<K>(client: &kube::Client) -> anyhow::Result<Vec<Value>>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + serde::Serialize
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), DRAIN_NS)
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing the drain pool's {}", K::plural(&())))?
+        .items
+        .iter()
+        .map(|o| serde_json::to_value(o).context("encoding a listed object"))
+        .collect()
 }
 
 /// Budget violations by the controller, replayed from the audit log's records of the drain
