@@ -986,8 +986,7 @@ fn etcd_port(env: &TestEnv) -> anyhow::Result<u16> {
 
 /// The first node of the drain pool: whole owners, about a tenth of the nodes.
 fn first_drain_node(nodes: usize) -> usize {
-    let owners = nodes.div_ceil(NODES_PER_OWNER);
-    (owners - owners.div_ceil(10)) * NODES_PER_OWNER
+    drain_owners_range(nodes).start * NODES_PER_OWNER
 }
 
 /// The drain pool's node names (`populate` labels them `pool: drain`).

@@ -19,43 +19,36 @@ pub struct Put {
     pub object: Value,
 }
 
+/// `metadata.<field>` of `object`, which an object written to etcd must have.
+fn meta(object: &Value, field: &str) -> anyhow::Result<String> {
+    object
+        .pointer(&format!("/metadata/{field}"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .with_context(|| format!("an object written to etcd needs metadata.{field}"))
+}
+
 impl Put {
     /// The key kube-apiserver stores a namespaced object of `resource` under (the core group's
     /// and `apps`' resources: no group in the key).
     pub fn namespaced(resource: &str, object: Value) -> anyhow::Result<Self> {
-        let meta = |f: &str| {
-            object
-                .pointer(&format!("/metadata/{f}"))
-                .and_then(Value::as_str)
-                .map(str::to_string)
-                .with_context(|| format!("an object written to etcd needs metadata.{f}"))
-        };
-        let (ns, name) = (meta("namespace")?, meta("name")?);
-        meta("uid")?;
-        meta("creationTimestamp")?;
-        Ok(Put {
-            key: format!("/registry/{resource}/{ns}/{name}"),
-            object,
-        })
+        let ns = meta(&object, "namespace")?;
+        Self::at(format!("/registry/{resource}/{ns}"), object)
     }
-}
 
-impl Put {
     /// The key of a cluster-scoped object: `key_resource` as kube-apiserver names it in etcd
     /// (Nodes are `minions`).
     pub fn cluster(key_resource: &str, object: Value) -> anyhow::Result<Self> {
-        let name = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .context("an object written to etcd needs metadata.name")?
-            .to_string();
-        for f in ["uid", "creationTimestamp"] {
-            object
-                .pointer(&format!("/metadata/{f}"))
-                .with_context(|| format!("an object written to etcd needs metadata.{f}"))?;
-        }
+        Self::at(format!("/registry/{key_resource}"), object)
+    }
+
+    /// `object` under `<prefix>/<name>`, once it has what kube-apiserver would have set.
+    fn at(prefix: String, object: Value) -> anyhow::Result<Self> {
+        let name = meta(&object, "name")?;
+        meta(&object, "uid")?;
+        meta(&object, "creationTimestamp")?;
         Ok(Put {
-            key: format!("/registry/{key_resource}/{name}"),
+            key: format!("{prefix}/{name}"),
             object,
         })
     }
