@@ -6,6 +6,10 @@ use anyhow::Context;
 use clap::Parser;
 use ebb_controller::cli::{self, Cli, Command};
 
+/// mimalloc rather than the platform's malloc (see docs/performance-scale.md, "Memory").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -45,7 +45,7 @@ impl PodIndex {
 
     /// A pod the watch added or changed (or listed again).
     pub fn applied(&self, pod: &Pod) {
-        let key = ObjectRef::from_obj(pod);
+        let key = key(pod);
         let ns = pod.namespace().unwrap_or_default();
         let node = node_of(pod).map(str::to_string);
         let mut inner = self.lock();
@@ -74,7 +74,7 @@ impl PodIndex {
 
     /// A pod the watch saw deleted.
     pub fn deleted(&self, pod: &Pod) {
-        let key = ObjectRef::from_obj(pod);
+        let key = key(pod);
         let mut inner = self.lock();
         remove(
             &mut inner.by_namespace,
@@ -125,6 +125,16 @@ impl PodIndex {
             }
         }
         found
+    }
+}
+
+/// A pod's name and namespace: what a cache lookup needs (`ObjectRef::from_obj` would also copy
+/// its uid and resourceVersion into each of the three maps, a third of the index's memory).
+fn key(pod: &Pod) -> ObjectRef<Pod> {
+    let r = ObjectRef::new(pod.metadata.name.as_deref().unwrap_or_default());
+    match pod.metadata.namespace.as_deref() {
+        Some(ns) => r.within(ns),
+        None => r,
     }
 }
 

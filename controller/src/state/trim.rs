@@ -10,8 +10,8 @@
 //! | | `spec`: nodeName, affinity (whole), nodeSelector, tolerations, topologySpreadConstraints, schedulingGates, overhead, resources, terminationGracePeriodSeconds | the model's scheduling requirements; placement's patches (they rewrite affinity and gates from the cached pod); evictions (grace) |
 //! | | `spec.containers`, `spec.initContainers`: name, resources.requests, restartPolicy (sidecars), ports with a hostPort | effective requests, host ports |
 //! | | `spec.volumes`: name with hostPath, emptyDir and persistentVolumeClaim; other volumes dropped | local storage, volumes pinned to a node |
-//! | | `status`: phase, reason, nominatedNodeName, startTime, conditions (type, status, reason; PodScheduled's time) | terminal and ready pods, nodes that just received pods, budgets' health, nominations, when a pod started, placement's end classification (DisruptionTarget, Evicted, NodeLost) |
-//! | | `status.containerStatuses`, `status.initContainerStatuses`: name, ready, state.terminated (exitCode, reason, startedAt, finishedAt) | placement's end classification (exit code, OOMKilled, how long it ran) |
+//! | | `status`: phase, reason, nominatedNodeName, startTime, conditions Ready, PodScheduled and DisruptionTarget (type, status, reason; PodScheduled's time) | terminal and ready pods, nodes that just received pods, budgets' health, nominations, when a pod started, placement's end classification (DisruptionTarget, Evicted, NodeLost) |
+//! | | `status.containerStatuses`, `status.initContainerStatuses` of terminated containers only: name, ready, state.terminated (exitCode, reason, startedAt, finishedAt) | placement's end classification (exit code, OOMKilled, how long it ran) |
 //! | Node | `metadata`: name, uid, resourceVersion, labels, annotations, deletionTimestamp; `spec`: taints (whole), unschedulable, providerID; `status`: allocatable, capacity, conditions (type, status, reason) | the model; taint and cordon patches (resourceVersion preconditions, the whole taint list); readiness |
 //! | ReplicaSet, StatefulSet, ReplicationController | `metadata` (name, namespace, uid, resourceVersion, ownerReferences); `spec.replicas` | the pods each owner wants |
 //! | Job | the same metadata; `spec.parallelism` | the same |
@@ -22,9 +22,11 @@
 //! | providers (MachineSet, MachineDeployment, NodeClaim) | whole | the provider index; few objects |
 //!
 //! Dropped from pods, for example: container images, commands, env, probes, volume mounts,
-//! security contexts, the service account's projected volume, pod and host IPs, QoS class, container ids and images in the status, condition messages and times. A new reader of
-//! a dropped field must keep it here first; `trim_tests` checks that every reader of the caches
-//! sees the same on a trimmed object as on the whole one.
+//! security contexts, the service account's projected volume, pod and host IPs, QoS class, the
+//! statuses of running containers, the conditions no reader uses (Initialized, ContainersReady,
+//! PodReadyToStartContainers), condition messages and times. A new reader of a dropped field
+//! must keep it here first; `trim_tests` checks that every reader of the caches sees the same on
+//! a trimmed object as on the whole one.
 
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetStatus, ReplicaSet, ReplicaSetSpec, StatefulSet, StatefulSetSpec,
@@ -166,9 +168,21 @@ fn container_status(c: ContainerStatus) -> ContainerStatus {
     }
 }
 
+/// The pod conditions some reader uses: readiness (budgets' health, placement), when the pod was
+/// bound (`PodScheduled`), and whether a disruption ended it (`DisruptionTarget`).
+const POD_CONDITIONS: [&str; 3] = ["Ready", "PodScheduled", "DisruptionTarget"];
+
 fn pod_status(s: &mut PodStatus) {
+    // Only terminated containers say anything to a reader (how a pod ended); a running pod's
+    // statuses (752 bytes each in memory, before their strings) are dropped.
     let statuses = |v: Option<Vec<ContainerStatus>>| {
-        v.map(|v| v.into_iter().map(container_status).collect::<Vec<_>>())
+        v.map(|v| {
+            v.into_iter()
+                .filter(|c| c.state.as_ref().is_some_and(|s| s.terminated.is_some()))
+                .map(container_status)
+                .collect::<Vec<_>>()
+        })
+        .filter(|v| !v.is_empty())
     };
     *s = PodStatus {
         phase: s.phase.take(),
@@ -177,6 +191,7 @@ fn pod_status(s: &mut PodStatus) {
         start_time: s.start_time.take(),
         conditions: s.conditions.take().map(|cs| {
             cs.into_iter()
+                .filter(|c| POD_CONDITIONS.contains(&c.type_.as_str()))
                 .map(|c| PodCondition {
                     // When the scheduler bound the pod: nodes that just received pods stay.
                     last_transition_time: (c.type_ == "PodScheduled")

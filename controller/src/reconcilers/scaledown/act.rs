@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use ebb_api::{ScaleDownMode, ScaleDownPolicy};
+use futures::StreamExt;
 use kube::ResourceExt;
 
 use super::context::{Context, PolicyMemory};
@@ -54,14 +55,16 @@ async fn update_soft_taints(
     );
     let limit = spec.max_bulk_soft_taint_time.as_duration();
     let mut done = 0usize;
-    let changes = soft
+    let changes: Vec<(&String, bool)> = soft
         .remove
         .iter()
         .map(|n| (n, false))
-        .chain(soft.add.iter().map(|n| (n, true)));
-    for (node, add) in changes {
+        .chain(soft.add.iter().map(|n| (n, true)))
+        .collect();
+    // A few writes at a time, the time limit checked between them.
+    for chunk in changes.chunks(CONCURRENT_STARTS) {
         if t.elapsed() >= limit {
-            let left = soft.remove.len() + soft.add.len() - done;
+            let left = changes.len() - done;
             tracing::info!(
                 done,
                 left,
@@ -69,16 +72,20 @@ async fn update_soft_taints(
             );
             break;
         }
-        let r = if add {
-            writer
-                .add_taint(node, EbbTaint::Candidate, observed.now)
-                .await
-        } else {
-            writer.remove_taint(node, EbbTaint::Candidate).await
-        };
-        match r {
-            Ok(_) => done += 1,
-            Err(e) => tracing::warn!(error = %e, "soft taint"),
+        let writes = chunk.iter().map(|&(node, add)| async move {
+            if add {
+                writer
+                    .add_taint(node, EbbTaint::Candidate, observed.now)
+                    .await
+            } else {
+                writer.remove_taint(node, EbbTaint::Candidate).await
+            }
+        });
+        for r in futures::future::join_all(writes).await {
+            match r {
+                Ok(_) => done += 1,
+                Err(e) => tracing::warn!(error = %e, "soft taint"),
+            }
         }
     }
     if !soft.is_empty() {
@@ -108,7 +115,13 @@ async fn roll_back_stray_taints(ctx: &Context, observed: &Observed) {
     }
 }
 
-/// Starts the drains the selection allows now (empty nodes first).
+/// How many node writes (a drain's start: a node read and a taint write; a soft taint) are in
+/// flight at once: a wave of 50 drains on a busy API server took a loop over a minute one after
+/// the other.
+const CONCURRENT_STARTS: usize = 16;
+
+/// Starts the drains the selection allows now (empty nodes first), [`CONCURRENT_STARTS`] at a
+/// time.
 async fn start_drains(
     policy: &ScaleDownPolicy,
     ctx: &Context,
@@ -126,6 +139,7 @@ async fn start_drains(
         .iter()
         .map(|n| (n, true))
         .chain(sel.drain.iter().map(|n| (n, false)));
+    let mut orders = Vec::new();
     for (node, empty) in starts {
         if observed.overlaps.contains_key(node) || draining.contains(node) {
             continue;
@@ -148,7 +162,7 @@ async fn start_drains(
             destinations,
             resume_from: None,
         };
-        let order = match drain_order(
+        match drain_order(
             policy,
             cfg,
             &memory.planner,
@@ -156,13 +170,20 @@ async fn start_drains(
             to_drain,
             cancel.clone(),
         ) {
-            Ok(o) => o,
-            Err(why) => {
-                tracing::info!(node = %node, %why, "not drained");
-                continue;
-            }
-        };
-        match ctx.actuator.start(order).await {
+            Ok(order) => orders.push((node, candidate, order)),
+            Err(why) => tracing::info!(node = %node, %why, "not drained"),
+        }
+    }
+    // Futures made first: a stream mapping with a closure over `ctx` is not provably `Send`.
+    let starts: Vec<_> = orders
+        .into_iter()
+        .map(|(node, candidate, order)| async move {
+            (node, candidate, ctx.actuator.start(order).await)
+        })
+        .collect();
+    let mut started = futures::stream::iter(starts).buffer_unordered(CONCURRENT_STARTS);
+    while let Some((node, candidate, result)) = started.next().await {
+        match result {
             Ok(Some(_)) => {
                 // Where the simulation put each pod, to compare with where its replacement goes.
                 for m in candidate.iter().flat_map(|c| c.moves.iter()) {
