@@ -2,13 +2,14 @@
 # The test command (`make test`): checks every prerequisite of the tests, installs what is missing
 # the ordinary way for Debian/Ubuntu (apt-get, pip, rustup), builds what the tests run (the real
 # control plane, the OpenTelemetry Collector, the images, the real node; each cached), then runs
-# every test with `cargo test --workspace`.
+# every test binary of the workspace (hack/run-tests.py: built once, run in parallel lanes).
 #
-# Usage: hack/test.sh [PHASE...] [-- ARGS for cargo test]
+# Usage: hack/test.sh [PHASE...] [-- CARGO TEST ARGS [-- TEST BINARY ARGS]]
 #   check     say which prerequisite is there and which is missing; exit 1 if one is missing
 #   install   install what is missing (apt-get needs root: sudo is used when not root)
 #   build     build the control plane, the Collector, the images and the real node (cached)
-#   test      cargo test --workspace [ARGS]
+#   test      every test binary (cargo test --no-run [ARGS], then EBB_TEST_LANES lanes, default
+#             3), and the doc tests
 #   (none)    install, check, build, test
 #
 # What it installs when missing:
@@ -253,8 +254,10 @@ own_target_dir() {
 
 run_tests() {
   own_target_dir
-  # Every test binary runs even after a failure: the log lists every failing test.
-  timed "cargo test --workspace --no-fail-fast $*" cargo test --workspace --no-fail-fast "$@"
+  # Every test binary runs even after a failure: the log lists every failing test. The binaries
+  # run in EBB_TEST_LANES parallel lanes (default 3; 1 runs them one after the other).
+  if [[ $# -eq 0 ]]; then set -- --workspace; fi
+  timed "the tests: hack/run-tests.py $* (${EBB_TEST_LANES:-3} lanes)" python3 hack/run-tests.py "$@"
 }
 
 phases=()
