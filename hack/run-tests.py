@@ -20,23 +20,24 @@ import time
 from pathlib import Path
 
 # Seconds each binary took in the last measured run (docs/testing.md): the order in which they
-# start, longest first, so that no long binary starts last. Unknown binaries count as 30 s.
+# start, longest first, so that no long binary starts last. The others take seconds (10 s here).
 EXPECTED = {
-    "ebb-e2e::in_pod": 740,
-    "ebb-e2e::scaledown": 320,
-    "ebb-e2e::traces": 120,
-    "ebb-e2e::security": 120,
-    "ebb-e2e::placement": 110,
-    "ebb-e2e::chart": 100,
-    "ebb-e2e::steering_admission": 90,
-    "ebb-e2e::failover": 80,
-    "ebb-e2e::images_arm64": 60,
-    "ebb-e2e::cluster": 60,
-    "ebb-e2e::kubectl": 60,
+    "ebb-e2e::scaledown": 350,
+    "ebb-e2e::in_pod": 205,
+    "ebb-e2e::failover": 130,
+    "ebb-bench::versus_smoke": 110,
+    "ebb-e2e::kubectl": 105,
+    "ebb-e2e::security": 90,
+    "ebb-e2e::placement": 85,
+    "ebb-e2e::traces": 70,
+    "ebb-e2e::steering_admission": 60,
+    "ebb-e2e::chart": 50,
+    "ebb-e2e::removal_mixed": 45,
     "ebb-e2e::removal_capi": 40,
+    "ebb-e2e::pdb_pace": 40,
     "ebb-e2e::removal_karpenter": 40,
-    "ebb-e2e::removal_mixed": 40,
-    "doc tests": 60,
+    "ebb-e2e::cannot_move": 40,
+    "ebb-e2e::node_agent": 35,
 }
 
 
@@ -122,7 +123,7 @@ def main():
     # Doc tests: only when the whole workspace is tested (no package or target chosen).
     if not cargo_args or cargo_args == ["--workspace"]:
         jobs.append(("doc tests", ["cargo", "test", "--workspace", "--doc", "--no-fail-fast"], Path.cwd(), dict(os.environ)))
-    jobs.sort(key=lambda j: EXPECTED.get(j[0], 30), reverse=True)
+    jobs.sort(key=lambda j: EXPECTED.get(j[0], 10), reverse=True)
     log(f"running {len(jobs)} test binaries in {lanes} lanes, the longest first")
 
     results = Results()

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::drain::{Drain, DrainEvent, InvalidTransition, Step};
+use super::drain::{Drain, DrainEvent, InvalidTransition, Outcome, Step};
 use super::status::{ActuationStatus, Evicted, Finished};
 
 #[derive(Default)]
@@ -81,6 +81,27 @@ impl Tracker {
             .filter(|d| policy.is_none_or(|p| d.policy == p))
             .cloned()
             .collect()
+    }
+
+    /// The drains of `policy` in flight, and how many of its drains removed their node since
+    /// the last [`Tracker::take_finished`], read together: a status built from both lists a
+    /// drain until its removal is counted, never neither (a drain that ends between a loop's
+    /// observe and its status write would otherwise leave the list uncounted, and a process
+    /// started after that write would miss the removal).
+    pub fn draining_and_removed_since(&self, policy: &str) -> (Vec<Drain>, i64) {
+        let inner = self.lock();
+        let draining = inner
+            .drains
+            .values()
+            .filter(|d| d.policy == policy)
+            .cloned()
+            .collect();
+        let removed = inner
+            .finished
+            .iter()
+            .filter(|f| f.drain.policy == policy && f.outcome == Outcome::Removed)
+            .count() as i64;
+        (draining, removed)
     }
 
     /// A policy status listing these nodes' drains in flight was written (or was already
@@ -175,6 +196,34 @@ mod tests {
 
     fn ts(s: i64) -> jiff::Timestamp {
         jiff::Timestamp::from_second(s).unwrap()
+    }
+
+    #[test]
+    fn a_drain_is_listed_or_counted_at_every_moment() {
+        let t = Tracker::default();
+        assert!(t.begin(Drain::new("p", "n1", ScaleDownKind::empty, ts(1))));
+        assert!(t.begin(Drain::new("p", "n2", ScaleDownKind::empty, ts(1))));
+        assert!(t.begin(Drain::new("q", "n3", ScaleDownKind::empty, ts(1))));
+        let (draining, removed) = t.draining_and_removed_since("p");
+        assert_eq!((draining.len(), removed), (2, 0));
+        // n1 is removed after the loop took its report, before the status is built.
+        for e in [
+            DrainEvent::RecheckPassed,
+            DrainEvent::PodsGone,
+            DrainEvent::Finished,
+        ] {
+            let step = t.apply("n1", e.clone(), ts(2));
+            assert!(matches!(step, Some(Ok(_))), "{e:?}: {step:?}");
+        }
+        let (draining, removed) = t.draining_and_removed_since("p");
+        assert_eq!(
+            draining.iter().map(|d| d.node.as_str()).collect::<Vec<_>>(),
+            ["n2"]
+        );
+        assert_eq!(removed, 1, "no longer listed, so counted");
+        // The next loop takes it (and counts it itself): no longer pending.
+        assert_eq!(t.take_finished("p").len(), 1);
+        assert_eq!(t.draining_and_removed_since("p").1, 0);
     }
 
     #[test]

@@ -29,7 +29,13 @@ pub async fn write_status(
     planned: &Planned,
     t0: std::time::Instant,
 ) -> Result<ScaleDownPolicyStatus, Error> {
-    let drains = ctx.actuator.tracker().draining(Some(&observed.name));
+    // Drains read now (this loop's new ones are listed at once) with the removals since the
+    // loop observed: a drain that ended meanwhile is counted here instead of listed (the next
+    // loop takes it and adds it to the total, so the written count never goes back).
+    let (drains, removed_since) = ctx
+        .actuator
+        .tracker()
+        .draining_and_removed_since(&observed.name);
     let last = memory.last_written.as_ref().or(policy.status.as_ref());
     let replacements = (policy.spec.mode != ebb_api::ScaleDownMode::DryRun).then(|| {
         let (tally, waiting) = ctx.steering.tally(&observed.name);
@@ -51,7 +57,7 @@ pub async fn write_status(
         drains: &drains,
         overlapping: &observed.overlaps,
         degraded: observed.degraded.as_ref(),
-        removed_total: observed.removed,
+        removed_total: observed.removed + removed_since,
         evictions_refused_total: observed.refused,
         loop_duration: t0.elapsed(),
         previous: last,
