@@ -125,6 +125,9 @@ $B mount -t proc proc /proc
 $B mount -t devtmpfs dev /dev
 echo "ebb-arm64: machine $($B uname -m)"
 AGENT=@AGENT@
+# The file exists before the writer starts: on a busy host the loop below may run before the
+# background job has opened it.
+: >/tmp/acks
 $AGENT crash-writer --state-dir /var/lib/ebb --transitions 6000 --submitters 4 >/tmp/acks 2>/tmp/err &
 W=$!
 i=0
