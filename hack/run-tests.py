@@ -89,11 +89,11 @@ class Results:
             sys.stdout.flush()
 
 
-def run_job(job, results, binary_args):
+def run_job(job, results):
     name, cmd, cwd, env = job
     start = time.monotonic()
     proc = subprocess.run(
-        cmd + binary_args if name != "doc tests" else cmd,
+        cmd,
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,
@@ -119,7 +119,7 @@ def main():
     jobs = []
     for name, exe, package, pkg_name in build(cargo_args):
         env = dict(os.environ, CARGO_MANIFEST_DIR=str(package), CARGO_PKG_NAME=pkg_name)
-        jobs.append((name, [exe], package, env))
+        jobs.append((name, [exe, *binary_args], package, env))
     # Doc tests: only when the whole workspace is tested (no package or target chosen).
     if not cargo_args or cargo_args == ["--workspace"]:
         jobs.append(("doc tests", ["cargo", "test", "--workspace", "--doc", "--no-fail-fast"], Path.cwd(), dict(os.environ)))
@@ -136,7 +136,7 @@ def main():
                 if not queue:
                     return
                 job = queue.pop(0)
-            run_job(job, results, binary_args)
+            run_job(job, results)
 
     start = time.monotonic()
     threads = [threading.Thread(target=lane) for _ in range(min(lanes, len(jobs)))]

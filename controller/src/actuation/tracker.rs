@@ -20,6 +20,16 @@ struct Inner {
     recorded: BTreeSet<String>,
 }
 
+impl Inner {
+    fn draining(&self, policy: Option<&str>) -> Vec<Drain> {
+        self.drains
+            .values()
+            .filter(|d| policy.is_none_or(|p| d.policy == p))
+            .cloned()
+            .collect()
+    }
+}
+
 /// Shared record of the actuator's work. Cheap to clone.
 #[derive(Clone, Default)]
 pub struct Tracker {
@@ -75,12 +85,7 @@ impl Tracker {
 
     /// Drains in flight, of one policy or all, sorted by node.
     pub fn draining(&self, policy: Option<&str>) -> Vec<Drain> {
-        self.lock()
-            .drains
-            .values()
-            .filter(|d| policy.is_none_or(|p| d.policy == p))
-            .cloned()
-            .collect()
+        self.lock().draining(policy)
     }
 
     /// The drains of `policy` in flight, and how many of its drains removed their node since
@@ -90,12 +95,7 @@ impl Tracker {
     /// started after that write would miss the removal).
     pub fn draining_and_removed_since(&self, policy: &str) -> (Vec<Drain>, i64) {
         let inner = self.lock();
-        let draining = inner
-            .drains
-            .values()
-            .filter(|d| d.policy == policy)
-            .cloned()
-            .collect();
+        let draining = inner.draining(Some(policy));
         let removed = inner
             .finished
             .iter()

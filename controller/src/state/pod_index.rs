@@ -173,7 +173,9 @@ mod tests {
 
     fn pod(ns: &str, name: &str, node: Option<&str>) -> Pod {
         serde_json::from_value(serde_json::json!({
-            "metadata": {"namespace": ns, "name": name},
+            // As the watch sends them: the cache's keys carry uid and resourceVersion, the
+            // index's do not.
+            "metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}"), "resourceVersion": "7"},
             "spec": {"containers": [], "nodeName": node},
         }))
         .unwrap()
