@@ -969,7 +969,7 @@ fn terminations_are_classified_in_order() {
 
 #[test]
 fn termination_read_from_pod_status() {
-    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+    let pod: ebb_controller::cluster::CachedPod = serde_json::from_value(serde_json::json!({
         "metadata": {"name": "web-0"},
         "status": {
             "conditions": [{"type": "DisruptionTarget", "status": "True"}],
@@ -997,7 +997,7 @@ fn termination_read_from_pod_status() {
         Some("2026-01-01T01:00:00Z".parse().expect("ts"))
     );
     // An init container failed: the pod never ran; a start failure, not a lost node.
-    let init: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+    let init: ebb_controller::cluster::CachedPod = serde_json::from_value(serde_json::json!({
         "status": {
             "initContainerStatuses": [
                 {"name": "i", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
@@ -1014,7 +1014,7 @@ fn termination_read_from_pod_status() {
         classify(&term, None, SignedDuration::from_secs(60), t(0)),
         TerminationClass::StartFailure
     );
-    let none: k8s_openapi::api::core::v1::Pod = Default::default();
+    let none: ebb_controller::cluster::CachedPod = Default::default();
     let term = Termination::from_pod(&none, true, false);
     assert_eq!((term.exit_code, term.node_lost), (None, true));
 }
@@ -1530,7 +1530,7 @@ fn a_pod_stopped_by_its_deletion_is_told_from_one_that_ended_first() {
                 {"name": "a", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
                  "state": {"terminated": {"exitCode": 143, "finishedAt": f}}}]);
         }
-        serde_json::from_value::<k8s_openapi::api::core::v1::Pod>(p).expect("pod literal")
+        serde_json::from_value::<ebb_controller::cluster::CachedPod>(p).expect("pod literal")
     };
     // Deletion asked at 00:00:00 (30 s grace): the container stopped at 00:00:05, killed by it.
     assert!(ebb_controller::placement::deleted_before_it_ended(&pod(

@@ -7,6 +7,7 @@ use std::hint::black_box;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use ebb_controller::cluster::CachedPod;
 use ebb_controller::cluster::types::{Operator, Requirement, Selector};
 use ebb_controller::cluster::{
     ClusterEvent, ClusterObjects, LiveCluster, PredicateChecker, build_snapshot,
@@ -14,7 +15,7 @@ use ebb_controller::cluster::{
 use ebb_controller::scaledown::{
     InstantStopwatch, Plan, PlannerConfig, PlannerState, plan, recheck, select_deletions,
 };
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Taint};
 
 use super::{LIVE, PEAK, cluster, config, median, time};
 
@@ -137,7 +138,7 @@ fn timed_loops(
 }
 
 /// The watch events that turn `before` into `after` (pods replaced: deleted and created).
-fn churn_events(before: &ClusterObjects, after: &ClusterObjects) -> Vec<(Pod, Pod)> {
+fn churn_events(before: &ClusterObjects, after: &ClusterObjects) -> Vec<(CachedPod, CachedPod)> {
     before
         .pods
         .iter()

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
@@ -38,7 +38,7 @@ pub struct Reservation {
     uid: String,
     budgets: Vec<String>,
     /// The pod's cache key, to see it go without a pass over every pod.
-    key: ObjectRef<Pod>,
+    key: ObjectRef<CachedPod>,
 }
 
 #[derive(Default)]
@@ -46,13 +46,13 @@ struct Ledger {
     /// Evictions being sent, per budget.
     sending: HashMap<String, i64>,
     /// Accepted evictions by pod uid: their budgets, when, and the pod's cache key.
-    accepted: HashMap<String, (Vec<String>, Instant, ObjectRef<Pod>)>,
+    accepted: HashMap<String, (Vec<String>, Instant, ObjectRef<CachedPod>)>,
 }
 
 /// Shared by every drain of the process. Cheap to clone.
 #[derive(Clone)]
 pub struct DisruptionGate {
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     /// Finds a budget's namespace's pods without a pass over every pod.
     index: crate::state::pod_index::PodIndex,
     pdbs: Option<Store<PodDisruptionBudget>>,
@@ -84,7 +84,7 @@ impl<'a> Budget<'a> {
     }
 
     /// Whether it selects `pod` (same namespace, labels match).
-    fn selects(&self, pod: &Pod) -> bool {
+    fn selects(&self, pod: &CachedPod) -> bool {
         let empty = BTreeMap::new();
         self.pdb.metadata.namespace == pod.metadata.namespace
             && self
@@ -95,7 +95,7 @@ impl<'a> Budget<'a> {
 
 impl DisruptionGate {
     /// A gate over the pod cache; without budgets (see [`Self::with_budgets`]) it admits all.
-    pub fn new(pods: Store<Pod>, pod_changes: watch::Receiver<u64>) -> Self {
+    pub fn new(pods: Store<CachedPod>, pod_changes: watch::Receiver<u64>) -> Self {
         DisruptionGate {
             pods,
             index: Default::default(),
@@ -237,13 +237,13 @@ impl DisruptionGate {
 
 /// Pods the API server evicts without asking their budgets: terminating, not yet running, or
 /// finished.
-pub(crate) fn ignores_budgets(pod: &Pod) -> bool {
+pub(crate) fn ignores_budgets(pod: &CachedPod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     pod.metadata.deletion_timestamp.is_some()
         || matches!(phase, Some("Pending" | "Succeeded" | "Failed"))
 }
 
-pub(crate) fn ready(pod: &Pod) -> bool {
+pub(crate) fn ready(pod: &CachedPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
@@ -251,7 +251,7 @@ pub(crate) fn ready(pod: &Pod) -> bool {
 }
 
 /// Forgets accepted evictions the pod cache now shows (pod terminating or gone) or that are old.
-fn prune(ledger: &mut Ledger, pods: &Store<Pod>) {
+fn prune(ledger: &mut Ledger, pods: &Store<CachedPod>) {
     ledger.accepted.retain(|uid, (_, at, key)| {
         at.elapsed() < LEDGER_TTL
             && pods.get(key).is_some_and(|p| {
@@ -267,8 +267,8 @@ fn prune(ledger: &mut Ledger, pods: &Store<Pod>) {
 /// sent (`sending`) and accepted evictions the caches do not show yet (`evicted`) counted.
 fn cost(
     b: &Budget,
-    pod: &Pod,
-    pods: &[Arc<Pod>],
+    pod: &CachedPod,
+    pods: &[Arc<CachedPod>],
     evicted: &HashSet<&str>,
     sending: Option<&i64>,
 ) -> Option<bool> {
@@ -347,7 +347,7 @@ mod tests {
         b
     }
 
-    fn web(name: &str) -> Pod {
+    fn web(name: &str) -> CachedPod {
         pod(name)
             .on("n")
             .label("app", "web")
@@ -355,7 +355,7 @@ mod tests {
             .build()
     }
 
-    fn gate(pods: Vec<Pod>, pdbs: Vec<PodDisruptionBudget>) -> DisruptionGate {
+    fn gate(pods: Vec<CachedPod>, pdbs: Vec<PodDisruptionBudget>) -> DisruptionGate {
         let (_tx, rx) = watch::channel(0);
         DisruptionGate::new(cache(pods), rx.clone()).with_budgets(cache(pdbs), rx)
     }

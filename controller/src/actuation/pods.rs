@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 
 /// A pod the drain deals with.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,7 +33,7 @@ pub struct NodePods {
     pub terminating: Vec<PodRef>,
 }
 
-fn pod_ref(pod: &Pod) -> PodRef {
+fn pod_ref(pod: &CachedPod) -> PodRef {
     PodRef {
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         name: pod.metadata.name.clone().unwrap_or_default(),
@@ -46,7 +46,7 @@ fn pod_ref(pod: &Pod) -> PodRef {
 }
 
 /// Mirror and other static pods: the kubelet owns them, the Eviction API cannot move them.
-fn is_mirror(pod: &Pod) -> bool {
+fn is_mirror(pod: &CachedPod) -> bool {
     ebb_api::names::is_static_pod(
         pod.metadata.annotations.as_ref(),
         pod.metadata
@@ -57,14 +57,14 @@ fn is_mirror(pod: &Pod) -> bool {
     )
 }
 
-fn is_terminal(pod: &Pod) -> bool {
+fn is_terminal(pod: &CachedPod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
     )
 }
 
-fn is_daemon_set(pod: &Pod) -> bool {
+fn is_daemon_set(pod: &CachedPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -73,12 +73,12 @@ fn is_daemon_set(pod: &Pod) -> bool {
 }
 
 /// The node `pod` is bound to.
-pub(crate) fn node_of(pod: &Pod) -> Option<&str> {
+pub(crate) fn node_of(pod: &CachedPod) -> Option<&str> {
     pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
 /// Sort the pods bound to `node` (mirror and finished pods are ignored: nothing to evict).
-pub fn classify<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> NodePods {
+pub fn classify<'a>(node: &str, pods: impl IntoIterator<Item = &'a CachedPod>) -> NodePods {
     let mut out = NodePods::default();
     for pod in pods {
         if node_of(pod) != Some(node) || is_mirror(pod) || is_terminal(pod) {
@@ -107,7 +107,7 @@ pub const LONG_TERMINATING_AFTER: std::time::Duration = std::time::Duration::fro
 
 /// Whether `pod` is terminating and its deletion deadline passed more than
 /// [`LONG_TERMINATING_AFTER`] before `now`.
-pub fn long_terminating(pod: &Pod, now: jiff::Timestamp) -> bool {
+pub fn long_terminating(pod: &CachedPod, now: jiff::Timestamp) -> bool {
     pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
         let after = jiff::SignedDuration::try_from(LONG_TERMINATING_AFTER).unwrap_or_default();
         t.0.checked_add(after).is_ok_and(|stuck| stuck < now)
@@ -115,17 +115,17 @@ pub fn long_terminating(pod: &Pod, now: jiff::Timestamp) -> bool {
 }
 
 /// Pods the drain still waits for on `node` (`namespace/name`, sorted).
-pub fn remaining<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<String> {
+pub fn remaining<'a>(node: &str, pods: impl IntoIterator<Item = &'a CachedPod>) -> Vec<String> {
     remaining_at(node, pods, jiff::Timestamp::now())
 }
 
 /// [`remaining`] at `now`: long-terminating pods ([`long_terminating`]) are not waited for.
 pub fn remaining_at<'a>(
     node: &str,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a CachedPod>,
     now: jiff::Timestamp,
 ) -> Vec<String> {
-    let pods: Vec<&Pod> = pods
+    let pods: Vec<&CachedPod> = pods
         .into_iter()
         .filter(|p| !long_terminating(p, now))
         .collect();
@@ -145,7 +145,7 @@ pub fn remaining_at<'a>(
 pub fn landed_since_plan<'a>(
     node: &str,
     planned: &BTreeSet<String>,
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a CachedPod>,
 ) -> Vec<String> {
     let c = classify(node, pods);
     c.evict
@@ -157,7 +157,7 @@ pub fn landed_since_plan<'a>(
 
 /// Pods not bound yet that the scheduler nominated to `node` (`status.nominatedNodeName`:
 /// preemption, or a binding in progress), finished and terminating pods excepted.
-pub fn nominated_to<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> Vec<String> {
+pub fn nominated_to<'a>(node: &str, pods: impl IntoIterator<Item = &'a CachedPod>) -> Vec<String> {
     pods.into_iter()
         .filter(|p| node_of(p).is_none_or(str::is_empty))
         .filter(|p| !is_terminal(p) && p.metadata.deletion_timestamp.is_none())
@@ -172,7 +172,7 @@ pub fn nominated_to<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> 
 }
 
 /// The uids of the pods on `node` now (what a plan knew), DaemonSet pods included.
-pub fn uids_on<'a>(node: &str, pods: impl IntoIterator<Item = &'a Pod>) -> BTreeSet<String> {
+pub fn uids_on<'a>(node: &str, pods: impl IntoIterator<Item = &'a CachedPod>) -> BTreeSet<String> {
     let c = classify(node, pods);
     c.evict
         .into_iter()
@@ -188,7 +188,7 @@ mod tests {
     use crate::testkit::pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn terminating(mut p: Pod) -> Pod {
+    fn terminating(mut p: CachedPod) -> CachedPod {
         p.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::UNIX_EPOCH));
         p
     }

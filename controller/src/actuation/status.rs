@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 
 use super::drain::{Drain, Outcome};
 use super::pods::PodRef;
@@ -49,6 +49,6 @@ pub struct Evicted {
     pub node: String,
     pub pod: PodRef,
     /// The Pod as it was when evicted (the planner re-injects it until it is replaced).
-    pub object: Option<Arc<Pod>>,
+    pub object: Option<Arc<CachedPod>>,
     pub at: jiff::Timestamp,
 }

@@ -1,7 +1,7 @@
 //! One AdmissionReview: read the API server's request, and build the answer from the patch
 //! steering decided on (always allowed; the patch only when it has operations). No I/O.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 
@@ -19,14 +19,14 @@ pub enum BadReview {
 }
 
 /// The request of an AdmissionReview of a pod, as the API server sends it to `/steer`.
-pub fn parse(body: &[u8]) -> Result<AdmissionRequest<Pod>, BadReview> {
-    let review: AdmissionReview<Pod> =
+pub fn parse(body: &[u8]) -> Result<AdmissionRequest<CachedPod>, BadReview> {
+    let review: AdmissionReview<CachedPod> =
         serde_json::from_slice(body).map_err(BadReview::NotAReview)?;
     review.try_into().map_err(|_| BadReview::NoRequest)
 }
 
 /// The pod being created, when `request` creates one: the only requests steering looks at.
-pub fn created_pod(request: &AdmissionRequest<Pod>) -> Option<&Pod> {
+pub fn created_pod(request: &AdmissionRequest<CachedPod>) -> Option<&CachedPod> {
     match request.operation {
         Operation::Create => request.object.as_ref(),
         _ => None,
@@ -36,7 +36,7 @@ pub fn created_pod(request: &AdmissionRequest<Pod>) -> Option<&Pod> {
 /// The answer to `request`: allowed, with `patch` (JSONPatch) when it has operations, and how
 /// to count it. Steering never refuses a pod.
 pub fn answer(
-    request: &AdmissionRequest<Pod>,
+    request: &AdmissionRequest<CachedPod>,
     patch: Option<json_patch::Patch>,
 ) -> (AdmissionReview<DynamicObject>, SteeringAdmission) {
     let allowed = AdmissionResponse::from(request);

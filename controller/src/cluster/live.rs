@@ -3,8 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::cluster::CachedPod;
 use ebb_api::nodestate::NodeState;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
 use super::build::{
@@ -26,7 +27,7 @@ pub enum ClusterEvent<'a> {
     NodeApplied(&'a Node),
     /// A node was deleted (by name).
     NodeDeleted(&'a str),
-    PodApplied(&'a Pod),
+    PodApplied(&'a CachedPod),
     PodDeleted {
         namespace: &'a str,
         name: &'a str,
@@ -59,7 +60,7 @@ pub enum ClusterEvent<'a> {
 
 impl<'a> ClusterEvent<'a> {
     /// The deletion of this pod.
-    pub fn pod_deleted(pod: &'a Pod) -> Self {
+    pub fn pod_deleted(pod: &'a CachedPod) -> Self {
         ClusterEvent::PodDeleted {
             namespace: pod.metadata.namespace.as_deref().unwrap_or("default"),
             name: pod.metadata.name.as_deref().unwrap_or_default(),
@@ -161,7 +162,7 @@ impl Default for LiveCluster {
 }
 
 /// The key of a pod (its namespace "default" when unset, as [`parse_pod`] reads it).
-pub fn pod_key(pod: &Pod) -> PodKey {
+pub fn pod_key(pod: &CachedPod) -> PodKey {
     (
         pod.metadata
             .namespace
@@ -201,7 +202,7 @@ fn claim_facts(
 }
 
 /// Claims a pod mounts, in volume order.
-fn pvc_claims(pod: &Pod) -> Vec<String> {
+fn pvc_claims(pod: &CachedPod) -> Vec<String> {
     pod.spec
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
@@ -400,7 +401,7 @@ impl LiveCluster {
 
     // ---- pods --------------------------------------------------------------------------
 
-    fn upsert_pod(&mut self, pod: &Pod) -> Result<(), UpdateError> {
+    fn upsert_pod(&mut self, pod: &CachedPod) -> Result<(), UpdateError> {
         let key = pod_key(pod);
         self.remove_pod(&key);
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());

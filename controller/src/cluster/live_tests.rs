@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use crate::cluster::CachedPod;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use proptest::prelude::*;
@@ -167,7 +168,7 @@ pub(crate) fn node_object(i: u8, v: &NodeVar) -> Node {
     b.build()
 }
 
-pub(crate) fn pod_object(j: u8, v: &PodVar) -> Pod {
+pub(crate) fn pod_object(j: u8, v: &PodVar) -> CachedPod {
     let app = format!("app{}", v.app);
     let mut b = pod(&format!("p{j}"))
         .uid(&format!("uid-p{j}-{}", v.generation))
@@ -226,7 +227,7 @@ pub(crate) fn pdb_object(k: u8, v: &PdbVar) -> PodDisruptionBudget {
 #[derive(Default)]
 struct World {
     nodes: BTreeMap<u8, Node>,
-    pods: BTreeMap<u8, Pod>,
+    pods: BTreeMap<u8, CachedPod>,
     pdbs: BTreeMap<u8, PodDisruptionBudget>,
 }
 
@@ -239,7 +240,7 @@ impl World {
             .values()
             .filter_map(|n| n.metadata.name.clone())
             .collect();
-        let pods: Vec<Pod> = self
+        let pods: Vec<CachedPod> = self
             .pods
             .values()
             .filter(|p| {
@@ -406,7 +407,7 @@ fn now() -> jiff::Timestamp {
 }
 
 /// A recently evicted pod (its owner unknown, so it is placed again).
-fn evicted(v: &PodVar) -> Pod {
+fn evicted(v: &PodVar) -> CachedPod {
     let mut p = pod_object(PODS, v);
     p.metadata.owner_references = None;
     p
@@ -414,7 +415,7 @@ fn evicted(v: &PodVar) -> Pod {
 
 fn run_plan(
     s: &mut ClusterSnapshot,
-    evicted: Option<&Pod>,
+    evicted: Option<&CachedPod>,
 ) -> (crate::scaledown::Plan, crate::scaledown::budgets::Selection) {
     let cfg = PlannerConfig::default();
     let mut state = PlannerState::default();
@@ -542,7 +543,7 @@ fn apply(live: &mut LiveCluster, world: &mut World, ev: &Ev) {
 
 /// Compares the live model with a snapshot built from the objects the watches hold: the same
 /// error, or the same cluster and the same decisions.
-fn compare(live: &mut LiveCluster, world: &World, evicted: Option<&Pod>) {
+fn compare(live: &mut LiveCluster, world: &World, evicted: Option<&CachedPod>) {
     let objects = world.objects();
     live.apply(ClusterEvent::Owners(owner_index(&objects)))
         .unwrap_or_else(|e| panic!("{e}"));

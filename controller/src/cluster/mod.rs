@@ -3,6 +3,7 @@
 //! scheduler [`PredicateChecker`].
 
 pub mod build;
+pub mod cached_pod;
 pub mod incremental;
 pub mod live;
 pub mod machines;
@@ -14,6 +15,7 @@ pub mod types;
 pub mod undo;
 
 pub use build::{ClusterObjects, SnapshotError, build_snapshot};
+pub use cached_pod::CachedPod;
 pub use incremental::UpdateError;
 pub use live::{ClusterEvent, LiveCluster};
 pub use predicates::{PredicateChecker, Unfit};

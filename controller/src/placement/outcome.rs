@@ -1,8 +1,8 @@
 //! Outcome of a terminated pod: classifies why it ended (from pod status and the node agent's
 //! records) and what that means for the node's history of the role.
 
+use crate::cluster::CachedPod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 
 /// Why a pod of a role ended. Appears verbatim in events and metric labels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -98,7 +98,7 @@ pub struct Termination {
 impl Termination {
     /// Read a terminated pod's status. `node_lost` comes from the Node's readiness or the node
     /// agent's records, `deleted_by_owner` from whether the pod went without a terminal phase.
-    pub fn from_pod(pod: &Pod, node_lost: bool, deleted_by_owner: bool) -> Self {
+    pub fn from_pod(pod: &CachedPod, node_lost: bool, deleted_by_owner: bool) -> Self {
         let status = pod.status.as_ref();
         let terminated: Vec<_> = status
             .and_then(|s| s.container_statuses.as_ref())
@@ -163,7 +163,7 @@ impl Termination {
 /// whoever deleted it (its exit, often 137 or 143 and a `Failed` phase since Kubernetes 1.27,
 /// says nothing about the node). A pod that ended on its own and was deleted afterwards (a Job's
 /// clean-up, garbage collection) is not. Without a deletion timestamp: false.
-pub fn deleted_before_it_ended(pod: &Pod) -> bool {
+pub fn deleted_before_it_ended(pod: &CachedPod) -> bool {
     let Some(deleted) = pod.metadata.deletion_timestamp.as_ref().map(|t| t.0) else {
         return false;
     };

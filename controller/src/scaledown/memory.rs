@@ -3,9 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::cluster::CachedPod;
 use ebb_api::reasons::UnremovableReason;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 
 use super::decisions::Plan;
 use crate::cluster::ClusterSnapshot;
@@ -13,7 +13,7 @@ use crate::cluster::ClusterSnapshot;
 /// A pod the actuator evicted, remembered for `recentEvictionWindow`.
 #[derive(Clone, Debug)]
 pub struct RecentEviction {
-    pub pod: Pod,
+    pub pod: CachedPod,
     pub evicted_at: Timestamp,
 }
 
@@ -88,7 +88,7 @@ pub struct PlannerState {
 
 impl PlannerState {
     /// The actuator evicted this pod at `at`.
-    pub fn record_eviction(&mut self, pod: Pod, at: Timestamp) {
+    pub fn record_eviction(&mut self, pod: CachedPod, at: Timestamp) {
         self.recent_evictions.push(RecentEviction {
             pod,
             evicted_at: at,

@@ -2,9 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::CachedPod;
 use ebb_api::reasons::ThrottledReason;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
 use proptest::prelude::*;
 
@@ -116,7 +116,7 @@ fn a_drain_in_flight_keeps_its_disruptions_until_the_replacement_is_ready() {
 
     // Evicted; the cache still shows the pod running and ready (the watch lags), and the
     // budget's own status is computed from it: the eviction still counts.
-    let evicted: Pod = web("w1", "a").build();
+    let evicted: CachedPod = web("w1", "a").build();
     state.record_eviction(evicted, t(0));
     let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert!(sel.drain.is_empty(), "{sel:?}");

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::ResourceExt;
 
 /// Last states are forgotten this long after they were seen (whoever needed them has run).
@@ -20,12 +20,12 @@ pub struct EndedPods(Mutex<Kept>);
 
 #[derive(Default)]
 struct Kept {
-    pods: HashMap<String, (Instant, Pod)>,
+    pods: HashMap<String, (Instant, CachedPod)>,
     records: u64,
 }
 
 /// The pod reached `Succeeded` or `Failed` before anyone asked to delete it.
-fn ended_on_its_own(pod: &Pod) -> bool {
+fn ended_on_its_own(pod: &CachedPod) -> bool {
     EndedPods::is_terminal(pod) && pod.metadata.deletion_timestamp.is_none()
 }
 
@@ -36,7 +36,7 @@ impl EndedPods {
 
     /// Keep `pod` as its UID's last state. A later state replaces it, except after an end of
     /// its own: a pod that failed and was then deleted keeps its failure.
-    pub fn record(&self, pod: Pod) {
+    pub fn record(&self, pod: CachedPod) {
         let Some(uid) = pod.uid() else { return };
         let mut kept = self.lock();
         kept.records += 1;
@@ -62,7 +62,7 @@ impl EndedPods {
     }
 
     /// The pod is in a terminal phase (`Succeeded`, `Failed`).
-    pub fn is_terminal(pod: &Pod) -> bool {
+    pub fn is_terminal(pod: &CachedPod) -> bool {
         matches!(
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
@@ -70,7 +70,7 @@ impl EndedPods {
     }
 
     /// The pod's last state, if it was seen ended or deleted (taken out).
-    pub fn take(&self, uid: &str) -> Option<Pod> {
+    pub fn take(&self, uid: &str) -> Option<CachedPod> {
         self.lock().pods.remove(uid).map(|(_, p)| p)
     }
 
@@ -87,7 +87,7 @@ impl EndedPods {
 mod tests {
     use super::*;
 
-    fn pod(uid: &str, phase: &str) -> Pod {
+    fn pod(uid: &str, phase: &str) -> CachedPod {
         serde_json::from_value(serde_json::json!({
             "metadata": {"name": "p", "uid": uid},
             "status": {"phase": phase},
@@ -95,7 +95,7 @@ mod tests {
         .unwrap()
     }
 
-    fn deleted(mut p: Pod) -> Pod {
+    fn deleted(mut p: CachedPod) -> CachedPod {
         p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             jiff::Timestamp::UNIX_EPOCH,
         ));

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
@@ -15,10 +15,10 @@ use crate::actuation::pods::node_of;
 
 #[derive(Default)]
 struct Inner {
-    by_node: HashMap<String, HashSet<ObjectRef<Pod>>>,
-    by_namespace: HashMap<String, HashSet<ObjectRef<Pod>>>,
+    by_node: HashMap<String, HashSet<ObjectRef<CachedPod>>>,
+    by_namespace: HashMap<String, HashSet<ObjectRef<CachedPod>>>,
     /// Where each indexed pod was last seen bound.
-    node: HashMap<ObjectRef<Pod>, String>,
+    node: HashMap<ObjectRef<CachedPod>, String>,
 }
 
 /// Pods by node and namespace; cheap to share.
@@ -44,7 +44,7 @@ impl PodIndex {
     }
 
     /// A pod the watch added or changed (or listed again).
-    pub fn applied(&self, pod: &Pod) {
+    pub fn applied(&self, pod: &CachedPod) {
         let key = key(pod);
         let ns = pod.namespace().unwrap_or_default();
         let node = node_of(pod).map(str::to_string);
@@ -73,7 +73,7 @@ impl PodIndex {
     }
 
     /// A pod the watch saw deleted.
-    pub fn deleted(&self, pod: &Pod) {
+    pub fn deleted(&self, pod: &CachedPod) {
         let key = key(pod);
         let mut inner = self.lock();
         remove(
@@ -87,11 +87,11 @@ impl PodIndex {
     }
 
     /// The cached pods bound to `node`.
-    pub fn on_node(&self, node: &str, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
+    pub fn on_node(&self, node: &str, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
         if !self.fed {
             return pods.state_filter(|p| node_of(p) == Some(node));
         }
-        let keys: Vec<ObjectRef<Pod>> = match self.lock().by_node.get(node) {
+        let keys: Vec<ObjectRef<CachedPod>> = match self.lock().by_node.get(node) {
             Some(k) => k.iter().cloned().collect(),
             None => return Vec::new(),
         };
@@ -109,11 +109,11 @@ impl PodIndex {
     }
 
     /// The cached pods of `namespace`.
-    pub fn in_namespace(&self, namespace: &str, pods: &Store<Pod>) -> Vec<Arc<Pod>> {
+    pub fn in_namespace(&self, namespace: &str, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
         if !self.fed {
             return pods.state_filter(|p| p.metadata.namespace.as_deref() == Some(namespace));
         }
-        let keys: Vec<ObjectRef<Pod>> = match self.lock().by_namespace.get(namespace) {
+        let keys: Vec<ObjectRef<CachedPod>> = match self.lock().by_namespace.get(namespace) {
             Some(k) => k.iter().cloned().collect(),
             None => return Vec::new(),
         };
@@ -130,7 +130,7 @@ impl PodIndex {
 
 /// A pod's name and namespace: what a cache lookup needs (`ObjectRef::from_obj` would also copy
 /// its uid and resourceVersion into each of the three maps, a third of the index's memory).
-fn key(pod: &Pod) -> ObjectRef<Pod> {
+fn key(pod: &CachedPod) -> ObjectRef<CachedPod> {
     let r = ObjectRef::new(pod.metadata.name.as_deref().unwrap_or_default());
     match pod.metadata.namespace.as_deref() {
         Some(ns) => r.within(ns),
@@ -138,7 +138,11 @@ fn key(pod: &Pod) -> ObjectRef<Pod> {
     }
 }
 
-fn remove(map: &mut HashMap<String, HashSet<ObjectRef<Pod>>>, at: &str, key: &ObjectRef<Pod>) {
+fn remove(
+    map: &mut HashMap<String, HashSet<ObjectRef<CachedPod>>>,
+    at: &str,
+    key: &ObjectRef<CachedPod>,
+) {
     if let Some(set) = map.get_mut(at) {
         set.remove(key);
         if set.is_empty() {
@@ -149,10 +153,10 @@ fn remove(map: &mut HashMap<String, HashSet<ObjectRef<Pod>>>, at: &str, key: &Ob
 
 /// The pods of `keys` the cache holds and `keep` accepts, and the keys it no longer holds so.
 fn read(
-    keys: Vec<ObjectRef<Pod>>,
-    pods: &Store<Pod>,
-    keep: impl Fn(&Pod) -> bool,
-) -> (Vec<Arc<Pod>>, Vec<ObjectRef<Pod>>) {
+    keys: Vec<ObjectRef<CachedPod>>,
+    pods: &Store<CachedPod>,
+    keep: impl Fn(&CachedPod) -> bool,
+) -> (Vec<Arc<CachedPod>>, Vec<ObjectRef<CachedPod>>) {
     let mut found = Vec::with_capacity(keys.len());
     let mut stale = Vec::new();
     for k in keys {
@@ -171,7 +175,7 @@ mod tests {
     use kube::runtime::watcher::Event;
     use proptest::prelude::*;
 
-    fn pod(ns: &str, name: &str, node: Option<&str>) -> Pod {
+    fn pod(ns: &str, name: &str, node: Option<&str>) -> CachedPod {
         serde_json::from_value(serde_json::json!({
             // As the watch sends them: the cache's keys carry uid and resourceVersion, the
             // index's do not.
@@ -181,7 +185,7 @@ mod tests {
         .unwrap()
     }
 
-    fn names(mut v: Vec<Arc<Pod>>) -> Vec<String> {
+    fn names(mut v: Vec<Arc<CachedPod>>) -> Vec<String> {
         let mut out: Vec<String> = v.drain(..).map(|p| p.name_any()).collect();
         out.sort();
         out
@@ -189,9 +193,9 @@ mod tests {
 
     #[test]
     fn a_pod_moves_with_its_binding_and_goes_with_its_deletion() {
-        let (reader, mut writer) = store::<Pod>();
+        let (reader, mut writer) = store::<CachedPod>();
         let index = PodIndex::watched();
-        let mut apply = |p: Pod| {
+        let mut apply = |p: CachedPod| {
             writer.apply_watcher_event(&Event::Apply(p.clone()));
             index.applied(&p);
         };
@@ -212,7 +216,7 @@ mod tests {
 
     #[test]
     fn a_pod_the_cache_dropped_without_a_deletion_is_not_returned() {
-        let (reader, mut writer) = store::<Pod>();
+        let (reader, mut writer) = store::<CachedPod>();
         let index = PodIndex::watched();
         let p = pod("a", "p1", Some("n1"));
         writer.apply_watcher_event(&Event::Apply(p.clone()));
@@ -227,7 +231,7 @@ mod tests {
 
     #[test]
     fn an_index_nobody_feeds_reads_the_whole_cache() {
-        let (reader, mut writer) = store::<Pod>();
+        let (reader, mut writer) = store::<CachedPod>();
         writer.apply_watcher_event(&Event::Apply(pod("a", "p1", Some("n1"))));
         let index = PodIndex::default();
         assert_eq!(names(index.on_node("n1", &reader)), ["p1"]);
@@ -241,7 +245,7 @@ mod tests {
         fn lookups_match_a_pass_over_the_cache(
             ops in prop::collection::vec((0u8..6, prop::option::of(0u8..3), any::<bool>()), 1..60)
         ) {
-            let (reader, mut writer) = store::<Pod>();
+            let (reader, mut writer) = store::<CachedPod>();
             let index = PodIndex::watched();
             for (i, node, delete) in ops {
                 let ns = if i % 2 == 0 { "even" } else { "odd" };

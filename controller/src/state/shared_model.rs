@@ -5,11 +5,12 @@ use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
+use crate::cluster::CachedPod;
 use ebb_api::nodestate::NodeState;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+    Node, PersistentVolume, PersistentVolumeClaim, ReplicationController,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -43,7 +44,7 @@ impl OwnerKind {
 /// The caches the model is read from: the watches' stores, each kind the model holds.
 pub struct Caches<'a> {
     pub nodes: &'a Store<Node>,
-    pub pods: &'a Store<Pod>,
+    pub pods: &'a Store<CachedPod>,
     pub pdbs: &'a Store<PodDisruptionBudget>,
     pub replica_sets: &'a Store<ReplicaSet>,
     pub stateful_sets: &'a Store<StatefulSet>,

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::CachedPod;
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::{self, store::Writer};
 use kube::runtime::watcher;
@@ -50,7 +51,7 @@ where
 struct Caches {
     stores: Stores,
     nodes: Writer<Node>,
-    pods: Writer<Pod>,
+    pods: Writer<CachedPod>,
     pdbs: Writer<PodDisruptionBudget>,
     replica_sets: Writer<ReplicaSet>,
 }
@@ -92,7 +93,7 @@ impl Caches {
         self.stores.model.node_changed(&name);
     }
 
-    fn pod(&mut self, p: Pod, gone: bool) {
+    fn pod(&mut self, p: CachedPod, gone: bool) {
         let (ns, name) = write(&mut self.pods, p, gone);
         self.stores.model.pod_changed(&ns, &name);
     }
@@ -271,7 +272,7 @@ proptest! {
     ) {
         let mut c = Caches::new();
         let mut nodes: BTreeMap<u8, Node> = BTreeMap::new();
-        let mut pods: BTreeMap<u8, Pod> = BTreeMap::new();
+        let mut pods: BTreeMap<u8, CachedPod> = BTreeMap::new();
         let mut pdbs: BTreeMap<u8, PodDisruptionBudget> = BTreeMap::new();
         for s in steps {
             match s {
@@ -391,7 +392,7 @@ fn only_replacements_ebb_steered_count_on_their_planned_node() {
         },
     );
     // As the watch shows a pod: steering first, then the model's mark.
-    let seen = |c: &mut Caches, p: Pod| {
+    let seen = |c: &mut Caches, p: CachedPod| {
         steering.observe(&p);
         c.pod(p, false);
     };
@@ -423,7 +424,7 @@ fn only_replacements_ebb_steered_count_on_their_planned_node() {
         .expect("a replacement is steered");
     let mut doc = serde_json::to_value(&created).unwrap();
     json_patch::patch(&mut doc, &patch).unwrap();
-    let created: Pod = serde_json::from_value(doc).unwrap();
+    let created: CachedPod = serde_json::from_value(doc).unwrap();
     let ticket = created.metadata.annotations.clone().unwrap_or_default()
         [ANNOTATION_STEERING_TICKET]
         .clone();

@@ -5,13 +5,14 @@
 use std::collections::BTreeSet;
 use std::sync::{Arc, MutexGuard};
 
+use crate::cluster::CachedPod;
 use ebb_api::names;
 use ebb_api::nodestate::NodeState;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+    Node, PersistentVolume, PersistentVolumeClaim, ReplicationController,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -33,7 +34,7 @@ use crate::cluster::ClusterObjects;
 #[derive(Clone)]
 pub struct Stores {
     pub nodes: Store<Node>,
-    pub pods: Store<Pod>,
+    pub pods: Store<CachedPod>,
     /// The pods by node and by namespace (kept by the pod watch).
     pub pod_index: super::pod_index::PodIndex,
     pub pdbs: Store<PodDisruptionBudget>,
@@ -215,8 +216,8 @@ fn watch_nodes(
 /// What the pod watch shows `on_pod`: a pod applied, or deleted.
 #[derive(Clone, Copy, Debug)]
 pub enum PodSeen<'a> {
-    Applied(&'a Pod),
-    Deleted(&'a Pod),
+    Applied(&'a CachedPod),
+    Deleted(&'a CachedPod),
 }
 
 /// The pod watch: shows `on_pod` every pod applied or deleted (before the model reads it, so
@@ -229,8 +230,8 @@ fn watch_pods(
     index: super::pod_index::PodIndex,
     changes: watch::Sender<u64>,
     on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
-) -> (Store<Pod>, JoinHandle<()>) {
-    reflect(Api::<Pod>::all(client), lists, "Pod", move |c| {
+) -> (Store<CachedPod>, JoinHandle<()>) {
+    reflect(Api::<CachedPod>::all(client), lists, "Pod", move |c| {
         match &c {
             Changed::Applied(p) => {
                 index.applied(p);

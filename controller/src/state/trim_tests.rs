@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::cluster::CachedPod;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod, ReplicationController};
@@ -208,16 +209,21 @@ fn pod_json(
 }
 
 prop_compose! {
-    fn rich_pod(i: u8)(
+    fn rich_pod_json(i: u8)(
         node in prop::option::weighted(0.8, 0u8..3),
         shape in (0u8..4, 0u8..3, 0u8..4),
         init in (any::<bool>(), any::<bool>(), prop::bool::weighted(0.2)),
         sched in (0u8..6, prop::bool::weighted(0.3), prop::bool::weighted(0.3), prop::bool::weighted(0.2)),
         status in (0u8..4, any::<bool>(), 0u8..3, prop_oneof![Just(0i32), Just(1), Just(137)], any::<bool>(), 0u8..4),
         flags in (prop::bool::weighted(0.1), prop::bool::weighted(0.05), prop::bool::weighted(0.1), any::<bool>()),
-    ) -> Pod {
-        let v = pod_json(i, node, shape, init, sched, status, flags);
-        serde_json::from_value(v).expect("the generated pod is a Pod")
+    ) -> Value {
+        pod_json(i, node, shape, init, sched, status, flags)
+    }
+}
+
+prop_compose! {
+    fn rich_pod(i: u8)(v in rich_pod_json(i)) -> CachedPod {
+        serde_json::from_value(v).expect("the generated pod decodes")
     }
 }
 
@@ -281,7 +287,7 @@ prop_compose! {
 }
 
 /// What the pod readers make of a pod, as text.
-fn pod_readings(p: &Pod) -> Vec<String> {
+fn pod_readings(p: &CachedPod) -> Vec<String> {
     let volumes: crate::cluster::build::VolumeIndex = [(
         ("ns".to_string(), "data".to_string()),
         crate::cluster::build::ClaimPlacement::Bound {
@@ -320,7 +326,7 @@ fn pod_readings(p: &Pod) -> Vec<String> {
 }
 
 /// Which pods a PlacementHistory of namespace `ns` selecting `app: app0` takes, with roles.
-fn facts_selected(pods: &[Arc<Pod>]) -> Vec<(String, String)> {
+fn facts_selected(pods: &[Arc<CachedPod>]) -> Vec<(String, String)> {
     let ph: ebb_api::placement::PlacementHistory = serde_json::from_value(json!({
         "apiVersion": "ebb.dev/v1alpha1", "kind": "PlacementHistory",
         "metadata": {"name": "h", "namespace": "ns"},
@@ -354,10 +360,33 @@ proptest! {
         prop_assert_eq!(pod_readings(&p), pod_readings(&t));
         prop_assert!(t.metadata.managed_fields.is_none());
         prop_assert!(t.metadata.annotations.as_ref().is_some_and(|a| !a.contains_key("kubectl.kubernetes.io/last-applied-configuration")));
-        // Well over a third of the object is gone (the generated pods are small; real ones,
-        // with their managed fields and status, lose far more).
-        let (whole, cut) = (serde_json::to_string(&p).unwrap_or_default().len(), serde_json::to_string(&t).unwrap_or_default().len());
-        prop_assert!(cut * 5 < whole * 3, "trimmed {} of {} bytes", cut, whole);
+    }
+
+    /// The cache decodes pods straight into `CachedPod` by the API's field names; the typed
+    /// conversion from a whole `Pod` is checked by the compiler. Both must keep the same: a
+    /// misspelt field name would decode as absent.
+    #[test]
+    fn a_decoded_pod_is_the_whole_pod_cut_down(i in 0u8..6, v in rich_pod_json(0)) {
+        let whole: Pod = serde_json::from_value(v.clone()).expect("the generated pod is a Pod");
+        let mut decoded: CachedPod = serde_json::from_value(v.clone()).expect("the generated pod decodes");
+        decoded.trim();
+        let typed = CachedPod::from(whole);
+        prop_assert_eq!(&decoded, &typed, "pod {}", i);
+        // What the cache holds is well under the object the API sends (the generated pods are
+        // small; real ones, with their managed fields and status, lose far more).
+        let (all, kept) = (v.to_string().len(), serde_json::to_string(&decoded).unwrap_or_default().len());
+        prop_assert!(kept * 5 < all * 3, "kept {} of {} bytes", kept, all);
+        // Every field a reader uses survived: the node, requests, owners, phase.
+        prop_assert_eq!(decoded.node_name(), v["spec"]["nodeName"].as_str());
+        prop_assert_eq!(decoded.phase(), v["status"]["phase"].as_str());
+        prop_assert_eq!(
+            decoded.spec.as_ref().map(|s| s.containers.len()),
+            v["spec"]["containers"].as_array().map(Vec::len)
+        );
+        prop_assert_eq!(
+            decoded.metadata.owner_references.as_ref().map(Vec::len),
+            v["metadata"]["ownerReferences"].as_array().map(Vec::len)
+        );
     }
 
     #[test]

@@ -8,8 +8,9 @@ mod ticket;
 
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
+use crate::cluster::CachedPod;
 use ebb_api::names;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 pub use book::{
@@ -47,7 +48,7 @@ pub struct Landed {
 }
 
 /// The controlling owner of a pod, for the kinds whose pods are replaced when evicted.
-pub fn owner_of(pod: &Pod) -> Option<OwnerKey> {
+pub fn owner_of(pod: &CachedPod) -> Option<OwnerKey> {
     let o = pod
         .metadata
         .owner_references
@@ -102,7 +103,7 @@ impl Steering {
     }
 
     /// Why `node` cannot take `pod` now, from the node cache (`None`: it can).
-    fn unusable(&self, node: &str, pod: Option<&Pod>) -> Option<Fallback> {
+    fn unusable(&self, node: &str, pod: Option<&CachedPod>) -> Option<Fallback> {
         let cache = self.nodes.get()?;
         let Some(n) = cache.get(&ObjectRef::new(node)) else {
             return Some(Fallback::NodeGone);
@@ -126,7 +127,7 @@ impl Steering {
     /// A dry run changes nothing and gets no patch. Fast (no API calls): it reads the book and
     /// the node cache. Nothing is counted here: a request that is not followed by a pod (a
     /// forged one, or a pod refused later in admission) only holds a destination for a while.
-    pub fn admit(&self, pod: &Pod, dry_run: bool) -> Option<json_patch::Patch> {
+    pub fn admit(&self, pod: &CachedPod, dry_run: bool) -> Option<json_patch::Patch> {
         if dry_run {
             return None;
         }
@@ -161,7 +162,7 @@ impl Steering {
     /// claims its destination (counted as steered once), counts on its planned node in the
     /// model while it waits unbound and ungated, and once bound is counted on plan or not and
     /// traced under the drain that evicted the pod it replaces.
-    pub fn observe(&self, pod: &Pod) -> Option<Landed> {
+    pub fn observe(&self, pod: &CachedPod) -> Option<Landed> {
         let key = pod_key(pod);
         let Some(ticket) = pod
             .metadata
@@ -216,7 +217,7 @@ impl Steering {
     }
 
     /// The pod watch saw `pod` deleted: a slot it held is forgotten.
-    pub fn observe_deleted(&self, pod: &Pod) {
+    pub fn observe_deleted(&self, pod: &CachedPod) {
         let key = pod_key(pod);
         self.book().deleted(&key);
         self.unvouch(&key);
@@ -228,7 +229,7 @@ impl Steering {
 
     /// A pod without a ticket: when it is a fresh replacement of an owner with planned
     /// destinations waiting, whether the webhook was called for it.
-    fn judge_reach(&self, pod: &Pod, key: &PodKey) {
+    fn judge_reach(&self, pod: &CachedPod, key: &PodKey) {
         let Some(created) = pod.metadata.creation_timestamp.as_ref().map(|t| t.0) else {
             return;
         };
@@ -335,7 +336,7 @@ impl Steering {
 }
 
 /// A pod's key as the model reads it (namespace "default" when unset).
-fn pod_key(pod: &Pod) -> PodKey {
+fn pod_key(pod: &CachedPod) -> PodKey {
     (
         pod.metadata
             .namespace

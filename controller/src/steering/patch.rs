@@ -1,8 +1,9 @@
 //! What steering adds to a pod (a preferred node affinity term for its planned node and an
 //! annotation naming it) and which nodes cannot take it. Pure functions of API objects.
 
+use crate::cluster::CachedPod;
 use ebb_api::names;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use serde_json::{Value, json};
 
 /// Weight of the preferred term: the most a term can have. It is a preference: a node that
@@ -16,7 +17,7 @@ fn pointer_key(key: &str) -> String {
 
 /// The patch that makes `pod` prefer `node` and says so in annotations (the node, and the
 /// `ticket` of the destination). It only adds: the pod's own affinity and annotations are kept.
-pub fn prefer_node(pod: &Pod, node: &str, ticket: &str) -> json_patch::Patch {
+pub fn prefer_node(pod: &CachedPod, node: &str, ticket: &str) -> json_patch::Patch {
     let term = json!({
         "weight": PREFERENCE_WEIGHT,
         "preference": {"matchFields": [
@@ -63,7 +64,7 @@ pub fn prefer_node(pod: &Pod, node: &str, ticket: &str) -> json_patch::Patch {
 }
 
 /// Whether `pod` waits for any scheduling gate (it is not on its way to any node).
-pub fn gated(pod: &Pod) -> bool {
+pub fn gated(pod: &CachedPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.scheduling_gates.as_ref())
@@ -71,7 +72,7 @@ pub fn gated(pod: &Pod) -> bool {
 }
 
 /// Whether `pod` waits for a PlacementHistory (its scheduling gate `ebb.dev/placement`).
-pub fn gated_by_placement(pod: &Pod) -> bool {
+pub fn gated_by_placement(pod: &CachedPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.scheduling_gates.as_ref())
@@ -96,7 +97,7 @@ fn tolerates(t: &Toleration, taint: &Taint) -> bool {
 
 /// Whether `node` takes no new pods: cordoned, being deleted, tainted `to-be-deleted` by ebb, or
 /// with a `NoSchedule`/`NoExecute` taint `pod` does not tolerate (any such taint without a pod).
-pub fn node_refuses(node: &Node, pod: Option<&Pod>) -> bool {
+pub fn node_refuses(node: &Node, pod: Option<&CachedPod>) -> bool {
     if node.metadata.deletion_timestamp.is_some() {
         return true;
     }
@@ -122,13 +123,13 @@ mod tests {
     use super::*;
     use crate::testkit::{node, pod, taint};
 
-    fn applied(p: &Pod, patch: &json_patch::Patch) -> Pod {
+    fn applied(p: &CachedPod, patch: &json_patch::Patch) -> CachedPod {
         let mut doc = serde_json::to_value(p).unwrap_or_default();
         json_patch::patch(&mut doc, patch).unwrap_or_else(|e| panic!("{e}"));
         serde_json::from_value(doc).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn preferred(p: &Pod) -> Vec<(i32, String)> {
+    fn preferred(p: &CachedPod) -> Vec<(i32, String)> {
         p.spec
             .as_ref()
             .and_then(|s| s.affinity.as_ref())

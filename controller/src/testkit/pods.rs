@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::CachedPod;
+use crate::cluster::cached_pod::{Container, PodCondition, PodSpec, PodStatus, Requests, Volume};
 use k8s_openapi::api::core::v1::{
-    Container, EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolumeClaimVolumeSource, Pod,
-    PodCondition, PodSpec, PodStatus, ResourceRequirements, Volume,
+    EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolumeClaimVolumeSource,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
@@ -14,11 +15,11 @@ use super::put;
 
 /// Builder of a Running, Ready pod (uid: `uid-<namespace>-<name>`, kept by [`PodBuilder::ns`]).
 #[derive(Clone, Debug)]
-pub struct PodBuilder(Pod);
+pub struct PodBuilder(CachedPod);
 
 /// Start a Pod named `name` in namespace `default`.
 pub fn pod(name: &str) -> PodBuilder {
-    PodBuilder(Pod {
+    PodBuilder(CachedPod {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some("default".into()),
@@ -28,9 +29,8 @@ pub fn pod(name: &str) -> PodBuilder {
         spec: Some(PodSpec {
             containers: vec![Container {
                 name: "main".into(),
-                resources: Some(ResourceRequirements {
+                resources: Some(Requests {
                     requests: Some(BTreeMap::new()),
-                    ..Default::default()
                 }),
                 ..Default::default()
             }],
@@ -94,9 +94,8 @@ impl PodBuilder {
         inits.push(Container {
             name: format!("init-{n}"),
             restart_policy: sidecar.then(|| "Always".to_string()),
-            resources: Some(ResourceRequirements {
+            resources: Some(Requests {
                 requests: Some(BTreeMap::from([("cpu".to_string(), Quantity(v.into()))])),
-                ..Default::default()
             }),
             ..Default::default()
         });
@@ -222,13 +221,13 @@ impl PodBuilder {
         }
         self
     }
-    pub fn build(self) -> Pod {
+    pub fn build(self) -> CachedPod {
         self.0
     }
 }
 
-impl From<PodBuilder> for Pod {
-    fn from(b: PodBuilder) -> Pod {
+impl From<PodBuilder> for CachedPod {
+    fn from(b: PodBuilder) -> CachedPod {
         b.0
     }
 }

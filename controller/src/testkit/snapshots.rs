@@ -3,9 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use crate::cluster::CachedPod;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::workloads::{daemon_set, replica_set, stateful_set};
@@ -15,7 +16,7 @@ use crate::cluster::{ClusterObjects, ClusterSnapshot, build_snapshot};
 /// replicas as reference it (DaemonSets: as many as scheduled).
 pub fn objects(
     nodes: impl IntoIterator<Item = impl Into<Node>>,
-    pods: impl IntoIterator<Item = impl Into<Pod>>,
+    pods: impl IntoIterator<Item = impl Into<CachedPod>>,
 ) -> ClusterObjects {
     let mut out = ClusterObjects {
         nodes: nodes.into_iter().map(Into::into).collect(),
@@ -29,7 +30,7 @@ pub fn objects(
 }
 
 /// How many pods reference each owner, by (kind, namespace, name).
-fn owner_references(pods: &[Pod]) -> BTreeMap<(String, String, String), i32> {
+fn owner_references(pods: &[CachedPod]) -> BTreeMap<(String, String, String), i32> {
     let mut owners = BTreeMap::new();
     for p in pods {
         for o in p.metadata.owner_references.iter().flatten() {
@@ -77,7 +78,7 @@ fn add_owner(out: &mut ClusterObjects, kind: &str, ns: String, name: &str, n: i3
 /// Builds a snapshot from [`objects`]; panics on invalid input (tests only).
 pub fn snapshot(
     nodes: impl IntoIterator<Item = impl Into<Node>>,
-    pods: impl IntoIterator<Item = impl Into<Pod>>,
+    pods: impl IntoIterator<Item = impl Into<CachedPod>>,
 ) -> ClusterSnapshot {
     match build_snapshot(&objects(nodes, pods)) {
         Ok(s) => s,

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use ebb_api::names::FINALIZER_SCALEDOWN;
 use ebb_api::{ScaleDownMode, ScaleDownPolicy, ScaleDownPolicySpec};
+use ebb_controller::cluster::CachedPod;
 use ebb_controller::testkit::pod;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// A policy in `mode` over the nodes labelled `pool=<pool>`, acting at once (no unneeded
@@ -28,7 +28,7 @@ pub fn policy(name: &str, mode: ScaleDownMode, pool: &str) -> ScaleDownPolicy {
 }
 
 /// The `logs` DaemonSet's pod on `node` (`logs-<node>`, 100m cpu).
-pub fn logs_pod(node: &str) -> Pod {
+pub fn logs_pod(node: &str) -> CachedPod {
     pod(&format!("logs-{node}"))
         .on(node)
         .cpu("100m")

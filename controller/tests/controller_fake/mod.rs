@@ -12,7 +12,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 
 use axum::http::{Request, Response, StatusCode};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use ebb_controller::cluster::CachedPod;
+use k8s_openapi::api::core::v1::Node;
 use kube::client::Body;
 use kube::runtime::reflector::{self, Store, store::Writer};
 use kube::runtime::watcher;
@@ -78,8 +79,8 @@ struct State {
 #[derive(Clone)]
 pub struct FakeApi {
     state: Arc<Mutex<State>>,
-    pods: Arc<Mutex<Writer<Pod>>>,
-    pod_store: Store<Pod>,
+    pods: Arc<Mutex<Writer<CachedPod>>>,
+    pod_store: Store<CachedPod>,
     node_writer: Arc<Mutex<Writer<Node>>>,
     node_store: Store<Node>,
     pod_tick: Arc<watch::Sender<u64>>,
@@ -111,7 +112,7 @@ fn merge(target: &mut Value, patch: &Value) {
 
 impl FakeApi {
     pub fn new() -> Self {
-        let (pod_store, writer) = reflector::store::<Pod>();
+        let (pod_store, writer) = reflector::store::<CachedPod>();
         let mut writer = writer;
         writer.apply_watcher_event(&watcher::Event::Init);
         writer.apply_watcher_event(&watcher::Event::InitDone);
@@ -144,7 +145,7 @@ impl FakeApi {
         self.state.lock().unwrap().may_delete_nodes = Some(allowed);
     }
 
-    pub fn pod_store(&self) -> Store<Pod> {
+    pub fn pod_store(&self) -> Store<CachedPod> {
         self.pod_store.clone()
     }
 
@@ -227,7 +228,7 @@ impl FakeApi {
         self.state.lock().unwrap().nodes.get(name).cloned()
     }
 
-    fn mark_pod(&self, pod: &Pod) {
+    fn mark_pod(&self, pod: &CachedPod) {
         self.model.pod_changed(
             pod.metadata.namespace.as_deref().unwrap_or_default(),
             pod.metadata.name.as_deref().unwrap_or_default(),
@@ -235,7 +236,7 @@ impl FakeApi {
     }
 
     /// Put a pod into the cache (as if the watch saw it).
-    pub fn add_pod(&self, pod: Pod) {
+    pub fn add_pod(&self, pod: CachedPod) {
         let marked = pod.clone();
         self.pods
             .lock()

@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cluster::CachedPod;
 use ebb_api::ScaleDownMode;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::runtime::reflector::Store;
 use tokio::sync::{mpsc, watch};
@@ -91,7 +91,7 @@ pub struct Actuator {
     /// Sends evictions: a PDB's 429 must reach the drain, so no automatic retry here.
     client: kube::Client,
     nodes: NodeWriter,
-    pods: Store<Pod>,
+    pods: Store<CachedPod>,
     /// The shared caches and cluster model: a drain waits for its taint to show in the node
     /// cache, and re-checks on the model.
     stores: Stores,
@@ -355,7 +355,7 @@ impl Actuator {
     /// Tainted: once the watch shows the taint (the scheduler's watch sees it as soon, so no new
     /// pod is placed here after), re-checks that nothing changed under the plan. Returns the
     /// pods on the node then.
-    async fn rechecked(&self, order: &DrainOrder) -> Result<Vec<Arc<Pod>>, GiveUpReason> {
+    async fn rechecked(&self, order: &DrainOrder) -> Result<Vec<Arc<CachedPod>>, GiveUpReason> {
         let node = order.node.as_str();
         tokio::select! {
             _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
@@ -390,7 +390,7 @@ impl Actuator {
     async fn evict_pods(
         &self,
         order: &DrainOrder,
-        snapshot: &[Arc<Pod>],
+        snapshot: &[Arc<CachedPod>],
     ) -> Result<(), GiveUpReason> {
         let node = order.node.as_str();
         let on_node = pods::classify(node, snapshot.iter().map(|p| &**p));
@@ -455,13 +455,13 @@ impl Actuator {
         }
     }
 
-    fn pods_now(&self) -> Vec<Arc<Pod>> {
+    fn pods_now(&self) -> Vec<Arc<CachedPod>> {
         self.pods.state()
     }
 
     /// The cached pods bound to `node` (from the index: a pass over every pod cost 50 drains a
     /// core at 5,000 nodes).
-    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on(&self, node: &str) -> Vec<Arc<CachedPod>> {
         self.stores.pod_index.on_node(node, &self.pods)
     }
 

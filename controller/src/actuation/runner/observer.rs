@@ -2,9 +2,10 @@
 //! before the call, withdrawn if it is not accepted) and the tracker's counts.
 
 use super::*;
+use crate::cluster::CachedPod;
 
 pub(super) struct Observer {
-    pub(super) objects: std::collections::HashMap<String, Arc<Pod>>,
+    pub(super) objects: std::collections::HashMap<String, Arc<CachedPod>>,
     pub(super) tracker: Tracker,
     pub(super) policy: String,
     pub(super) node: String,

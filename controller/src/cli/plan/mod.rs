@@ -53,10 +53,11 @@ pub fn plan_objects(
 /// Lists the objects `plan` needs through `client` (read-only): every kind the running
 /// controller watches for its model (a test holds the two to the same kinds).
 pub async fn list_live(client: &kube::Client) -> anyhow::Result<ClusterObjects> {
+    use crate::cluster::CachedPod;
     use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::{
-        Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+        Node, PersistentVolume, PersistentVolumeClaim, ReplicationController,
     };
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use k8s_openapi::api::storage::v1::StorageClass;
@@ -78,7 +79,7 @@ pub async fn list_live(client: &kube::Client) -> anyhow::Result<ClusterObjects> 
     Ok(ClusterObjects {
         providers: list_providers(client).await?,
         nodes: all::<Node>(client, "nodes").await?,
-        pods: all::<Pod>(client, "pods").await?,
+        pods: all::<CachedPod>(client, "pods").await?,
         pdbs: all::<PodDisruptionBudget>(client, "poddisruptionbudgets").await?,
         replica_sets: all::<ReplicaSet>(client, "replicasets").await?,
         stateful_sets: all::<StatefulSet>(client, "statefulsets").await?,

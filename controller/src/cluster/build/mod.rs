@@ -10,11 +10,12 @@ mod volumes;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use crate::cluster::CachedPod;
 use ebb_api::nodestate::NodeState;
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
-    Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController,
+    Node, PersistentVolume, PersistentVolumeClaim, ReplicationController,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::StorageClass;
@@ -53,7 +54,7 @@ pub fn kept_annotations(all: Option<&BTreeMap<String, String>>) -> BTreeMap<Stri
 #[derive(Clone, Debug, Default)]
 pub struct ClusterObjects {
     pub nodes: Vec<Node>,
-    pub pods: Vec<Pod>,
+    pub pods: Vec<CachedPod>,
     pub pdbs: Vec<PodDisruptionBudget>,
     pub replica_sets: Vec<ReplicaSet>,
     pub stateful_sets: Vec<StatefulSet>,
@@ -224,7 +225,7 @@ impl Interned {
     /// Adds `pod` (once per uid); terminal pods are kept unplaced.
     fn add(
         &mut self,
-        pod: &Pod,
+        pod: &CachedPod,
         volumes: &VolumeIndex,
         node_ids: &HashMap<String, NodeId>,
     ) -> Result<(), SnapshotError> {

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use crate::cluster::CachedPod;
+use crate::cluster::cached_pod::{Container, PodSpec};
 
 use super::selectors::{add_match_label_keys, affinity_terms, node_terms, selector_from};
 use super::volumes::{ClaimPlacement, VolumeIndex};
@@ -25,7 +26,7 @@ struct VolumeFacts {
 /// node ebb planned for it when ebb steered it at its creation and vouches for it (never read
 /// from the pod itself: an annotation is anyone's to write).
 pub fn parse_pod(
-    pod: &Pod,
+    pod: &CachedPod,
     volumes: &VolumeIndex,
     steered: Option<&str>,
 ) -> Result<(PodInfo, SchedRequirements), SnapshotError> {
@@ -254,7 +255,7 @@ fn volume_facts(
 
 /// What the planner keeps of the pod: identity, owner, phase, readiness and volumes.
 fn pod_info(
-    pod: &Pod,
+    pod: &CachedPod,
     namespace: String,
     name: String,
     object: String,

@@ -1,7 +1,7 @@
 //! The escalation step of a pass: pinned pods still unscheduled past their deadline (their
 //! node is gone or full) are deleted so their replacements are placed relaxed.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, ResourceExt};
 
@@ -26,7 +26,7 @@ impl Pass<'_> {
     /// Delete one overdue pod (only that UID), with a warning Event.
     async fn delete_overdue(&mut self, o: &Overdue) {
         let ns = self.ph.namespace().unwrap_or_default();
-        let api: Api<Pod> = Api::namespaced(self.ctx.client.clone(), &ns);
+        let api: Api<CachedPod> = Api::namespaced(self.ctx.client.clone(), &ns);
         match api.delete(&o.pod_name, &uid_precondition(&o.uid)).await {
             Ok(_) => {
                 tracing::info!(pod = %o.pod_name, node = %o.node, "pinned pod still pending past its deadline; deleted")

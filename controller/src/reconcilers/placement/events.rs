@@ -1,8 +1,9 @@
 //! Events a placement pass or sweep sends once it is done: the object, warning or normal,
 //! reason and note, and the node or pod the Event also concerns.
 
+use crate::cluster::CachedPod;
 use ebb_api::placement::PlacementHistory;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType};
 
@@ -18,7 +19,7 @@ pub struct Notice {
 }
 
 impl Notice {
-    pub fn pod(pod: &Pod, warning: bool, reason: &'static str, note: String) -> Self {
+    pub fn pod(pod: &CachedPod, warning: bool, reason: &'static str, note: String) -> Self {
         Self {
             reference: pod.object_ref(&()),
             warning,

@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::cluster::CachedPod;
 use ebb_api::names;
 use ebb_api::placement::PlacementHistory;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 
 use crate::cluster::build::selector_from;
@@ -65,8 +66,8 @@ pub fn node_facts(nodes: &[Arc<Node>]) -> NodeFacts {
 /// An unreadable selector selects nothing (the caller reports it).
 pub fn selected<'a>(
     ph: &PlacementHistory,
-    pods: &'a [Arc<Pod>],
-) -> Result<Vec<(&'a Arc<Pod>, String)>, crate::cluster::SnapshotError> {
+    pods: &'a [Arc<CachedPod>],
+) -> Result<Vec<(&'a Arc<CachedPod>, String)>, crate::cluster::SnapshotError> {
     let ns = ph.namespace().unwrap_or_default();
     let selector = selector_from(&ph.spec.selector, "PlacementHistory", &ph.name_any())?;
     Ok(pods

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::ResourceExt;
 
 use super::events::Notice;
@@ -14,16 +14,16 @@ use crate::metrics::PodEndLabels;
 use crate::placement::{PodRef, Termination, TerminationClass, deleted_before_it_ended};
 
 /// A selected pod with its role.
-pub type Selected<'p> = (&'p Arc<Pod>, String);
+pub type Selected<'p> = (&'p Arc<CachedPod>, String);
 /// A gated pod with its role.
-pub type Gated<'p> = (&'p Arc<Pod>, &'p str);
+pub type Gated<'p> = (&'p Arc<CachedPod>, &'p str);
 
 impl Pass<'_> {
     /// Feed the history every selected pod and the pods gone since the last pass; returns the
     /// gated pods (of known roles) to place.
     pub fn observe_pods<'p>(&mut self, mine: &'p [Selected<'p>], fresh: bool) -> Vec<Gated<'p>> {
         let mut gated = Vec::new();
-        let mut seen_now: HashMap<String, Pod> = HashMap::new();
+        let mut seen_now: HashMap<String, CachedPod> = HashMap::new();
         for (pod, role) in mine {
             let uid = pod.uid().unwrap_or_default();
             seen_now.insert(uid.clone(), (***pod).clone());
@@ -44,7 +44,7 @@ impl Pass<'_> {
     }
 
     /// A pod in a terminal phase: its end is reported once.
-    fn observe_terminal(&mut self, pod: &Pod, uid: &str) {
+    fn observe_terminal(&mut self, pod: &CachedPod, uid: &str) {
         self.ctx.ended.take(uid);
         if self.state.ended.insert(uid.to_string()) {
             let node_lost = self.node_lost(pod);
@@ -56,7 +56,7 @@ impl Pass<'_> {
 
     /// A pod bound to `node`: replayed on the first pass, else recorded as bound (a hit when
     /// it landed on a history node); then running and releasing.
-    fn observe_bound(&mut self, pod: &Pod, uid: &str, role: &str, node: &str, fresh: bool) {
+    fn observe_bound(&mut self, pod: &CachedPod, uid: &str, role: &str, node: &str, fresh: bool) {
         let name = pod.name_any();
         let r = PodRef {
             uid,
@@ -91,8 +91,8 @@ impl Pass<'_> {
 
     /// Pods gone from the cache since the last pass: an unbound one is cancelled, a bound one
     /// ended (classified by its terminal state when it was seen, else its last state).
-    fn observe_gone(&mut self, seen_now: &HashMap<String, Pod>) {
-        let gone: Vec<(String, Pod)> = self
+    fn observe_gone(&mut self, seen_now: &HashMap<String, CachedPod>) {
+        let gone: Vec<(String, CachedPod)> = self
             .state
             .last_seen
             .iter()

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::cluster::CachedPod;
 use ebb_api::placement::PlacementHistory;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 
 use super::context::Context;
@@ -69,7 +69,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Whether the pod's node is gone or NotReady (a pod on no node counts as lost).
-    pub fn node_lost(&self, pod: &Pod) -> bool {
+    pub fn node_lost(&self, pod: &CachedPod) -> bool {
         node_of(pod).is_none_or(|n| self.lost.get(n).copied().unwrap_or(true))
     }
 
@@ -131,17 +131,17 @@ pub fn labels(ph: &PlacementHistory) -> PlacementHistoryLabels {
     }
 }
 
-pub fn phase(p: &Pod) -> &str {
+pub fn phase(p: &CachedPod) -> &str {
     p.status
         .as_ref()
         .and_then(|s| s.phase.as_deref())
         .unwrap_or("")
 }
 
-pub fn node_of(p: &Pod) -> Option<&str> {
+pub fn node_of(p: &CachedPod) -> Option<&str> {
     p.spec.as_ref().and_then(|s| s.node_name.as_deref())
 }
 
-pub fn terminal(p: &Pod) -> bool {
+pub fn terminal(p: &CachedPod) -> bool {
     crate::state::ended_pods::EndedPods::is_terminal(p)
 }

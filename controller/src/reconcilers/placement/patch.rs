@@ -1,9 +1,10 @@
 //! Pod patches of placement (pure): pin to a node, release relaxed or unchanged. Each removes
 //! the `ebb.dev/placement` gate and may only tighten the scheduling directives of a gated pod.
 
+use crate::cluster::CachedPod;
 use ebb_api::names;
 use k8s_openapi::api::core::v1::{
-    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
+    Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     PreferredSchedulingTerm,
 };
 use serde_json::{Value, json};
@@ -14,7 +15,7 @@ use crate::placement::RelaxedConstraints;
 const NODE_NAME_FIELD: &str = "metadata.name";
 
 /// True when the pod carries the placement gate.
-pub fn is_gated(pod: &Pod) -> bool {
+pub fn is_gated(pod: &CachedPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.scheduling_gates.as_ref())
@@ -22,7 +23,7 @@ pub fn is_gated(pod: &Pod) -> bool {
 }
 
 /// The pod's gates without ours (a JSON list, for a merge patch that replaces the list).
-fn remaining_gates(pod: &Pod) -> Value {
+fn remaining_gates(pod: &CachedPod) -> Value {
     let gates: Vec<Value> = pod
         .spec
         .as_ref()
@@ -46,7 +47,7 @@ fn req(key: &str, op: &str, values: Vec<String>) -> NodeSelectorRequirement {
 /// The pod's affinity with `exprs`/`fields` ANDed into every required term (one new term when
 /// it has none) and `preferred` terms appended: the result is never looser than before.
 fn tightened(
-    pod: &Pod,
+    pod: &CachedPod,
     exprs: Vec<NodeSelectorRequirement>,
     fields: Vec<NodeSelectorRequirement>,
     preferred: Vec<PreferredSchedulingTerm>,
@@ -89,7 +90,7 @@ fn tightened(
     affinity
 }
 
-fn release(pod: &Pod, affinity: Option<Affinity>, annotations: Value) -> Value {
+fn release(pod: &CachedPod, affinity: Option<Affinity>, annotations: Value) -> Value {
     let mut spec = json!({"schedulingGates": remaining_gates(pod)});
     if let Some(a) = affinity {
         spec["affinity"] = json!(a);
@@ -99,7 +100,7 @@ fn release(pod: &Pod, affinity: Option<Affinity>, annotations: Value) -> Value {
 
 /// Merge patch pinning the pod to `node` (required affinity on the node's name), carrying its
 /// token, and removing the gate.
-pub fn pin(pod: &Pod, node: &str, token: &str) -> Value {
+pub fn pin(pod: &CachedPod, node: &str, token: &str) -> Value {
     let affinity = tightened(
         pod,
         Vec::new(),
@@ -119,7 +120,7 @@ pub fn pin(pod: &Pod, node: &str, token: &str) -> Value {
 
 /// Merge patch releasing the pod with relaxed constraints: the role's node labels, `NotIn` the
 /// nodes to avoid, preferred affinity toward history nodes. `how` is `Relaxed` or `Anywhere`.
-pub fn relax(pod: &Pod, c: &RelaxedConstraints, how: &str, token: &str) -> Value {
+pub fn relax(pod: &CachedPod, c: &RelaxedConstraints, how: &str, token: &str) -> Value {
     let exprs: Vec<NodeSelectorRequirement> = c
         .node_selector
         .iter()
@@ -151,7 +152,7 @@ pub fn relax(pod: &Pod, c: &RelaxedConstraints, how: &str, token: &str) -> Value
 }
 
 /// Merge patch releasing a pod no valid PlacementHistory governs: only the gate goes.
-pub fn unchanged(pod: &Pod) -> Value {
+pub fn unchanged(pod: &CachedPod) -> Value {
     release(
         pod,
         None,
@@ -163,7 +164,7 @@ pub fn unchanged(pod: &Pod) -> Value {
 mod tests {
     use super::*;
 
-    fn gated(extra: Value) -> Pod {
+    fn gated(extra: Value) -> CachedPod {
         let mut v = json!({
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {"containers": [{"name": "c"}],

@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::Value;
@@ -84,7 +84,7 @@ impl Pass<'_> {
     }
 
     /// Decide for one gated pod and carry the decision out; returns whether it still waits.
-    async fn place_pod(&mut self, fit: &FitCheck, pod: &Arc<Pod>, role: &str) -> bool {
+    async fn place_pod(&mut self, fit: &FitCheck, pod: &Arc<CachedPod>, role: &str) -> bool {
         let uid = pod.uid().unwrap_or_default();
         self.ctx.gated_for(&uid);
         let name = pod.name_any();
@@ -116,7 +116,7 @@ impl Pass<'_> {
     }
 
     /// The pod waits for `node`: a Normal Event the first time.
-    fn announce_wait(&mut self, pod: &Pod, uid: &str, node: &str, decision: &Decision) {
+    fn announce_wait(&mut self, pod: &CachedPod, uid: &str, node: &str, decision: &Decision) {
         if self.state.waiting.insert(uid.to_string()) {
             self.notices.push(Notice::pod(
                 pod,
@@ -135,7 +135,7 @@ impl Pass<'_> {
     async fn release(
         &mut self,
         fit: &FitCheck,
-        pod: &Pod,
+        pod: &CachedPod,
         role: &str,
         decision: &Decision,
         span: tracing::Span,
@@ -151,7 +151,7 @@ impl Pass<'_> {
         let Some((body, outcome)) = release_patch(pod, &decision.action, &token) else {
             return false;
         };
-        let api: Api<Pod> = Api::namespaced(
+        let api: Api<CachedPod> = Api::namespaced(
             self.ctx.client.clone(),
             &pod.namespace().unwrap_or_default(),
         );
@@ -177,7 +177,7 @@ impl Pass<'_> {
     }
 
     /// Count a released pod (outcome, gate wait, escalation) and announce it.
-    fn record_release(&mut self, pod: &Pod, decision: &Decision, outcome: Release) {
+    fn record_release(&mut self, pod: &CachedPod, decision: &Decision, outcome: Release) {
         let metrics = &self.ctx.metrics;
         let pl = PlacementLabels {
             namespace: self.ph.namespace().unwrap_or_default(),
@@ -228,7 +228,11 @@ impl Pass<'_> {
 
 /// The merge patch releasing the pod's gate as decided, and its outcome label; `None` for a
 /// wait (the gate stays).
-pub fn release_patch(pod: &Pod, action: &PlacementAction, token: &str) -> Option<(Value, Release)> {
+pub fn release_patch(
+    pod: &CachedPod,
+    action: &PlacementAction,
+    token: &str,
+) -> Option<(Value, Release)> {
     Some(match action {
         PlacementAction::Pin { node } => (patch::pin(pod, node, token), Release::pinned),
         PlacementAction::Relax(c) => (patch::relax(pod, c, "Relaxed", token), Release::relaxed),
@@ -242,7 +246,7 @@ pub fn release_patch(pod: &Pod, action: &PlacementAction, token: &str) -> Option
 /// The span of one placement decision: `decision` is `pin`, `wait`, `relax` or `release`
 /// (gate removed without a node), `node` the chosen (or awaited) node, `released` whether the
 /// gate came off.
-fn decision_span(pod: &Pod, role: &str, decision: &Decision) -> tracing::Span {
+fn decision_span(pod: &CachedPod, role: &str, decision: &Decision) -> tracing::Span {
     let (kind, node) = match &decision.action {
         PlacementAction::Pin { node } => ("pin", node.as_str()),
         PlacementAction::Wait { node, .. } => ("wait", node.as_str()),
@@ -269,7 +273,7 @@ mod tests {
 
     #[test]
     fn a_release_patch_per_action_and_none_for_a_wait() {
-        let pod: Pod = serde_json::from_value(json!({
+        let pod: CachedPod = serde_json::from_value(json!({
             "metadata": {"name": "p", "namespace": "ns"},
             "spec": {"containers": [{"name": "c"}], "schedulingGates": [{"name": "ebb.dev/placement"}]}
         }))

@@ -4,9 +4,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
+use crate::cluster::CachedPod;
 use ebb_api::placement::{PlacementHistory, PlacementHistoryStatus};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::placement::{HistoryError, RoleHistory};
 
@@ -16,7 +16,7 @@ pub struct PhState {
     /// The generation the history follows.
     pub generation: Option<i64>,
     /// Selected pods as last seen, by UID (a deleted pod's last state classifies its end).
-    pub last_seen: HashMap<String, Pod>,
+    pub last_seen: HashMap<String, CachedPod>,
     /// Pods already reported terminated.
     pub ended: HashSet<String>,
     /// Pods announced as waiting for their node.

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::cluster::CachedPod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 
@@ -15,7 +15,7 @@ use super::patch;
 use crate::metrics::{PlacementHistoryLabels, PlacementLabels, Release};
 
 /// True when a valid PlacementHistory of the pod's namespace selects it with a known role.
-fn governed(ctx: &Context, pod: &Arc<Pod>) -> bool {
+fn governed(ctx: &Context, pod: &Arc<CachedPod>) -> bool {
     let ns = pod.namespace().unwrap_or_default();
     ctx.valid_in(&ns).iter().any(|ph| {
         selected(ph, std::slice::from_ref(pod)).is_ok_and(|s| {
@@ -26,7 +26,7 @@ fn governed(ctx: &Context, pod: &Arc<Pod>) -> bool {
 }
 
 /// Gated, not bound to a node, not being deleted.
-fn waits_at_gate(pod: &Pod) -> bool {
+fn waits_at_gate(pod: &CachedPod) -> bool {
     patch::is_gated(pod)
         && pod
             .spec
@@ -65,10 +65,10 @@ pub async fn sweep(ctx: &Context) -> usize {
 }
 
 /// Remove the gate of an ungoverned pod; returns whether it was released.
-async fn release(ctx: &Context, pod: &Pod, uid: String) -> bool {
+async fn release(ctx: &Context, pod: &CachedPod, uid: String) -> bool {
     let name = pod.name_any();
     let ns = pod.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), &ns);
     let body = patch::unchanged(pod);
     if let Err(e) = api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
