@@ -7,7 +7,9 @@
 //! (30) set the size, `EBB_SCALE_LOOPS` (5) how many loops are measured. With
 //! `EBB_SCALE_BASELINE=<path of another ebb-controller>` that binary is measured first on the same
 //! cluster (before figures); `EBB_SCALE_COMPARE_LISTS=1` measures this build with paged lists
-//! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out.
+//! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out;
+//! `EBB_SCALE_CONTROLLER=<path>` measures that binary as this build (for example the musl build
+//! the images ship) instead of the workspace's release build.
 //!
 //! The last tenth of the nodes (`pool: drain`) hold light pods of their own ReplicaSets (namespace
 //! `scale-drain`, a PodDisruptionBudget of `maxUnavailable: 10%` each); the others (`pool:
@@ -280,7 +282,12 @@ async fn run(
     if let Some(base) = std::env::var_os("EBB_SCALE_BASELINE") {
         controllers.push(("before", PathBuf::from(base), &[]));
     }
-    let this = workspace_binary("ebb-controller")?;
+    // The binary measured as this build: the workspace's release build, or the one given (the
+    // static musl build the images ship).
+    let this = match std::env::var_os("EBB_SCALE_CONTROLLER") {
+        Some(p) => PathBuf::from(p),
+        None => workspace_binary("ebb-controller")?,
+    };
     if env_usize("EBB_SCALE_COMPARE_LISTS", 0)? != 0 {
         controllers.push((
             "this build, paged lists",
@@ -332,6 +339,13 @@ async fn run(
         let wave = drain_wave(env, &drain_nodes).await;
         let rss = peak_rss_kib(ctrl.id().unwrap_or_default()).unwrap_or_default();
         ctrl.kill().await?;
+        // The controller's log of the wave, for what a figure alone does not say.
+        let saved = std::env::temp_dir().join(format!("ebb-scale-{nodes}-wave-controller.log"));
+        let lines = log.lock().map(|l| l.join("\n")).unwrap_or_default();
+        match std::fs::write(&saved, lines) {
+            Ok(()) => println!("the controller's log of the wave: {}", saved.display()),
+            Err(e) => println!("could not save the controller's log: {e}"),
+        }
         let wave = wave?;
         println!(
             "drain wave {nodes} nodes: {} of {} drain-pool nodes removed in {:.1} s ({:.1} nodes/min, first after {:.1} s), maxDrainParallelism 50, PDB violations {}, controller peak RSS {} MiB",
@@ -601,6 +615,7 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
     let want: BTreeSet<&str> = drain_nodes.iter().map(String::as_str).collect();
     let mut first = None;
     let mut last_change = Instant::now();
+    let mut last_progress = Instant::now();
     let mut removed = 0;
     let timeout = Duration::from_secs(300 + 2 * drain_nodes.len() as u64);
     loop {
@@ -623,6 +638,15 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
         if left == 0 {
             break;
         }
+        if last_progress.elapsed() >= Duration::from_secs(30) {
+            last_progress = Instant::now();
+            println!(
+                "  wave at {:.0} s: {removed} of {} removed; {}",
+                started.elapsed().as_secs_f64(),
+                drain_nodes.len(),
+                policy_progress(&client).await
+            );
+        }
         if started.elapsed() > timeout || last_change.elapsed() > Duration::from_secs(300) {
             println!(
                 "drain wave stopped: {removed} of {} removed after {:.0} s",
@@ -644,6 +668,63 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
         first: first.unwrap_or_default(),
         violations: drain_violations(env, &budgets_before, &pods_before)?,
     })
+}
+
+/// What the drain policy's status says of the wave, and the drain pool's pods by phase.
+async fn policy_progress(client: &kube::Client) -> String {
+    let policy = Api::<ebb_api::ScaleDownPolicy>::all(client.clone())
+        .get_opt("drain")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|p| serde_json::to_value(p).ok())
+        .unwrap_or_default();
+    let status = &policy["status"];
+    let conditions: Vec<String> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "{}={} {}",
+                c["type"].as_str().unwrap_or("?"),
+                c["status"].as_str().unwrap_or("?"),
+                c["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    let pods = Api::<Pod>::namespaced(client.clone(), DRAIN_NS)
+        .list(&ListParams::default())
+        .await
+        .map(|l| {
+            let mut by = BTreeMap::<String, usize>::new();
+            for p in l.items {
+                let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
+                let phase = if p.metadata.deletion_timestamp.is_some() {
+                    format!("{phase}+deleting")
+                } else {
+                    phase
+                };
+                *by.entry(phase).or_default() += 1;
+            }
+            format!("{by:?}")
+        })
+        .unwrap_or_else(|e| format!("(pods not listed: {e})"));
+    let unremovable: Vec<String> = status["unremovable"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| format!("{}: {}", r["reason"].as_str().unwrap_or("?"), r["count"]))
+        .collect();
+    format!(
+        "status: selected {}, candidates {}, draining {}, removed {}, unremovable [{}], conditions [{}]; drain-pool pods {pods}",
+        status["nodesSelected"],
+        status["candidates"],
+        status["draining"],
+        status["removedTotal"],
+        unremovable.join(", "),
+        conditions.join(", ")
+    )
 }
 
 /// The drain pool's objects of kind `K` as the API server returns them.

@@ -10,6 +10,7 @@
 pub mod cluster_autoscaler;
 pub mod karpenter_nodes;
 pub mod observe;
+pub mod packing;
 pub mod record;
 pub mod scenario;
 
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
@@ -303,6 +304,10 @@ pub struct Measured {
     pub gpus_before: u64,
     #[serde(default)]
     pub cost_before_per_hour: f64,
+    /// What a cost-first packing of the pods at the run's start onto the scenario's own nodes
+    /// keeps per hour ([`packing::cost_first`]; shaped scenarios).
+    #[serde(default)]
+    pub packing_kept_per_hour: Option<f64>,
     /// What the table says below itself about this column (the nodes, Karpenter's decisions).
     pub notes: Vec<String>,
 }
@@ -712,6 +717,21 @@ pub async fn run_on(
         .iter()
         .filter_map(|n| Some((n.metadata.name.clone()?, NodeWorth::of(scenario, n))))
         .collect();
+    let packing_kept = if scenario.priced() {
+        let pods = Api::<Pod>::all(client.clone())
+            .list(&ListParams::default())
+            .await?
+            .items;
+        let (pack_nodes, pack_pods) = packing::input(
+            &before,
+            &pods,
+            |n| NodeWorth::of(scenario, n).per_hour,
+            scenario::GPU_RESOURCE,
+        );
+        Some(packing::cost_first(&pack_nodes, &pack_pods).kept_per_hour)
+    } else {
+        None
+    };
     let observer = observe::Observer::start(client.clone(), budgets).await?;
     let karpenter_cpu = |k: &Option<ebb_e2e::karpenter::Karpenter>| {
         k.as_ref().and_then(|k| k.pid()).and_then(cpu_seconds_of)
@@ -908,6 +928,12 @@ pub async fn run_on(
     }
     drop(karpenter);
 
+    if let Some((d, pod)) = &observed.longest_pending {
+        notes.push(format!(
+            "longest Pending: {pod}, {:.1} s from its creation to Running",
+            d.as_secs_f64()
+        ));
+    }
     let records = env.audit()?;
     let after_start =
         |r: &ebb_e2e::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);
@@ -989,6 +1015,7 @@ pub async fn run_on(
         .count();
     m.gpus_freed = gpus_freed;
     m.cost_freed_per_hour = cost_freed;
+    m.packing_kept_per_hour = packing_kept;
     if !launched.is_empty() {
         m.notes.push(format!(
             "{} node(s) launched during the run and still there ({} GPUs, {:.1}/h): GPUs and cost freed are net of them",
@@ -1161,6 +1188,24 @@ pub fn table(scenario: &Scenario, results: &[(String, Outcome)]) -> String {
                         o,
                         |m| (m.cost_freed_per_hour, m.cost_before_per_hour),
                         |(f, b)| format!("{f:.1} ({b:.1})"),
+                    )
+                }),
+            ),
+            (
+                "cost kept per hour (cost-first packing keeps)",
+                Box::new(|o| {
+                    cell(
+                        o,
+                        |m| {
+                            (
+                                m.cost_before_per_hour - m.cost_freed_per_hour,
+                                m.packing_kept_per_hour,
+                            )
+                        },
+                        |(k, p)| match p {
+                            Some(p) => format!("{k:.1} ({p:.1})"),
+                            None => format!("{k:.1} (-)"),
+                        },
                     )
                 }),
             ),

@@ -56,6 +56,25 @@ struct PodState {
     pending_since: Option<Instant>,
     /// Created after the observer started (a replacement of a pod the scaler moved, mostly).
     born_in_run: bool,
+    /// How long after it appeared a pod created during the run was bound to a node: the part
+    /// of its Pending time spent waiting for the scheduler (the rest is its node starting it).
+    bound_after: Option<Duration>,
+}
+
+impl PodState {
+    /// The pod's name and where its Pending time went.
+    fn pending_label(&self) -> String {
+        match self.bound_after {
+            Some(b) => format!(
+                "{}/{} (bound to {} after {:.1} s)",
+                self.namespace,
+                self.name,
+                self.node.as_deref().unwrap_or("?"),
+                b.as_secs_f64()
+            ),
+            None => format!("{}/{} (never bound)", self.namespace, self.name),
+        }
+    }
 }
 
 fn state_of(p: &Pod) -> PodState {
@@ -74,6 +93,7 @@ fn state_of(p: &Pod) -> PodState {
         node: p.spec.as_ref().and_then(|s| s.node_name.clone()),
         pending_since: None,
         born_in_run: false,
+        bound_after: None,
     }
 }
 
@@ -134,6 +154,7 @@ impl Inner {
             Some(o) => {
                 new.pending_since = o.pending_since;
                 new.born_in_run = o.born_in_run;
+                new.bound_after = o.bound_after;
             }
             None if live => {
                 new.born_in_run = true;
@@ -143,12 +164,18 @@ impl Inner {
             }
             None => {}
         }
+        if new.bound_after.is_none()
+            && new.node.is_some()
+            && let Some(since) = new.pending_since
+        {
+            new.bound_after = Some(since.elapsed());
+        }
         if new.running
             && let Some(since) = new.pending_since.take()
         {
             let d = since.elapsed();
             if self.longest_pending.as_ref().is_none_or(|(l, _)| d > *l) {
-                self.longest_pending = Some((d, format!("{}/{}", new.namespace, new.name)));
+                self.longest_pending = Some((d, new.pending_label()));
             }
         }
         let was_healthy = old.as_ref().is_some_and(|o| o.healthy);
@@ -242,7 +269,7 @@ impl Observer {
                 still_pending += 1;
                 let d = since.elapsed();
                 if longest.as_ref().is_none_or(|(l, _)| d > *l) {
-                    longest = Some((d, format!("{}/{}", p.namespace, p.name)));
+                    longest = Some((d, p.pending_label()));
                 }
             }
         }
@@ -333,6 +360,34 @@ mod tests {
         s.apply(&b, &pod("p2", true, false), true);
         s.apply(&b, &pod("p2", true, true), true);
         assert_eq!(s.disrupted_again, 1);
+    }
+
+    #[test]
+    fn a_replacement_s_pending_time_is_split_at_its_binding() {
+        let b = budget(0);
+        let mut s = Inner {
+            initialized: true,
+            ..Inner::default()
+        };
+        let mut p = pod("r1", false, false);
+        if let Some(st) = p.status.as_mut() {
+            st.phase = Some("Pending".into());
+        }
+        s.apply(&b, &p, true);
+        assert!(s.pods["r1"].bound_after.is_none());
+        std::thread::sleep(Duration::from_millis(20));
+        p.spec = Some(serde_json::from_value(json!({"nodeName": "n9", "containers": []})).unwrap());
+        s.apply(&b, &p, true);
+        let bound = s.pods["r1"].bound_after.expect("bound");
+        assert!(bound >= Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(20));
+        if let Some(st) = p.status.as_mut() {
+            st.phase = Some("Running".into());
+        }
+        s.apply(&b, &p, true);
+        let (d, label) = s.longest_pending.clone().expect("it ran");
+        assert!(d >= bound + Duration::from_millis(20), "{d:?} {bound:?}");
+        assert!(label.starts_with("w/r1 (bound to n9 after 0."), "{label}");
     }
 
     #[test]
