@@ -154,25 +154,30 @@ impl DisruptionGate {
             return free();
         }
         let budgets = pdbs.state();
-        let over: Vec<Budget> = budgets
-            .iter()
-            .filter_map(|b| Budget::read(b))
-            .filter(|b| b.selects(&object))
-            .collect();
+        let all: Vec<Budget> = budgets.iter().filter_map(|b| Budget::read(b)).collect();
+        // The index keeps the pods of the budgets that exist (deleted ones are forgotten).
+        self.index
+            .keep_selections(&all.iter().map(|b| b.key.clone()).collect());
+        let over: Vec<&Budget> = all.iter().filter(|b| b.selects(&object)).collect();
         if over.is_empty() {
             return free();
         }
-        // A budget selects pods of its own namespace only.
-        let pods = self.index.in_namespace(
-            object.metadata.namespace.as_deref().unwrap_or_default(),
-            &self.pods,
-        );
+        // Each budget's own pods (of its namespace only), kept by the pod watch: a namespace can
+        // hold tens of thousands of pods, and a waiting eviction asks again on pod changes.
+        let namespace = object.metadata.namespace.as_deref().unwrap_or_default();
+        let selected: Vec<Vec<Arc<CachedPod>>> = over
+            .iter()
+            .map(|b| {
+                self.index
+                    .selected(namespace, &b.key, &b.selector, &self.pods)
+            })
+            .collect();
         let mut ledger = self.lock();
         prune(&mut ledger, &self.pods);
         let evicted: HashSet<&str> = ledger.accepted.keys().map(String::as_str).collect();
         let mut costs = Vec::new();
-        for b in &over {
-            match cost(b, &object, &pods, &evicted, ledger.sending.get(&b.key)) {
+        for (b, pods) in over.iter().zip(&selected) {
+            match cost(b, &object, pods, &evicted, ledger.sending.get(&b.key)) {
                 Some(true) => costs.push(b.key.clone()),
                 Some(false) => {}
                 None => return Admission::Wait { pdb: b.key.clone() },

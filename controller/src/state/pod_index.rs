@@ -1,5 +1,6 @@
-//! The cached pods by node and by namespace, kept current by the pod watch: a drain finds its
-//! node's pods, and the disruption gate a budget's namespace, without a pass over every pod.
+//! The cached pods by node, by namespace and by the selectors asked about, kept current by the
+//! pod watch: a drain finds its node's pods, and the disruption gate a budget's pods, without a
+//! pass over every pod (or over every pod of a namespace of tens of thousands).
 //!
 //! The index only names pods; each lookup reads them from the cache and keeps those that still
 //! match (a re-list does not report the pods it dropped: their names go on the next lookup).
@@ -12,6 +13,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::actuation::pods::node_of;
+use crate::cluster::types::Selector;
 
 #[derive(Default)]
 struct Inner {
@@ -19,6 +21,20 @@ struct Inner {
     by_namespace: HashMap<String, HashSet<ObjectRef<CachedPod>>>,
     /// Where each indexed pod was last seen bound.
     node: HashMap<ObjectRef<CachedPod>, String>,
+    /// By namespace, then by who asked (a budget's `namespace/name`): the pods a selector picks.
+    selections: HashMap<String, HashMap<String, Selection>>,
+}
+
+/// The pods of one namespace a selector picks: built by one pass over the namespace when first
+/// asked for (or when the selector changed), then kept by every pod event.
+struct Selection {
+    selector: Selector,
+    members: HashSet<ObjectRef<CachedPod>>,
+}
+
+fn labels_of(pod: &CachedPod) -> &std::collections::BTreeMap<String, String> {
+    static EMPTY: std::collections::BTreeMap<String, String> = std::collections::BTreeMap::new();
+    pod.metadata.labels.as_ref().unwrap_or(&EMPTY)
 }
 
 /// Pods by node and namespace; cheap to share.
@@ -49,6 +65,16 @@ impl PodIndex {
         let ns = pod.namespace().unwrap_or_default();
         let node = node_of(pod).map(str::to_string);
         let mut inner = self.lock();
+        if let Some(selections) = inner.selections.get_mut(&ns) {
+            let labels = labels_of(pod);
+            for s in selections.values_mut() {
+                if s.selector.matches(labels) {
+                    s.members.insert(key.clone());
+                } else {
+                    s.members.remove(&key);
+                }
+            }
+        }
         inner
             .by_namespace
             .entry(ns)
@@ -75,12 +101,14 @@ impl PodIndex {
     /// A pod the watch saw deleted.
     pub fn deleted(&self, pod: &CachedPod) {
         let key = key(pod);
+        let ns = pod.namespace().unwrap_or_default();
         let mut inner = self.lock();
-        remove(
-            &mut inner.by_namespace,
-            &pod.namespace().unwrap_or_default(),
-            &key,
-        );
+        if let Some(selections) = inner.selections.get_mut(&ns) {
+            for s in selections.values_mut() {
+                s.members.remove(&key);
+            }
+        }
+        remove(&mut inner.by_namespace, &ns, &key);
         if let Some(old) = inner.node.remove(&key) {
             remove(&mut inner.by_node, &old, &key);
         }
@@ -107,24 +135,85 @@ impl PodIndex {
         }
         found
     }
+}
 
-    /// The cached pods of `namespace`.
-    pub fn in_namespace(&self, namespace: &str, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
-        if !self.fed {
-            return pods.state_filter(|p| p.metadata.namespace.as_deref() == Some(namespace));
-        }
-        let keys: Vec<ObjectRef<CachedPod>> = match self.lock().by_namespace.get(namespace) {
-            Some(k) => k.iter().cloned().collect(),
-            None => return Vec::new(),
+impl PodIndex {
+    /// The cached pods of `namespace` that `selector` picks, for `asker` (a budget's
+    /// `namespace/name`): the first call, and the first after the selector changed, pass over
+    /// the namespace once; later calls read only the picked pods.
+    pub fn selected(
+        &self,
+        namespace: &str,
+        asker: &str,
+        selector: &Selector,
+        pods: &Store<CachedPod>,
+    ) -> Vec<Arc<CachedPod>> {
+        let picks = |p: &CachedPod| {
+            p.metadata.namespace.as_deref() == Some(namespace) && selector.matches(labels_of(p))
         };
-        let (found, stale) = read(keys, pods, |_| true);
+        if !self.fed {
+            return pods.state_filter(|p| picks(p));
+        }
+        let keys: Vec<ObjectRef<CachedPod>> = {
+            let mut inner = self.lock();
+            let current = inner
+                .selections
+                .get(namespace)
+                .and_then(|s| s.get(asker))
+                .is_some_and(|s| &s.selector == selector);
+            if !current {
+                // Under the index's lock: a pod the watch applies meanwhile is matched by its
+                // own event, after this pass.
+                let members: HashSet<ObjectRef<CachedPod>> = inner
+                    .by_namespace
+                    .get(namespace)
+                    .into_iter()
+                    .flatten()
+                    .filter(|k| pods.get(k).is_some_and(|p| picks(&p)))
+                    .cloned()
+                    .collect();
+                inner
+                    .selections
+                    .entry(namespace.to_string())
+                    .or_default()
+                    .insert(
+                        asker.to_string(),
+                        Selection {
+                            selector: selector.clone(),
+                            members,
+                        },
+                    );
+            }
+            inner
+                .selections
+                .get(namespace)
+                .and_then(|s| s.get(asker))
+                .map(|s| s.members.iter().cloned().collect())
+                .unwrap_or_default()
+        };
+        let (found, stale) = read(keys, pods, picks);
         if !stale.is_empty() {
             let mut inner = self.lock();
-            for k in &stale {
-                remove(&mut inner.by_namespace, namespace, k);
+            if let Some(s) = inner
+                .selections
+                .get_mut(namespace)
+                .and_then(|s| s.get_mut(asker))
+            {
+                for k in &stale {
+                    s.members.remove(k);
+                }
             }
         }
         found
+    }
+
+    /// Forgets the selections of askers not in `live` (budgets deleted).
+    pub fn keep_selections(&self, live: &HashSet<String>) {
+        let mut inner = self.lock();
+        for s in inner.selections.values_mut() {
+            s.retain(|asker, _| live.contains(asker));
+        }
+        inner.selections.retain(|_, s| !s.is_empty());
     }
 }
 
@@ -176,13 +265,33 @@ mod tests {
     use proptest::prelude::*;
 
     fn pod(ns: &str, name: &str, node: Option<&str>) -> CachedPod {
+        labelled(ns, name, node, "x")
+    }
+
+    fn labelled(ns: &str, name: &str, node: Option<&str>, app: &str) -> CachedPod {
         serde_json::from_value(serde_json::json!({
             // As the watch sends them: the cache's keys carry uid and resourceVersion, the
             // index's do not.
-            "metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}"), "resourceVersion": "7"},
+            "metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}"), "resourceVersion": "7",
+                         "labels": {"app": app}},
             "spec": {"containers": [], "nodeName": node},
         }))
         .unwrap()
+    }
+
+    /// Selects pods labelled `app=<app>`.
+    fn app(app: &str) -> Selector {
+        crate::cluster::build::selector_from(
+            &serde_json::from_value(serde_json::json!({"matchLabels": {"app": app}})).unwrap(),
+            "PodDisruptionBudget",
+            "test",
+        )
+        .unwrap()
+    }
+
+    /// Every pod of a namespace (the empty selector).
+    fn in_namespace(index: &PodIndex, ns: &str, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
+        index.selected(ns, "all", &Selector::default(), pods)
     }
 
     fn names(mut v: Vec<Arc<CachedPod>>) -> Vec<String> {
@@ -203,7 +312,7 @@ mod tests {
         apply(pod("a", "p2", Some("n1")));
         apply(pod("b", "p3", Some("n1")));
         assert_eq!(names(index.on_node("n1", &reader)), ["p2", "p3"]);
-        assert_eq!(names(index.in_namespace("a", &reader)), ["p1", "p2"]);
+        assert_eq!(names(in_namespace(&index, "a", &reader)), ["p1", "p2"]);
         // Bound later, to another node.
         apply(pod("a", "p1", Some("n2")));
         assert_eq!(names(index.on_node("n2", &reader)), ["p1"]);
@@ -211,7 +320,7 @@ mod tests {
         writer.apply_watcher_event(&Event::Delete(gone.clone()));
         index.deleted(&gone);
         assert_eq!(names(index.on_node("n1", &reader)), ["p2"]);
-        assert!(index.in_namespace("b", &reader).is_empty());
+        assert!(in_namespace(&index, "b", &reader).is_empty());
     }
 
     #[test]
@@ -225,8 +334,12 @@ mod tests {
         writer.apply_watcher_event(&Event::Init);
         writer.apply_watcher_event(&Event::InitDone);
         assert!(index.on_node("n1", &reader).is_empty());
-        assert!(index.in_namespace("a", &reader).is_empty());
+        assert!(in_namespace(&index, "a", &reader).is_empty());
         assert!(index.lock().by_node.is_empty(), "pruned on the lookup");
+        assert!(
+            index.lock().selections["a"]["all"].members.is_empty(),
+            "pruned on the lookup"
+        );
     }
 
     #[test]
@@ -235,27 +348,33 @@ mod tests {
         writer.apply_watcher_event(&Event::Apply(pod("a", "p1", Some("n1"))));
         let index = PodIndex::default();
         assert_eq!(names(index.on_node("n1", &reader)), ["p1"]);
-        assert_eq!(names(index.in_namespace("a", &reader)), ["p1"]);
+        assert_eq!(names(in_namespace(&index, "a", &reader)), ["p1"]);
     }
 
     proptest! {
-        /// Whatever the sequence of applies and deletes, a lookup returns exactly what a pass
-        /// over the whole cache would.
+        /// Whatever the sequence of applies (with labels changing) and deletes, and whenever a
+        /// selection is first asked for, a lookup returns exactly what a pass over the whole
+        /// cache would.
         #[test]
         fn lookups_match_a_pass_over_the_cache(
-            ops in prop::collection::vec((0u8..6, prop::option::of(0u8..3), any::<bool>()), 1..60)
+            ops in prop::collection::vec((0u8..6, prop::option::of(0u8..3), any::<bool>(), any::<bool>(), prop::bool::weighted(0.2)), 1..60)
         ) {
             let (reader, mut writer) = store::<CachedPod>();
             let index = PodIndex::watched();
-            for (i, node, delete) in ops {
+            let x = app("x");
+            for (i, node, delete, is_x, ask) in ops {
                 let ns = if i % 2 == 0 { "even" } else { "odd" };
-                let p = pod(ns, &format!("p{i}"), node.map(|n| format!("n{n}")).as_deref());
+                let p = labelled(ns, &format!("p{i}"), node.map(|n| format!("n{n}")).as_deref(), if is_x { "x" } else { "y" });
                 if delete {
                     writer.apply_watcher_event(&Event::Delete(p.clone()));
                     index.deleted(&p);
                 } else {
                     writer.apply_watcher_event(&Event::Apply(p.clone()));
                     index.applied(&p);
+                }
+                if ask {
+                    // Registers the selection part way: later events must keep it.
+                    index.selected(ns, "budget", &x, &reader);
                 }
             }
             for n in ["n0", "n1", "n2"] {
@@ -264,8 +383,32 @@ mod tests {
             }
             for ns in ["even", "odd"] {
                 let want = names(reader.state_filter(|p| p.namespace().as_deref() == Some(ns)));
-                prop_assert_eq!(names(index.in_namespace(ns, &reader)), want);
+                prop_assert_eq!(names(in_namespace(&index, ns, &reader)), want);
+                let want = names(reader.state_filter(|p| p.namespace().as_deref() == Some(ns) && labels_of(p).get("app").map(String::as_str) == Some("x")));
+                prop_assert_eq!(names(index.selected(ns, "budget", &x, &reader)), want);
             }
         }
+    }
+
+    #[test]
+    fn a_selection_follows_its_selector_and_forgets_deleted_askers() {
+        let (reader, mut writer) = store::<CachedPod>();
+        let index = PodIndex::watched();
+        for (name, a) in [("p1", "x"), ("p2", "y")] {
+            let p = labelled("ns", name, Some("n1"), a);
+            writer.apply_watcher_event(&Event::Apply(p.clone()));
+            index.applied(&p);
+        }
+        assert_eq!(
+            names(index.selected("ns", "ns/b", &app("x"), &reader)),
+            ["p1"]
+        );
+        // The budget's selector changed: the selection is built again.
+        assert_eq!(
+            names(index.selected("ns", "ns/b", &app("y"), &reader)),
+            ["p2"]
+        );
+        index.keep_selections(&HashSet::new());
+        assert!(index.lock().selections.is_empty());
     }
 }
