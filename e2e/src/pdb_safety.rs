@@ -54,8 +54,10 @@ struct Budget {
     /// The order of each disruption taken (the Eviction API's writes, evictions judged at
     /// their answer).
     takes: Vec<u64>,
-    /// `status.disruptedPods` as last written.
-    disrupted: BTreeSet<String>,
+    /// `status.disruptedPods` of each write, by its place in etcd's order: the log's order is
+    /// not etcd's when two writes land together (the disruption controller's recount can be
+    /// logged before the Eviction API's write it follows).
+    disrupted: Vec<(u64, BTreeSet<String>)>,
     history: Vec<String>,
 }
 
@@ -79,6 +81,16 @@ impl Budget {
     }
 
     /// What it allows now, after every write replayed so far.
+    /// `status.disruptedPods` as written just before `order`.
+    fn disrupted_before(&self, order: u64) -> BTreeSet<String> {
+        self.disrupted
+            .iter()
+            .filter(|(o, _)| *o < order)
+            .max_by_key(|(o, _)| *o)
+            .map(|(_, d)| d.clone())
+            .unwrap_or_default()
+    }
+
     fn allowed(&self) -> i64 {
         self.allowed_before(u64::MAX)
     }
@@ -189,11 +201,13 @@ pub fn check_audit_text_from(
             selector: b.pointer("/spec/selector").cloned().unwrap_or(Value::Null),
             published: vec![(0, allowed)],
             takes: Vec::new(),
-            disrupted: b
-                .pointer("/status/disruptedPods")
-                .and_then(Value::as_object)
-                .map(|m| m.keys().cloned().collect())
-                .unwrap_or_default(),
+            disrupted: vec![(
+                0,
+                b.pointer("/status/disruptedPods")
+                    .and_then(Value::as_object)
+                    .map(|m| m.keys().cloned().collect())
+                    .unwrap_or_default(),
+            )],
             history: Vec::new(),
         };
         seeded.history.push(format!(
@@ -269,12 +283,13 @@ pub fn check_audit_text_from(
                     .and_then(Value::as_object)
                     .map(|m| m.keys().cloned().collect())
                     .unwrap_or_default();
+                let order = order_of(&mut latest, resp);
                 if user == DISRUPTION_CONTROLLER {
                     let published = resp
                         .pointer("/status/disruptionsAllowed")
                         .and_then(Value::as_i64)
                         .unwrap_or(0);
-                    b.published.push((order_of(&mut latest, resp), published));
+                    b.published.push((order, published));
                     let allowed = b.allowed();
                     let healthy = resp.pointer("/status/currentHealthy").cloned();
                     b.note(
@@ -287,8 +302,8 @@ pub fn check_audit_text_from(
                     // Logged after a recount that already saw it, it is judged by what the
                     // budget allowed at its own place in etcd's order.
                     let ns = key.split('/').next().unwrap_or("");
-                    let new: Vec<String> = disrupted.difference(&b.disrupted).cloned().collect();
-                    let order = order_of(&mut latest, resp);
+                    let before = b.disrupted_before(order);
+                    let new: Vec<String> = disrupted.difference(&before).cloned().collect();
                     for p in new {
                         let pod = format!("{ns}/{p}");
                         taken
@@ -309,7 +324,7 @@ pub fn check_audit_text_from(
                         format!("status by {user} (not believed): allowed {allowed:?}"),
                     );
                 }
-                b.disrupted = disrupted;
+                b.disrupted.push((order, disrupted));
             }
             ("", "pods", "eviction", "create") => {
                 accepted_evictions += 1;
@@ -740,6 +755,20 @@ mod tests {
             evict(CTL, "a", 201),
         ];
         assert_eq!(run(&late), vec![]);
+        // The same, with the recount carrying the pod the Eviction API had just added to
+        // disruptedPods (as the disruption controller's writes do): the take is still found at
+        // its own place, not lost to the recount logged before it.
+        let mut recount: Value = serde_json::from_str(&at_rv(pdb_status(0), 13)).unwrap();
+        recount["responseObject"]["status"]["disruptedPods"] = json!({"a": "2026-11-23T10:00:00Z"});
+        let carried = [
+            pod("a", true),
+            pod("b", true),
+            at_rv(pdb_status(1), 10),
+            recount.to_string(),
+            at_rv(took(&["a"], 0), 12),
+            evict(CTL, "a", 201),
+        ];
+        assert_eq!(run(&carried), vec![]);
         // Taken after the recount published none: a violation whatever the log's order.
         let after = [
             pod("a", true),
