@@ -9,7 +9,8 @@
 //! cluster (before figures); `EBB_SCALE_COMPARE_LISTS=1` measures this build with paged lists
 //! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out;
 //! `EBB_SCALE_CONTROLLER=<path>` measures that binary as this build (for example the musl build
-//! the images ship) instead of the workspace's release build.
+//! the images ship) instead of the workspace's release build; `EBB_SCALE_WAVE_SECS` caps the
+//! drain wave (default 300 s and 2 s a drain-pool node).
 //!
 //! The last tenth of the nodes (`pool: drain`) hold light pods of their own ReplicaSets (namespace
 //! `scale-drain`, a PodDisruptionBudget of `maxUnavailable: 10%` each); the others (`pool:
@@ -649,7 +650,14 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
     let mut last_change = Instant::now();
     let mut last_progress = Instant::now();
     let mut removed = 0;
-    let timeout = Duration::from_secs(300 + 2 * drain_nodes.len() as u64);
+    // At most EBB_SCALE_WAVE_SECS (default: 300 s and 2 s a node); the wave also ends after
+    // 300 s without a removal.
+    let timeout = Duration::from_secs(
+        std::env::var("EBB_SCALE_WAVE_SECS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(300 + 2 * drain_nodes.len() as u64),
+    );
     loop {
         let left = node_api
             .list_metadata(&ListParams::default().labels("pool=drain"))
