@@ -186,11 +186,6 @@ impl CachedPod {
         }
     }
 
-    /// The pod's name (empty when it has none).
-    pub fn name(&self) -> &str {
-        self.metadata.name.as_deref().unwrap_or_default()
-    }
-
     /// The node the pod is bound to.
     pub fn node_name(&self) -> Option<&str> {
         self.spec.as_ref().and_then(|s| s.node_name.as_deref())
