@@ -154,11 +154,11 @@ impl DisruptionGate {
             return free();
         }
         let budgets = pdbs.state();
-        let all: Vec<Budget> = budgets.iter().filter_map(|b| Budget::read(b)).collect();
-        // The index keeps the pods of the budgets that exist (deleted ones are forgotten).
-        self.index
-            .keep_selections(&all.iter().map(|b| b.key.clone()).collect());
-        let over: Vec<&Budget> = all.iter().filter(|b| b.selects(&object)).collect();
+        let over: Vec<Budget> = budgets
+            .iter()
+            .filter_map(|b| Budget::read(b))
+            .filter(|b| b.selects(&object))
+            .collect();
         if over.is_empty() {
             return free();
         }

@@ -207,11 +207,11 @@ impl PodIndex {
         found
     }
 
-    /// Forgets the selections of askers not in `live` (budgets deleted).
-    pub fn keep_selections(&self, live: &HashSet<String>) {
+    /// Forgets what `asker` (a deleted budget's `namespace/name`) selected.
+    pub fn forget_selection(&self, asker: &str) {
         let mut inner = self.lock();
         for s in inner.selections.values_mut() {
-            s.retain(|asker, _| live.contains(asker));
+            s.remove(asker);
         }
         inner.selections.retain(|_, s| !s.is_empty());
     }
@@ -408,7 +408,13 @@ mod tests {
             names(index.selected("ns", "ns/b", &app("y"), &reader)),
             ["p2"]
         );
-        index.keep_selections(&HashSet::new());
+        index.forget_selection("ns/other");
+        assert_eq!(
+            index.lock().selections["ns"].len(),
+            1,
+            "another asker's is kept"
+        );
+        index.forget_selection("ns/b");
         assert!(index.lock().selections.is_empty());
     }
 }

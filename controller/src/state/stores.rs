@@ -260,6 +260,7 @@ fn watch_budgets(
     client: kube::Client,
     lists: InitialList,
     model: Arc<SharedModel>,
+    index: super::pod_index::PodIndex,
     changes: watch::Sender<u64>,
     rises: mpsc::Sender<()>,
 ) -> (Store<PodDisruptionBudget>, JoinHandle<()>) {
@@ -267,6 +268,14 @@ fn watch_budgets(
     let api = Api::<PodDisruptionBudget>::all(client);
     reflect(api, lists, "PodDisruptionBudget", move |c| {
         mark(&model, &c, SharedModel::pdb_changed);
+        if let Changed::Deleted(b) = &c {
+            // The pods it selected are no longer kept for it.
+            index.forget_selection(&format!(
+                "{}/{}",
+                b.namespace().unwrap_or_default(),
+                b.name_any()
+            ));
+        }
         changes.send_modify(|v| *v = v.wrapping_add(1));
         let rose = match c {
             Changed::Applied(b) | Changed::Deleted(b) => {
@@ -376,9 +385,16 @@ pub async fn start_seeing_pods(
     let stores = Stores {
         nodes,
         pods,
-        pod_index,
+        pod_index: pod_index.clone(),
         pdbs: {
-            let (s, t) = watch_budgets(client.clone(), lists, model.clone(), pdb_tx, rise_tx);
+            let (s, t) = watch_budgets(
+                client.clone(),
+                lists,
+                model.clone(),
+                pod_index.clone(),
+                pdb_tx,
+                rise_tx,
+            );
             tasks.push(t);
             s
         },
