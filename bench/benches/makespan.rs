@@ -345,6 +345,7 @@ async fn start_controller(
         metrics_addr: "127.0.0.1:0".parse().expect("address"),
         leader: None,
         recheck_delay: ebb_controller::actuation::runner::DEFAULT_RECHECK_DELAY,
+        max_evictions_in_flight: ebb_controller::actuation::evict::DEFAULT_MAX_IN_FLIGHT,
         identity: "bench".into(),
         debounce: ebb_controller::cli::run::DEFAULT_DEBOUNCE,
         placement: Default::default(),

@@ -242,6 +242,8 @@ pub struct Metrics {
     pub removals: Family<RemovalLabels, Counter>,
     pub evictions: Family<EvictionLabels, Counter>,
     pub drains_in_progress: Family<PolicyLabels, Gauge>,
+    /// Eviction calls sent and not yet answered (bounded by `--max-evictions-in-flight`).
+    pub evictions_in_flight: Gauge,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
     pub degraded: Family<PolicyReasonLabels, Gauge>,
     pub function_duration: Family<FunctionLabels, HistogramWithExemplars<TraceExemplar>>,
@@ -275,6 +277,7 @@ impl Metrics {
             removals: Family::<RemovalLabels, Counter>::default(),
             evictions: Family::<EvictionLabels, Counter>::default(),
             drains_in_progress: Family::<PolicyLabels, Gauge>::default(),
+            evictions_in_flight: Gauge::default(),
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
             degraded: Family::<PolicyReasonLabels, Gauge>::default(),
             function_duration: Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),),
@@ -330,6 +333,11 @@ impl Metrics {
             "drains_in_progress",
             "Nodes being drained now",
             self.drains_in_progress.clone(),
+        );
+        r.register(
+            "evictions_in_flight",
+            "Eviction API calls sent and not yet answered, all policies (at most --max-evictions-in-flight)",
+            self.evictions_in_flight.clone(),
         );
         r.register(
             "throttled_nodes",

@@ -13,7 +13,7 @@ use ebb_api::names::{LABEL_DRAINED, TAINT_TO_BE_DELETED};
 use ebb_controller::actuation::RecheckInputs;
 use ebb_controller::actuation::budget_gate::DisruptionGate;
 use ebb_controller::actuation::drain::EvictionCall;
-use ebb_controller::actuation::evict::{EvictionObserver, Evictor, evict_with_retry};
+use ebb_controller::actuation::evict::{EvictionObserver, Evictor, InFlight, evict_with_retry};
 use ebb_controller::actuation::pods::{PodRef, uids_on};
 use ebb_controller::actuation::taints;
 use ebb_controller::actuation::{
@@ -70,6 +70,7 @@ async fn evict_within(
         fence,
         client: api.client(),
         gate: &gate,
+        in_flight: &InFlight::default(),
         metrics,
         policy: "p",
         observer: calls,
@@ -312,6 +313,41 @@ async fn drain_and_delete_evicts_everything_then_deletes_the_node() {
     let taint = log.iter().position(|l| l.method == "PATCH");
     let delete = log.iter().position(|l| l.method == "DELETE");
     assert!(taint < first_evict && first_evict < delete, "{log:#?}");
+}
+
+/// Drains of several nodes send no more eviction calls at once than the controller's bound, and
+/// use all of it: an API server slow to answer gets no more calls than the bound.
+#[tokio::test(start_paused = true)]
+async fn evictions_in_flight_stay_within_the_controllers_bound() {
+    let api = FakeApi::new();
+    for n in ["n1", "n2", "n3"] {
+        api.add_node(node(n).build());
+        for i in 0..6 {
+            let name = format!("{n}-web-{i}");
+            api.add_pod(pod(&name).on(n).owned_by("ReplicaSet", "web").build());
+        }
+    }
+    *api.eviction_latency.lock().unwrap() = Some(Duration::from_secs(1));
+    let (actuator, tracker) = setup(&api);
+    let actuator = actuator.with_max_evictions_in_flight(5);
+    // Three drains of 4 at once each would send 12 at once.
+    let handles = futures::future::join_all(
+        ["n1", "n2", "n3"].map(|n| start(&actuator, order(&api, n, ScaleDownMode::DrainAndDelete))),
+    )
+    .await;
+    for h in handles {
+        assert_eq!(h.await.unwrap(), Outcome::Removed);
+    }
+    assert_eq!(
+        tracker.take_evictions("workers").len(),
+        18,
+        "every pod evicted"
+    );
+    assert_eq!(
+        api.most_evictions_open(),
+        5,
+        "the bound, and all of it used"
+    );
 }
 
 #[tokio::test(start_paused = true)]

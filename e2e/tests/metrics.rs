@@ -19,6 +19,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_drain_duration_seconds", "histogram"),
     ("ebb_drains_in_progress", "gauge"),
     ("ebb_evictions", "counter"),
+    ("ebb_evictions_in_flight", "gauge"),
     ("ebb_function_duration_seconds", "histogram"),
     ("ebb_loop_phase_duration_seconds", "histogram"),
     ("ebb_nodes_scaled_down", "counter"),

@@ -41,6 +41,53 @@ impl EvictionSettings {
 /// Evictions in flight at once per node unless configured otherwise.
 pub const DEFAULT_PARALLELISM: usize = 8;
 
+/// Eviction calls in flight at once in the whole controller unless configured otherwise
+/// (`--max-evictions-in-flight`): 50 drains of 8 would otherwise send 400 at once, and an API
+/// server slow to answer them gets more, not fewer.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
+
+/// The controller's eviction calls in flight, bounded: a call takes a slot once its budgets
+/// allowed it (a pod waiting for its budget holds none) and gives it back with its answer.
+#[derive(Clone, Debug)]
+pub struct InFlight {
+    slots: std::sync::Arc<tokio::sync::Semaphore>,
+    limit: usize,
+}
+
+impl InFlight {
+    /// At most `limit` calls at once (at least 1).
+    pub fn new(limit: usize) -> Self {
+        let limit = limit.max(1);
+        Self {
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(limit)),
+            limit,
+        }
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Calls sent and not yet answered.
+    pub fn in_flight(&self) -> usize {
+        self.limit - self.slots.available_permits()
+    }
+
+    /// A slot, or `None` when cancelled first.
+    async fn slot(&self, cancel: &CancellationToken) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        tokio::select! {
+            _ = cancel.cancelled() => None,
+            permit = self.slots.acquire() => permit.ok(),
+        }
+    }
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        Self::new(DEFAULT_MAX_IN_FLIGHT)
+    }
+}
+
 /// Observer of eviction calls (the drain counts 429s, the tracker remembers evictions).
 pub trait EvictionObserver: Send + Sync {
     /// Just before an Eviction call for `pod` is sent (the pod's replacement may be created
@@ -113,6 +160,8 @@ pub struct Evictor<'a> {
     pub fence: &'a crate::state::Leadership,
     pub client: kube::Client,
     pub gate: &'a DisruptionGate,
+    /// The controller-wide bound on calls in flight.
+    pub in_flight: &'a InFlight,
     pub metrics: &'a Metrics,
     pub policy: &'a str,
     pub observer: &'a dyn EvictionObserver,
@@ -171,13 +220,25 @@ pub async fn evict_with_retry(
         let Some(reservation) = admitted(ev, pod, settings, cancel, deadline).await else {
             return false;
         };
+        let Some(slot) = ev.in_flight.slot(cancel).await else {
+            ev.gate.settle(reservation, false);
+            return false;
+        };
+        // Checked once the slot is taken: the wait for it may have outlasted the Lease.
         if !ev.fence.may_write() {
             ev.gate.settle(reservation, false);
             tracing::warn!(pod = %pod.key(), "not evicting: the Lease may be another replica's");
             return false;
         }
+        ev.metrics
+            .evictions_in_flight
+            .set(ev.in_flight.in_flight() as i64);
         ev.observer.before_call(pod);
         let call = evict_once(&ev.client, pod, settings.grace_cap).await;
+        drop(slot);
+        ev.metrics
+            .evictions_in_flight
+            .set(ev.in_flight.in_flight() as i64);
         ev.gate
             .settle(reservation, matches!(call, EvictionCall::Accepted));
         attempts += 1;

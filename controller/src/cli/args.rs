@@ -62,6 +62,11 @@ pub struct RunArgs {
     /// deleted within 5s of its taint.
     #[arg(long, env = "EBB_RECHECK_DELAY", default_value = "0s")]
     pub recheck_delay: ebb_api::KubeDuration,
+    /// Eviction calls in flight at once, all drains of all policies together. A pod waiting
+    /// for its disruption budget takes no slot; an API server slow to answer gets no more calls
+    /// than this.
+    #[arg(long, env = "EBB_MAX_EVICTIONS_IN_FLIGHT", default_value_t = crate::actuation::evict::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from))]
+    pub max_evictions_in_flight: usize,
     /// How long a stop (SIGTERM, Ctrl-C) may take: no new drain starts, drains in flight finish
     /// or roll back (none leaves its node tainted), the Lease is released. Keep it 5 s below the
     /// pod's `terminationGracePeriodSeconds` (the chart derives it so).

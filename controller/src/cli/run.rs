@@ -80,6 +80,8 @@ pub struct Settings {
     pub leader: Option<LeaderConfig>,
     /// Wait between the `to-be-deleted` taint and the re-check.
     pub recheck_delay: Duration,
+    /// `--max-evictions-in-flight`.
+    pub max_evictions_in_flight: usize,
     /// This replica's name in Events and the Lease.
     pub identity: String,
     /// Policy loops triggered within this time of each other run once ([`DEFAULT_DEBOUNCE`]).
@@ -175,6 +177,7 @@ impl Settings {
                 .leader_election
                 .then(|| LeaderConfig::new(&args.lease_name, namespace, &identity)),
             recheck_delay: args.recheck_delay.as_duration(),
+            max_evictions_in_flight: args.max_evictions_in_flight,
             identity,
             debounce: DEFAULT_DEBOUNCE,
             placement: PlacementSettings {
@@ -598,6 +601,7 @@ impl ScaleDown {
         .with_eviction_client(clients.evictions)
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
+        .with_max_evictions_in_flight(settings.max_evictions_in_flight)
         .with_remover(remover)
         .with_stop(shared.stop.clone())
         .with_leadership(shared.leadership.clone())

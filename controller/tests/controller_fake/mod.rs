@@ -88,6 +88,10 @@ pub struct FakeApi {
     model: Arc<ebb_controller::state::shared_model::SharedModel>,
     /// When true, accepted evictions do not remove the pod (it "hangs" terminating).
     pub keep_evicted_pods: Arc<Mutex<bool>>,
+    /// Eviction calls answered only after this long (an API server slow to answer).
+    pub eviction_latency: Arc<Mutex<Option<std::time::Duration>>>,
+    /// Eviction calls received and not yet answered: (now, most ever).
+    evictions_open: Arc<Mutex<(usize, usize)>>,
 }
 
 fn status(code: u16, reason: &str) -> Value {
@@ -128,6 +132,8 @@ impl FakeApi {
             pod_tick: Arc::new(watch::channel(0).0),
             model: Arc::default(),
             keep_evicted_pods: Arc::default(),
+            eviction_latency: Arc::default(),
+            evictions_open: Arc::default(),
         }
     }
 
@@ -288,9 +294,24 @@ impl FakeApi {
             .collect()
     }
 
+    /// The most eviction calls this API held unanswered at once.
+    pub fn most_evictions_open(&self) -> usize {
+        self.evictions_open.lock().unwrap().1
+    }
+
     async fn serve(&self, req: Request<Body>) -> Response<Body> {
         let method = req.method().to_string();
         let path = req.uri().path().to_string();
+        let latency = *self.eviction_latency.lock().unwrap();
+        if let Some(latency) = latency.filter(|_| path.ends_with("/eviction")) {
+            {
+                let mut open = self.evictions_open.lock().unwrap();
+                open.0 += 1;
+                open.1 = open.1.max(open.0);
+            }
+            tokio::time::sleep(latency).await;
+            self.evictions_open.lock().unwrap().0 -= 1;
+        }
         let query = req.uri().query().unwrap_or_default().to_string();
         let content_type = req
             .headers()

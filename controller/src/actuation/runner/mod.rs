@@ -97,6 +97,8 @@ pub struct Actuator {
     stores: Stores,
     pod_changes: watch::Receiver<u64>,
     gate: DisruptionGate,
+    /// The bound on eviction calls in flight, shared by every drain of every policy.
+    in_flight: super::evict::InFlight,
     remover: Remover,
     tracker: Tracker,
     metrics: Metrics,
@@ -128,6 +130,7 @@ impl Actuator {
             client,
             gate: DisruptionGate::new(pods.clone(), pod_changes.clone())
                 .with_index(stores.pod_index.clone()),
+            in_flight: Default::default(),
             pods,
             stores,
             pod_changes,
@@ -189,6 +192,12 @@ impl Actuator {
 
     pub fn remover(&self) -> &Remover {
         &self.remover
+    }
+
+    /// At most `limit` eviction calls in flight at once, all drains together.
+    pub fn with_max_evictions_in_flight(mut self, limit: usize) -> Self {
+        self.in_flight = super::evict::InFlight::new(limit);
+        self
     }
 
     /// Extra wait between the taint showing in the node cache and the re-check.
@@ -410,6 +419,7 @@ impl Actuator {
             fence: &self.leadership,
             client: self.client.clone(),
             gate: &self.gate,
+            in_flight: &self.in_flight,
             metrics: &self.metrics,
             policy: &order.policy,
             observer: &observer,
