@@ -312,3 +312,141 @@ fn a_policy_read_from_a_file_with_a_negative_price_is_refused_naming_the_field()
         "{e:?}"
     );
 }
+
+/// A GPU node of `gpus` GPUs priced at `per_hour` (by annotation; `None`: unpriced), with `used`
+/// pods of one GPU.
+fn priced_gpu(
+    name: &str,
+    gpus: u32,
+    per_hour: Option<f64>,
+    used: u32,
+) -> (NodeBuilder, Vec<PodBuilder>) {
+    let mut n = node(name)
+        .cpu("64")
+        .mem("256Gi")
+        .resource("nvidia.com/gpu", &gpus.to_string());
+    if let Some(c) = per_hour {
+        n = n.annotation(ANNOTATION_HOURLY_COST, &c.to_string());
+    }
+    let pods = (0..used)
+        .map(|i| {
+            pod(&format!("{name}-infer-{i}"))
+                .on(name)
+                .cpu("1")
+                .resource("nvidia.com/gpu", "1")
+                .owned_by_rs("infer")
+        })
+        .collect();
+    (n, pods)
+}
+
+fn gpu_snapshot(nodes: Vec<(NodeBuilder, Vec<PodBuilder>)>) -> ClusterSnapshot {
+    let (nodes, pods): (Vec<_>, Vec<_>) = nodes.into_iter().unzip();
+    snapshot(nodes, pods.into_iter().flatten())
+}
+
+/// `big`: 8 GPUs at 24/h (3 per GPU), 5 in use, above the accelerator threshold 0.5. `mid`: 4
+/// GPUs at 10/h (2.5 per GPU), 1 in use. Five `small` nodes: 2 GPUs at 4/h (2 per GPU), 1 in
+/// use each. Five GPUs are free on the small nodes, three on `mid`.
+/// Unpriced when not `priced`.
+fn dear_and_cheap(priced: bool) -> ClusterSnapshot {
+    let price = |c: f64| priced.then_some(c);
+    let mut nodes = vec![
+        priced_gpu("big", 8, price(24.0), 5),
+        priced_gpu("mid", 4, price(10.0), 1),
+    ];
+    for i in 0..5 {
+        nodes.push(priced_gpu(&format!("small-{i}"), 2, price(4.0), 1));
+    }
+    gpu_snapshot(nodes)
+}
+
+#[test]
+fn a_dear_gpu_node_above_the_threshold_moves_onto_cheaper_gpus() {
+    // Without prices, `big` is busy (5/8 > 0.5) and kept.
+    let (p, _) = run(&mut dear_and_cheap(false), &PlannerConfig::default());
+    assert!(
+        p.candidates.iter().all(|c| c.node != "big"),
+        "{:?}",
+        p.candidates
+    );
+
+    // Priced: `big` costs more per GPU than the small nodes, so it is simulated though busy,
+    // and first (it saves the most per hour): its pods take the room the small nodes and `mid`
+    // have, and `mid`'s one pod then has none. Saving `mid` first (10 per evicted pod against
+    // 4.8) would leave 24 + 20 = 44 per hour; this keeps 10 + 20 = 30.
+    let (p, _) = run(&mut dear_and_cheap(true), &PlannerConfig::default());
+    let names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(names, ["big"]);
+    let big = &p.candidates[0];
+    assert_eq!(big.moves.len(), 5);
+    assert!(big.moves.iter().all(|m| m.to != "big"));
+    let cost = p.cost.expect("priced");
+    assert!(close(cost.removed_per_hour, 24.0), "{cost:?}");
+    assert!(close(cost.kept_per_hour, 30.0), "{cost:?}");
+}
+
+#[test]
+fn in_a_pool_of_one_price_per_gpu_the_accelerator_threshold_holds() {
+    // Both nodes cost 3 per GPU: moving `a`'s 5 pods onto `b` would save a node, but not by
+    // moving to cheaper GPUs, so the threshold (0.5) decides as without prices.
+    let mut s = gpu_snapshot(vec![
+        priced_gpu("a", 8, Some(24.0), 5),
+        priced_gpu("b", 8, Some(24.0), 2),
+        priced_gpu("c", 4, Some(12.0), 3),
+    ]);
+    let (p, _) = run(&mut s, &PlannerConfig::default());
+    let names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(names, ["b"]);
+    for busy in ["a", "c"] {
+        assert_eq!(
+            p.unremovable
+                .iter()
+                .find(|u| u.node == busy)
+                .map(|u| u.reason),
+            Some(ebb_api::reasons::UnremovableReason::AcceleratorsInUse),
+            "{busy}"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// GPU pools priced at one price per GPU (any node sizes, any use): prices change the order
+    /// of the simulation, never which nodes are simulated: every node the accelerator threshold
+    /// keeps without prices is kept with them, for the same reason.
+    #[test]
+    fn one_price_per_gpu_simulates_what_the_threshold_allows(
+        pool in proptest::collection::vec((prop_oneof![Just(2u32), Just(4), Just(8)], 0u32..9), 1..10),
+        per_gpu in 1u32..10,
+    ) {
+        let nodes = |priced: bool| -> Vec<_> {
+            pool.iter()
+                .enumerate()
+                .map(|(i, (gpus, used))| {
+                    let price = priced.then(|| f64::from(gpus * per_gpu));
+                    priced_gpu(&format!("n{i}"), *gpus, price, (*used).min(*gpus))
+                })
+                .collect()
+        };
+        let mut priced = gpu_snapshot(nodes(true));
+        let mut plain = gpu_snapshot(nodes(false));
+        let (p0, _) = run(&mut plain, &PlannerConfig::default());
+        let (p1, _) = run(&mut priced, &PlannerConfig::default());
+        let busy = |p: &Plan| -> BTreeSet<String> {
+            p.unremovable
+                .iter()
+                .filter(|u| u.reason == ebb_api::reasons::UnremovableReason::AcceleratorsInUse)
+                .map(|u| u.node.clone())
+                .collect()
+        };
+        prop_assert_eq!(busy(&p0), busy(&p1));
+        // And a node at or below the threshold is the only kind ever a candidate.
+        for c in &p1.candidates {
+            let i: usize = c.node[1..].parse().unwrap();
+            let (gpus, used) = pool[i];
+            prop_assert!(f64::from(used.min(gpus)) / f64::from(gpus) <= 0.5, "{}", c.node);
+        }
+    }
+}

@@ -59,13 +59,17 @@ pub struct Load {
     pub threshold: f64,
     /// Judged by its accelerators (it has allocatable of one of `acceleratorResources`).
     pub accelerator: bool,
+    /// A priced accelerator node dearer per accelerator than the cheapest the policy governs:
+    /// worth simulating at any share below 1, since moving its pods to cheaper accelerators is
+    /// what saves money (see `NodeFacts::gather`).
+    pub dear: bool,
 }
 
 impl Load {
-    /// At or below its threshold: worth simulating (Cluster Autoscaler's rule: a 4-GPU node
-    /// using 2 at the default 0.5 is a candidate).
+    /// At or below its threshold (Cluster Autoscaler's rule: a 4-GPU node using 2 at the default
+    /// 0.5 is a candidate), or a dear accelerator node not full: worth simulating.
     pub fn underutilized(&self) -> bool {
-        self.share <= self.threshold
+        self.share <= self.threshold || (self.dear && self.share < 1.0)
     }
 
     /// The reason a node above its threshold stays.
@@ -117,6 +121,12 @@ pub fn accelerator_share(
     )
 }
 
+/// How many accelerators the node has: its allocatable of the resources of `acc`, summed.
+pub fn accelerator_count(snap: &ClusterSnapshot, node: NodeId, acc: &Accelerators) -> i64 {
+    let alloc = &snap.node(node).allocatable;
+    acc.resources.iter().map(|r| alloc.extended(r).max(0)).sum()
+}
+
 /// The node's [`Load`]: by its accelerators when it has any of `acc`, else by cpu and memory
 /// against `threshold`.
 pub fn load(
@@ -131,11 +141,13 @@ pub fn load(
             share,
             threshold: acc.threshold,
             accelerator: true,
+            dear: false,
         },
         None => Load {
             share: utilization(snap, node, rules),
             threshold,
             accelerator: false,
+            dear: false,
         },
     }
 }

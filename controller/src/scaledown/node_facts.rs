@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::config::PlannerConfig;
-use super::eligibility::{Load, being_deleted, load};
+use super::eligibility::{Load, accelerator_count, being_deleted, load};
 use super::pricing::{hourly_cost, invalid_cost_annotation};
 use crate::cluster::types::TaintEffect;
 use crate::cluster::{ClusterSnapshot, NodeId};
@@ -17,6 +17,9 @@ pub(super) struct NodeFacts {
     pub loads: Vec<Load>,
     /// Hourly cost per node, where known.
     pub cost: Vec<Option<f64>>,
+    /// Governed accelerator nodes dearer per accelerator than the cheapest priced one the policy
+    /// governs ([`Load::dear`]).
+    pub dear: Vec<bool>,
     /// Governed nodes whose cost annotation cannot be read, by name.
     pub invalid_cost: Vec<String>,
     /// Some governed node has a known hourly cost, or a cost annotation that cannot be read:
@@ -55,7 +58,7 @@ impl NodeFacts {
         deleted: &BTreeSet<String>,
     ) -> Self {
         let nodes = 0..snap.node_count() as NodeId;
-        let loads: Vec<Load> = nodes
+        let mut loads: Vec<Load> = nodes
             .clone()
             .map(|n| {
                 load(
@@ -104,10 +107,15 @@ impl NodeFacts {
         invalid_cost.sort();
         let priced =
             !invalid_cost.is_empty() || governed.iter().any(|n| cost[*n as usize].is_some());
+        let dear = dear_accelerator_nodes(snap, cfg, &governed, &loads, &cost);
+        for (l, d) in loads.iter_mut().zip(&dear) {
+            l.dear = *d;
+        }
         NodeFacts {
             util,
             loads,
             cost,
+            dear,
             invalid_cost,
             priced,
             groups,
@@ -115,6 +123,21 @@ impl NodeFacts {
             group_sizes,
             group_mins,
             deleting_per_group,
+        }
+    }
+
+    /// The node's [`Load`] on `snap` (which may differ from the loop's start: pods re-placed or
+    /// planned onto it), with what the loop knows of its price.
+    pub fn load(&self, snap: &ClusterSnapshot, n: NodeId, cfg: &PlannerConfig) -> Load {
+        Load {
+            dear: self.dear[n as usize],
+            ..load(
+                snap,
+                n,
+                cfg.utilization,
+                cfg.utilization_threshold,
+                &cfg.accelerators,
+            )
         }
     }
 
@@ -171,6 +194,41 @@ impl NodeFacts {
         });
         keyed.into_iter().map(|k| k.4).collect()
     }
+}
+
+/// Which governed accelerator nodes cost more per accelerator than the cheapest priced
+/// accelerator node the policy governs. Moving such a node's accelerator pods onto cheaper
+/// accelerators saves money even when its accelerators are more than
+/// `acceleratorUtilizationThreshold` in use; in a pool of one price per accelerator none is.
+fn dear_accelerator_nodes(
+    snap: &ClusterSnapshot,
+    cfg: &PlannerConfig,
+    governed: &[NodeId],
+    loads: &[Load],
+    cost: &[Option<f64>],
+) -> Vec<bool> {
+    let per_accelerator: Vec<(NodeId, f64)> = governed
+        .iter()
+        .filter(|n| loads[**n as usize].accelerator)
+        .filter_map(|&n| {
+            let count = accelerator_count(snap, n, &cfg.accelerators);
+            let c = cost[n as usize]?;
+            (count > 0).then(|| (n, c / count as f64))
+        })
+        .collect();
+    let mut dear = vec![false; snap.node_count()];
+    let Some(cheapest) = per_accelerator
+        .iter()
+        .map(|(_, c)| *c)
+        .min_by(f64::total_cmp)
+    else {
+        return dear;
+    };
+    for (n, c) in per_accelerator {
+        // Prices within a thousandth of each other are one price.
+        dear[n as usize] = c > cheapest * 1.001;
+    }
+    dear
 }
 
 /// Nodes no pod may move to: not ready, cordoned or being deleted.

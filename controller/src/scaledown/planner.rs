@@ -34,7 +34,7 @@ pub fn deleting(snap: &ClusterSnapshot, in_flight: &BTreeSet<String>) -> BTreeSe
 /// Step 3: the governed nodes that may be removed (node checks, then whether the policy's
 /// removal method applies). The others are recorded as unremovable (all of them while pods
 /// are pending). Order: without prices, previous candidates first, then least utilised; with
-/// prices, the largest hourly saving per pod to evict first, then as without.
+/// prices, the dearest first, then the largest hourly saving per pod to evict, then as without.
 fn eligible_nodes(
     snap: &ClusterSnapshot,
     facts: &NodeFacts,
@@ -48,13 +48,7 @@ fn eligible_nodes(
     let mut unremovable = Vec::new();
     for &n in &facts.governed {
         // On the snapshot as re-placed (pods of nodes being deleted, recent evictions).
-        let load = eligibility::load(
-            snap,
-            n,
-            cfg.utilization,
-            cfg.utilization_threshold,
-            &cfg.accelerators,
-        );
+        let load = facts.load(snap, n, cfg);
         let check = check_node(snap, n, deleted, load).and_then(|()| match cfg.removal {
             Some(method) => removal_method::target(method, snap.node(n).machine.as_ref()).map(drop),
             None => Ok(()),
@@ -89,8 +83,12 @@ fn eligible_nodes(
                 )
             })
             .collect();
+        // Dearest first: when two nodes compete for the same room, the one whose removal saves
+        // more per hour wins it (a cost-first packing); then more per evicted pod.
+        let cost = |n: &NodeId| facts.cost[*n as usize];
         eligible.sort_by(|a, b| {
-            by_saving(saving[a], saving[b])
+            by_saving(cost(a), cost(b))
+                .then_with(|| by_saving(saving[a], saving[b]))
                 .then_with(|| was(a).cmp(&was(b)))
                 .then_with(|| by_util(snap, &facts.util, *a, *b))
         });

@@ -423,13 +423,7 @@ impl Greedy {
                     continue;
                 }
                 // The next loop judges the node with the pods planned onto it.
-                let load = super::eligibility::load(
-                    sim.snap,
-                    node,
-                    cfg.utilization,
-                    cfg.utilization_threshold,
-                    &cfg.accelerators,
-                );
+                let load = inputs.facts.load(sim.snap, node, cfg);
                 if !load.underutilized() {
                     failed.insert(u.node.clone());
                     self.unremovable.push(u);
