@@ -308,6 +308,9 @@ pub struct Measured {
     /// keeps per hour ([`packing::cost_first`]; shaped scenarios).
     #[serde(default)]
     pub packing_kept_per_hour: Option<f64>,
+    /// The same packing with GPU nodes kept for GPU pods ([`packing::Rule::GpuNodesForGpuPods`]).
+    #[serde(default)]
+    pub packing_gpu_rule_kept_per_hour: Option<f64>,
     /// What the table says below itself about this column (the nodes, Karpenter's decisions).
     pub notes: Vec<String>,
 }
@@ -728,7 +731,13 @@ pub async fn run_on(
             |n| NodeWorth::of(scenario, n).per_hour,
             scenario::GPU_RESOURCE,
         );
-        Some(packing::cost_first(&pack_nodes, &pack_pods).kept_per_hour)
+        Some(
+            [
+                packing::Rule::ResourcesOnly,
+                packing::Rule::GpuNodesForGpuPods,
+            ]
+            .map(|r| packing::cost_first(&pack_nodes, &pack_pods, r).kept_per_hour),
+        )
     } else {
         None
     };
@@ -1015,7 +1024,8 @@ pub async fn run_on(
         .count();
     m.gpus_freed = gpus_freed;
     m.cost_freed_per_hour = cost_freed;
-    m.packing_kept_per_hour = packing_kept;
+    m.packing_kept_per_hour = packing_kept.map(|k| k[0]);
+    m.packing_gpu_rule_kept_per_hour = packing_kept.map(|k| k[1]);
     if !launched.is_empty() {
         m.notes.push(format!(
             "{} node(s) launched during the run and still there ({} GPUs, {:.1}/h): GPUs and cost freed are net of them",
@@ -1192,7 +1202,7 @@ pub fn table(scenario: &Scenario, results: &[(String, Outcome)]) -> String {
                 }),
             ),
             (
-                "cost kept per hour (cost-first packing keeps)",
+                "cost kept per hour (cost-first packing keeps: resources only / GPU nodes for GPU pods)",
                 Box::new(|o| {
                     cell(
                         o,
@@ -1200,11 +1210,13 @@ pub fn table(scenario: &Scenario, results: &[(String, Outcome)]) -> String {
                             (
                                 m.cost_before_per_hour - m.cost_freed_per_hour,
                                 m.packing_kept_per_hour,
+                                m.packing_gpu_rule_kept_per_hour,
                             )
                         },
-                        |(k, p)| match p {
-                            Some(p) => format!("{k:.1} ({p:.1})"),
-                            None => format!("{k:.1} (-)"),
+                        |(k, p, g)| {
+                            let f =
+                                |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                            format!("{k:.1} ({} / {})", f(p), f(g))
                         },
                     )
                 }),

@@ -38,6 +38,16 @@ pub enum PodKind {
     Pinned,
 }
 
+/// Where a moved pod may go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rule {
+    /// Wherever its requests fit.
+    ResourcesOnly,
+    /// As [`Rule::ResourcesOnly`], but a pod asking for no GPU is never moved onto a GPU node
+    /// (GPU nodes kept for GPU pods, as ebb places moved pods and as tainted GPU pools do).
+    GpuNodesForGpuPods,
+}
+
 /// The nodes a packing keeps and empties, and what the kept ones cost per hour.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Packing {
@@ -48,8 +58,9 @@ pub struct Packing {
 
 /// Empties nodes dearest first (ties: fewer pods to move, then name): a node goes when every
 /// movable pod on it fits on the nodes kept so far, each on the cheapest node with room (ties:
-/// the fullest by cpu), GPU pods and bigger pods placed first. Passes repeat until none empties.
-pub fn cost_first(nodes: &[PackNode], pods: &[PackPod]) -> Packing {
+/// the fullest by cpu) that `rule` allows, GPU pods and bigger pods placed first. Passes repeat
+/// until none empties.
+pub fn cost_first(nodes: &[PackNode], pods: &[PackPod], rule: Rule) -> Packing {
     let index: BTreeMap<&str, usize> = nodes
         .iter()
         .enumerate()
@@ -85,7 +96,7 @@ pub fn cost_first(nodes: &[PackNode], pods: &[PackPod]) -> Packing {
             if !kept[n] || pinned[n] {
                 continue;
             }
-            if let Some(moves) = empty_one(n, nodes, pods, &kept, &used, &on) {
+            if let Some(moves) = empty_one(n, nodes, pods, &kept, &used, &on, rule) {
                 for (p, to) in moves {
                     sub(&mut used[n], &pods[p].requests);
                     add(&mut used[to], &pods[p].requests);
@@ -117,6 +128,7 @@ fn empty_one(
     kept: &[bool],
     used: &[Amounts],
     on: &[Vec<usize>],
+    rule: Rule,
 ) -> Option<Vec<(usize, usize)>> {
     let mut trial = used.to_vec();
     let mut movers = on[n].clone();
@@ -127,8 +139,12 @@ fn empty_one(
     let mut moves = Vec::with_capacity(movers.len());
     for p in movers {
         let req = &pods[p].requests;
+        let allowed =
+            |d: usize| rule == Rule::ResourcesOnly || req[2] > 0 || nodes[d].allocatable[2] == 0;
         let to = (0..nodes.len())
-            .filter(|&d| d != n && kept[d] && fits(&trial[d], req, &nodes[d].allocatable))
+            .filter(|&d| {
+                d != n && kept[d] && allowed(d) && fits(&trial[d], req, &nodes[d].allocatable)
+            })
             .min_by(|&a, &b| {
                 nodes[a]
                     .per_hour
@@ -267,7 +283,7 @@ mod tests {
             pod("big", 1000, 1, PodKind::Movable),
             pod("small", 1000, 1, PodKind::Movable),
         ];
-        let p = cost_first(&nodes, &pods);
+        let p = cost_first(&nodes, &pods, Rule::ResourcesOnly);
         assert_eq!(p.kept, vec!["small".to_string()]);
         assert_eq!(p.emptied, vec!["big".to_string()]);
         assert!((p.kept_per_hour - 4.0).abs() < 1e-9);
@@ -290,7 +306,7 @@ mod tests {
             pod("gpu-a", 100, 0, PodKind::Daemon),
             pod("gpu-b", 100, 0, PodKind::Daemon),
         ];
-        let p = cost_first(&nodes, &pods);
+        let p = cost_first(&nodes, &pods, Rule::ResourcesOnly);
         // gpu-b's 1-GPU pod cannot fit on gpu-a (full) nor on the CPU node; both GPU nodes stay.
         assert_eq!(p.emptied, Vec::<String>::new());
         assert!((p.kept_per_hour - 9.6).abs() < 1e-9);
@@ -304,13 +320,40 @@ mod tests {
             pod("gpu", 12_000, 0, PodKind::Movable),
             pod("cpu", 3_000, 0, PodKind::Movable),
         ];
-        let p = cost_first(&nodes, &pods);
+        let p = cost_first(&nodes, &pods, Rule::ResourcesOnly);
         assert_eq!(p.kept, vec!["cpu".to_string()]);
         // A third 12-cpu pod would not fit (32 cpu): then the GPU node stays.
         let mut more = pods.to_vec();
         more.push(pod("gpu", 12_000, 0, PodKind::Movable));
-        let p = cost_first(&nodes, &more);
+        let p = cost_first(&nodes, &more, Rule::ResourcesOnly);
         assert_eq!(p.emptied, vec!["cpu".to_string()]);
+    }
+
+    #[test]
+    fn with_gpu_nodes_for_gpu_pods_cpu_pods_go_only_to_cpu_nodes() {
+        // The dear GPU node's CPU pod fits on the cheap GPU node's idle cpu, not on the full CPU
+        // node: resources only, the dear node is emptied; GPU nodes for GPU pods, it stays.
+        let nodes = [
+            node("dear", 64, 8, 24.0),
+            node("cheap", 64, 8, 16.0),
+            node("cpu", 4, 0, 1.6),
+        ];
+        let pods = [
+            pod("dear", 8_000, 0, PodKind::Movable),
+            pod("cheap", 1_000, 1, PodKind::Movable),
+            pod("cpu", 3_000, 0, PodKind::Movable),
+        ];
+        let p = cost_first(&nodes, &pods, Rule::ResourcesOnly);
+        assert!(p.emptied.contains(&"dear".to_string()), "{p:?}");
+        let p = cost_first(&nodes, &pods, Rule::GpuNodesForGpuPods);
+        assert!(!p.emptied.contains(&"dear".to_string()), "{p:?}");
+        // Its GPU pods still may go anywhere with GPUs.
+        let gpu_pods = [
+            pod("dear", 1_000, 2, PodKind::Movable),
+            pod("cheap", 1_000, 1, PodKind::Movable),
+        ];
+        let p = cost_first(&nodes, &gpu_pods, Rule::GpuNodesForGpuPods);
+        assert!(p.emptied.contains(&"dear".to_string()), "{p:?}");
     }
 
     #[test]
@@ -323,7 +366,7 @@ mod tests {
             pod("b", 100, 0, PodKind::Movable),
         ];
         // b has room for one more pod only: a cannot be emptied; b can (its pod fits on a).
-        let p = cost_first(&nodes, &pods);
+        let p = cost_first(&nodes, &pods, Rule::ResourcesOnly);
         assert_eq!(p.kept, vec!["a".to_string()]);
         assert!((p.kept_per_hour - 2.0).abs() < 1e-9);
     }
