@@ -75,12 +75,19 @@ impl NodeFacts {
             .clone()
             .map(|n| hourly_cost(snap.node(n), cfg.prices.as_ref()))
             .collect();
-        let governed: Vec<NodeId> = nodes
+        // The policy's nodes; narrowed to one by the re-check before a drain, which still judges
+        // it against all of them (whether it is dear).
+        let selected: Vec<NodeId> = nodes
             .clone()
+            .filter(|n| cfg.node_selector.matches(&snap.node(*n).labels))
+            .collect();
+        let governed: Vec<NodeId> = selected
+            .iter()
+            .copied()
             .filter(|n| {
-                let node = snap.node(*n);
-                cfg.node_selector.matches(&node.labels)
-                    && cfg.only_node.as_ref().is_none_or(|only| *only == node.name)
+                cfg.only_node
+                    .as_ref()
+                    .is_none_or(|only| *only == snap.node(*n).name)
             })
             .collect();
         let groups: Vec<Option<String>> = nodes.map(|n| group_key(snap, cfg, n)).collect();
@@ -107,7 +114,7 @@ impl NodeFacts {
         invalid_cost.sort();
         let priced =
             !invalid_cost.is_empty() || governed.iter().any(|n| cost[*n as usize].is_some());
-        let dear = dear_accelerator_nodes(snap, cfg, &governed, &loads, &cost);
+        let dear = dear_accelerator_nodes(snap, cfg, &selected, &loads, &cost);
         for (l, d) in loads.iter_mut().zip(&dear) {
             l.dear = *d;
         }
@@ -196,18 +203,18 @@ impl NodeFacts {
     }
 }
 
-/// Which governed accelerator nodes cost more per accelerator than the cheapest priced
-/// accelerator node the policy governs. Moving such a node's accelerator pods onto cheaper
+/// Which of the policy's accelerator nodes (`selected`) cost more per accelerator than the
+/// cheapest priced one among them. Moving such a node's accelerator pods onto cheaper
 /// accelerators saves money even when its accelerators are more than
 /// `acceleratorUtilizationThreshold` in use; in a pool of one price per accelerator none is.
 fn dear_accelerator_nodes(
     snap: &ClusterSnapshot,
     cfg: &PlannerConfig,
-    governed: &[NodeId],
+    selected: &[NodeId],
     loads: &[Load],
     cost: &[Option<f64>],
 ) -> Vec<bool> {
-    let per_accelerator: Vec<(NodeId, f64)> = governed
+    let per_accelerator: Vec<(NodeId, f64)> = selected
         .iter()
         .filter(|n| loads[**n as usize].accelerator)
         .filter_map(|&n| {
