@@ -328,8 +328,17 @@ async fn evictions_in_flight_stay_within_the_controllers_bound() {
         }
     }
     *api.eviction_latency.lock().unwrap() = Some(Duration::from_secs(1));
-    let (actuator, tracker) = setup(&api);
-    let actuator = actuator.with_max_evictions_in_flight(5);
+    let tracker = Tracker::default();
+    let metrics = Metrics::new();
+    let actuator = Actuator::new(
+        api.client(),
+        api.stores(),
+        api.pod_changes(),
+        tracker.clone(),
+        metrics.clone(),
+    )
+    .with_recheck_delay(Duration::from_secs(2))
+    .with_max_evictions_in_flight(5);
     // Three drains of 4 at once each would send 12 at once.
     let handles = futures::future::join_all(
         ["n1", "n2", "n3"].map(|n| start(&actuator, order(&api, n, ScaleDownMode::DrainAndDelete))),
@@ -347,6 +356,11 @@ async fn evictions_in_flight_stay_within_the_controllers_bound() {
         api.most_evictions_open(),
         5,
         "the bound, and all of it used"
+    );
+    assert_eq!(
+        metrics.evictions_in_flight.get(),
+        0,
+        "every slot given back"
     );
 }
 

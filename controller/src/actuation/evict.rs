@@ -51,34 +51,43 @@ pub const DEFAULT_MAX_IN_FLIGHT: usize = 32;
 #[derive(Clone, Debug)]
 pub struct InFlight {
     slots: std::sync::Arc<tokio::sync::Semaphore>,
-    limit: usize,
+}
+
+/// One call's slot; counted in `ebb_evictions_in_flight` until dropped (answered or cancelled).
+struct Slot<'a> {
+    _permit: tokio::sync::SemaphorePermit<'a>,
+    gauge: &'a prometheus_client::metrics::gauge::Gauge,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.gauge.dec();
+    }
 }
 
 impl InFlight {
     /// At most `limit` calls at once (at least 1).
     pub fn new(limit: usize) -> Self {
-        let limit = limit.max(1);
         Self {
-            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(limit)),
-            limit,
+            slots: std::sync::Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
         }
     }
 
-    pub fn limit(&self) -> usize {
-        self.limit
-    }
-
-    /// Calls sent and not yet answered.
-    pub fn in_flight(&self) -> usize {
-        self.limit - self.slots.available_permits()
-    }
-
-    /// A slot, or `None` when cancelled first.
-    async fn slot(&self, cancel: &CancellationToken) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        tokio::select! {
+    /// A slot, counted in `gauge`, or `None` when cancelled first.
+    async fn slot<'a>(
+        &'a self,
+        cancel: &CancellationToken,
+        gauge: &'a prometheus_client::metrics::gauge::Gauge,
+    ) -> Option<Slot<'a>> {
+        let permit = tokio::select! {
             _ = cancel.cancelled() => None,
             permit = self.slots.acquire() => permit.ok(),
-        }
+        }?;
+        gauge.inc();
+        Some(Slot {
+            _permit: permit,
+            gauge,
+        })
     }
 }
 
@@ -220,7 +229,11 @@ pub async fn evict_with_retry(
         let Some(reservation) = admitted(ev, pod, settings, cancel, deadline).await else {
             return false;
         };
-        let Some(slot) = ev.in_flight.slot(cancel).await else {
+        let Some(slot) = ev
+            .in_flight
+            .slot(cancel, &ev.metrics.evictions_in_flight)
+            .await
+        else {
             ev.gate.settle(reservation, false);
             return false;
         };
@@ -230,15 +243,9 @@ pub async fn evict_with_retry(
             tracing::warn!(pod = %pod.key(), "not evicting: the Lease may be another replica's");
             return false;
         }
-        ev.metrics
-            .evictions_in_flight
-            .set(ev.in_flight.in_flight() as i64);
         ev.observer.before_call(pod);
         let call = evict_once(&ev.client, pod, settings.grace_cap).await;
         drop(slot);
-        ev.metrics
-            .evictions_in_flight
-            .set(ev.in_flight.in_flight() as i64);
         ev.gate
             .settle(reservation, matches!(call, EvictionCall::Accepted));
         attempts += 1;
