@@ -219,13 +219,18 @@ async fn taints_are_written_with_the_resource_version_and_conflicts_retried() {
 }
 
 fn setup(api: &FakeApi) -> (Actuator, Tracker) {
+    setup_with(api, Metrics::new())
+}
+
+/// [`setup`] counting into `metrics`.
+fn setup_with(api: &FakeApi, metrics: Metrics) -> (Actuator, Tracker) {
     let tracker = Tracker::default();
     let actuator = Actuator::new(
         api.client(),
         api.stores(),
         api.pod_changes(),
         tracker.clone(),
-        Metrics::new(),
+        metrics,
     )
     .with_recheck_delay(Duration::from_secs(2));
     (actuator, tracker)
@@ -328,17 +333,9 @@ async fn evictions_in_flight_stay_within_the_controllers_bound() {
         }
     }
     *api.eviction_latency.lock().unwrap() = Some(Duration::from_secs(1));
-    let tracker = Tracker::default();
     let metrics = Metrics::new();
-    let actuator = Actuator::new(
-        api.client(),
-        api.stores(),
-        api.pod_changes(),
-        tracker.clone(),
-        metrics.clone(),
-    )
-    .with_recheck_delay(Duration::from_secs(2))
-    .with_max_evictions_in_flight(5);
+    let (actuator, tracker) = setup_with(&api, metrics.clone());
+    let actuator = actuator.with_max_evictions_in_flight(5);
     // Three drains of 4 at once each would send 12 at once.
     let handles = futures::future::join_all(
         ["n1", "n2", "n3"].map(|n| start(&actuator, order(&api, n, ScaleDownMode::DrainAndDelete))),

@@ -455,29 +455,21 @@ proptest! {
 /// against all of the policy's nodes, so a dear node the plan chose is not refused as busy.
 #[test]
 fn the_recheck_of_a_dear_gpu_node_judges_it_against_the_whole_pool() {
-    let mut s = dear_and_cheap(true);
-    let out = super::recheck::recheck(
-        &mut s,
-        &PlannerConfig::default(),
-        &PlannerState::default(),
-        &BTreeSet::new(),
-        "big",
-        t0(),
-        &mut StepStopwatch::default(),
-    );
-    assert_eq!(out, Ok(()));
+    let recheck_big = |priced: bool| {
+        super::recheck::recheck(
+            &mut dear_and_cheap(priced),
+            &PlannerConfig::default(),
+            &PlannerState::default(),
+            &BTreeSet::new(),
+            "big",
+            t0(),
+            &mut StepStopwatch::default(),
+        )
+    };
+    assert_eq!(recheck_big(true), Ok(()));
     // Unpriced, the same re-check refuses it: its GPUs are in use.
-    let out = super::recheck::recheck(
-        &mut dear_and_cheap(false),
-        &PlannerConfig::default(),
-        &PlannerState::default(),
-        &BTreeSet::new(),
-        "big",
-        t0(),
-        &mut StepStopwatch::default(),
-    );
     assert_eq!(
-        out.err().and_then(|r| r.reason()),
+        recheck_big(false).err().and_then(|r| r.reason()),
         Some(ebb_api::reasons::UnremovableReason::AcceleratorsInUse)
     );
 }
