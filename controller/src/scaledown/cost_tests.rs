@@ -386,6 +386,34 @@ fn a_dear_gpu_node_above_the_threshold_moves_onto_cheaper_gpus() {
     assert!(close(cost.kept_per_hour, 30.0), "{cost:?}");
 }
 
+/// `a`: 8 GPUs at 24/h, 4 in use. `b`: 4 GPUs at 10/h (2.5 per GPU, dear), 3 in use. Seven
+/// small nodes: 2 GPUs at 4/h (2 per GPU), 1 in use each: 7 GPUs free, room for the pods of both.
+#[test]
+fn moved_gpu_pods_go_to_the_cheapest_gpus_first() {
+    let mut nodes = vec![
+        priced_gpu("a", 8, Some(24.0), 4),
+        priced_gpu("b", 4, Some(10.0), 3),
+    ];
+    for i in 0..7 {
+        nodes.push(priced_gpu(&format!("small-{i}"), 2, Some(4.0), 1));
+    }
+    let (p, _) = run(&mut gpu_snapshot(nodes), &PlannerConfig::default());
+    let mut names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
+    names.sort_unstable();
+    // Fullest first would put one of `a`'s pods on `b` (3 of 4 in use), and keep `b` for it:
+    // 10 + 28 per hour. Cheapest first fills the small nodes, and both dear nodes go.
+    assert_eq!(names, ["a", "b"]);
+    for c in &p.candidates {
+        assert!(
+            c.moves.iter().all(|m| m.to.starts_with("small-")),
+            "{:?}",
+            c.moves
+        );
+    }
+    let cost = p.cost.expect("priced");
+    assert!(close(cost.kept_per_hour, 28.0), "{cost:?}");
+}
+
 #[test]
 fn in_a_pool_of_one_price_per_gpu_the_accelerator_threshold_holds() {
     // Both nodes cost 3 per GPU: moving `a`'s 5 pods onto `b` would save a node, but not by

@@ -165,6 +165,8 @@ impl NodeFacts {
     /// included: most pods tolerate none); then nodes without accelerators before accelerator
     /// nodes (pods that need an accelerator fit only on the latter; the others go there only
     /// when no other node has room, so they do not hold an expensive node back); then nodes
+    /// that are not dear before dear ones ([`Load::dear`]: pods moved onto a dear accelerator
+    /// node would keep it, where cheaper accelerators could hold them); then nodes
     /// this policy will keep (not governed, or above the threshold) before underutilised ones
     /// it may remove next, so that pods do not land on a node only to hold it back for another
     /// round and another `unneededTime`; then fullest first (binpacking from the other end of
@@ -185,21 +187,30 @@ impl NodeFacts {
             removable_later[n as usize] = self.loads[n as usize].underutilized();
         }
         // Sort keys side by side; names (unique) break ties, so the order is total.
-        let mut keyed: Vec<(usize, bool, bool, f64, NodeId)> = (0..snap.node_count() as NodeId)
+        let mut keyed: Vec<(usize, bool, bool, bool, f64, NodeId)> = (0..snap.node_count()
+            as NodeId)
             .map(|n| {
                 let i = n as usize;
-                let accelerator = self.loads[i].accelerator;
-                (soft_taints[i], accelerator, removable_later[i], util[i], n)
+                let load = &self.loads[i];
+                (
+                    soft_taints[i],
+                    load.accelerator,
+                    load.dear,
+                    removable_later[i],
+                    util[i],
+                    n,
+                )
             })
             .collect();
         keyed.sort_unstable_by(|a, b| {
             a.0.cmp(&b.0)
                 .then_with(|| a.1.cmp(&b.1))
                 .then_with(|| a.2.cmp(&b.2))
-                .then_with(|| b.3.total_cmp(&a.3))
-                .then_with(|| snap.node(a.4).name.cmp(&snap.node(b.4).name))
+                .then_with(|| a.3.cmp(&b.3))
+                .then_with(|| b.4.total_cmp(&a.4))
+                .then_with(|| snap.node(a.5).name.cmp(&snap.node(b.5).name))
         });
-        keyed.into_iter().map(|k| k.4).collect()
+        keyed.into_iter().map(|k| k.5).collect()
     }
 }
 
