@@ -386,6 +386,41 @@ fn a_dear_gpu_node_above_the_threshold_moves_onto_cheaper_gpus() {
     assert!(close(cost.kept_per_hour, 30.0), "{cost:?}");
 }
 
+/// A dear node whose GPUs are all in use is simulated too: its eight 1-GPU pods fit on eight
+/// cheaper 2-GPU nodes with one GPU free each. Unpriced, it is kept as `AcceleratorsInUse`.
+#[test]
+fn a_full_dear_gpu_node_goes_when_its_pods_fit_on_cheaper_gpus() {
+    let pool = |priced: bool| {
+        let mut nodes = vec![priced_gpu("full", 8, priced.then_some(24.0), 8)];
+        for i in 0..8 {
+            nodes.push(priced_gpu(
+                &format!("small-{i}"),
+                2,
+                priced.then_some(4.0),
+                1,
+            ));
+        }
+        gpu_snapshot(nodes)
+    };
+    let (p, _) = run(&mut pool(true), &PlannerConfig::default());
+    let names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
+    assert_eq!(names, ["full"]);
+    assert_eq!(p.candidates[0].moves.len(), 8);
+    let (p, _) = run(&mut pool(false), &PlannerConfig::default());
+    assert!(
+        p.candidates.iter().all(|c| c.node != "full"),
+        "{:?}",
+        p.candidates
+    );
+    assert_eq!(
+        p.unremovable
+            .iter()
+            .find(|u| u.node == "full")
+            .map(|u| u.reason),
+        Some(ebb_api::reasons::UnremovableReason::AcceleratorsInUse)
+    );
+}
+
 /// `a`: 8 GPUs at 24/h, 4 in use. `b`: 4 GPUs at 10/h (2.5 per GPU, dear), 3 in use. Seven
 /// small nodes: 2 GPUs at 4/h (2 per GPU), 1 in use each: 7 GPUs free, room for the pods of both.
 #[test]

@@ -60,16 +60,16 @@ pub struct Load {
     /// Judged by its accelerators (it has allocatable of one of `acceleratorResources`).
     pub accelerator: bool,
     /// A priced accelerator node dearer per accelerator than the cheapest the policy governs:
-    /// worth simulating at any share below 1, since moving its pods to cheaper accelerators is
-    /// what saves money (see `NodeFacts::gather`).
+    /// worth simulating however busy, since moving its pods to cheaper accelerators is what
+    /// saves money (see `NodeFacts::gather`).
     pub dear: bool,
 }
 
 impl Load {
     /// At or below its threshold (Cluster Autoscaler's rule: a 4-GPU node using 2 at the default
-    /// 0.5 is a candidate), or a dear accelerator node not full: worth simulating.
+    /// 0.5 is a candidate), or a dear accelerator node: worth simulating.
     pub fn underutilized(&self) -> bool {
-        self.share <= self.threshold || (self.dear && self.share < 1.0)
+        self.share <= self.threshold || self.dear
     }
 
     /// The reason a node above its threshold stays.
