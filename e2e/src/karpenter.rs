@@ -210,7 +210,7 @@ pub struct Settings {
     pub feature_gates: Option<String>,
     /// More flags, appended last.
     pub extra_args: Vec<String>,
-    /// How long to wait for its `/readyz`.
+    /// How long to wait for its `/readyz` (stretched by `harness::scaled` on a busy machine).
     pub ready_timeout: Duration,
 }
 
@@ -321,7 +321,9 @@ impl Karpenter {
             &log,
             health_port,
             "/readyz",
-            settings.ready_timeout,
+            // Stretched for a busy machine like the harness's other waits: in the full suite on
+            // 3 lanes it once needed more than 60 s.
+            crate::harness::scaled(settings.ready_timeout),
         )
         .await?;
         Ok(k)

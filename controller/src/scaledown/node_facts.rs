@@ -17,8 +17,8 @@ pub(super) struct NodeFacts {
     pub loads: Vec<Load>,
     /// Hourly cost per node, where known.
     pub cost: Vec<Option<f64>>,
-    /// Governed accelerator nodes dearer per accelerator than the cheapest priced one the policy
-    /// governs ([`Load::dear`]).
+    /// The policy's accelerator nodes dearer per accelerator than the cheapest priced one among
+    /// them ([`Load::dear`]).
     pub dear: Vec<bool>,
     /// Governed nodes whose cost annotation cannot be read, by name.
     pub invalid_cost: Vec<String>,
