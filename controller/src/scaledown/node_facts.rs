@@ -17,9 +17,6 @@ pub(super) struct NodeFacts {
     pub loads: Vec<Load>,
     /// Hourly cost per node, where known.
     pub cost: Vec<Option<f64>>,
-    /// The policy's accelerator nodes dearer per accelerator than the cheapest priced one among
-    /// them ([`Load::dear`]).
-    pub dear: Vec<bool>,
     /// Governed nodes whose cost annotation cannot be read, by name.
     pub invalid_cost: Vec<String>,
     /// Some governed node has a known hourly cost, or a cost annotation that cannot be read:
@@ -114,15 +111,15 @@ impl NodeFacts {
         invalid_cost.sort();
         let priced =
             !invalid_cost.is_empty() || governed.iter().any(|n| cost[*n as usize].is_some());
+        // The policy's accelerator nodes dearer per accelerator than its cheapest ([`Load::dear`]).
         let dear = dear_accelerator_nodes(snap, cfg, &selected, &loads, &cost);
-        for (l, d) in loads.iter_mut().zip(&dear) {
-            l.dear = *d;
+        for (l, d) in loads.iter_mut().zip(dear) {
+            l.dear = d;
         }
         NodeFacts {
             util,
             loads,
             cost,
-            dear,
             invalid_cost,
             priced,
             groups,
@@ -137,7 +134,7 @@ impl NodeFacts {
     /// planned onto it), with what the loop knows of its price.
     pub fn load(&self, snap: &ClusterSnapshot, n: NodeId, cfg: &PlannerConfig) -> Load {
         Load {
-            dear: self.dear[n as usize],
+            dear: self.loads[n as usize].dear,
             ..load(
                 snap,
                 n,
