@@ -203,7 +203,9 @@ pub struct ScaleDownPolicySpec {
     /// Ignore mirror (static) pods' requests in utilization.
     #[serde(default)]
     pub ignore_mirror_pods_utilization: bool,
-    /// Most nodes being removed at once, empty and non-empty together.
+    /// Most nodes being removed at once, empty and non-empty together. A node counts from its
+    /// drain's start until the API server has accepted its Node's deletion and nothing is left
+    /// to move; its provider finishing it (an instance terminating) does not count.
     #[serde(default = "defaults::parallelism")]
     #[schemars(range(min = 1, max = 10000))]
     pub max_scale_down_parallelism: i32,

@@ -15,7 +15,8 @@ use super::config::PlannerConfig;
 use super::pdb::{Needs, PdbPacing};
 use super::{PlannerState, StepStopwatch, plan, select_deletions};
 use crate::cluster::{ClusterObjects, PredicateChecker, build_snapshot};
-use crate::testkit::{PodBuilder, config_selecting, node, objects, pdb_min_available, pod};
+use crate::testkit::{PodBuilder, config_selecting, node, objects, pdb_min_available, pod, taint};
+use ebb_api::names::TAINT_TO_BE_DELETED;
 
 fn t(min: i64) -> Timestamp {
     Timestamp::from_second(1_800_000_000 + min * 60).unwrap()
@@ -134,6 +135,43 @@ fn a_drain_in_flight_keeps_its_disruptions_until_the_replacement_is_ready() {
     objs.pods.push(web("w1-new", "big").build());
     let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert_eq!(sel.drain, ["b"], "{sel:?}");
+}
+
+/// Nodes of an earlier wave, drained and tainted `to-be-deleted`: while ebb still removes them
+/// they count against `maxScaleDownParallelism`; once the API server accepted their deletion and
+/// their provider finishes them (a finalizer holds the Node), the next wave starts.
+#[test]
+fn nodes_handed_off_to_their_provider_leave_the_parallelism_free() {
+    let wave = |deleting: bool| {
+        let mut objs = three_small();
+        for i in 0..2 {
+            let n = node(&format!("old-{i}")).cpu("8").taint(taint(
+                TAINT_TO_BE_DELETED,
+                "1",
+                "NoSchedule",
+            ));
+            objs.nodes
+                .push(if deleting { n.deleting() } else { n }.build());
+        }
+        objs
+    };
+    let mut cfg = PlannerConfig::default();
+    cfg.limits.max_scale_down_parallelism = 2;
+    cfg.limits.max_drain_parallelism = 2;
+
+    let mut state = PlannerState::default();
+    let sel = select_now(&wave(false), &cfg, &mut state);
+    assert!(sel.drain.is_empty(), "{sel:?}");
+    assert!(
+        sel.throttled
+            .iter()
+            .all(|(_, r)| *r == ThrottledReason::MaxScaleDownParallelism),
+        "{sel:?}"
+    );
+
+    let mut state = PlannerState::default();
+    let sel = select_now(&wave(true), &cfg, &mut state);
+    assert_eq!(sel.drain.len(), 2, "{sel:?}");
 }
 
 /// A budget's status as the disruption controller writes it.

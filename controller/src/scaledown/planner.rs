@@ -220,8 +220,9 @@ pub fn plan(
 }
 
 /// StartDeletion: which candidates start now, given the deletions in flight (the deleted set:
-/// a node with pods left to move counts as a drain, else as empty) and what the
-/// PodDisruptionBudgets allow beyond what those drains still need.
+/// a node with pods left to move counts as a drain, else as empty, until the API server has
+/// accepted its deletion) and what the PodDisruptionBudgets allow beyond what those drains
+/// still need.
 pub fn select_deletions(
     snap: &ClusterSnapshot,
     plan: &Plan,
@@ -248,9 +249,14 @@ pub fn select_deletions(
             .pods_on(n)
             .iter()
             .any(|p| classify(snap, *p, &cfg.rules, &mut classes) != PodDisposition::Stays);
+        // Handed off: the API server accepted the Node's deletion and nothing is left to move;
+        // its provider finishes it (Karpenter's termination, a cloud's finalizer). It leaves its
+        // group as before, but no longer counts against the parallelism, as in Cluster
+        // Autoscaler, whose count ends when the provider accepts the deletion.
+        let handed_off = snap.node(n).deleting && !movable;
         if movable {
             in_flight.drains += 1;
-        } else {
+        } else if !handed_off {
             in_flight.empty += 1;
         }
         in_flight.pdbs.take(&pdbs.needs(n, &cfg.rules));

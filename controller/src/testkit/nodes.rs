@@ -94,6 +94,14 @@ impl NodeBuilder {
         }
         self
     }
+    /// Its deletion accepted (a `deletionTimestamp`), held by a finalizer of its provider.
+    pub fn deleting(mut self) -> Self {
+        self.0.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::UNIX_EPOCH),
+        );
+        self.0.metadata.finalizers = Some(vec!["karpenter.sh/termination".into()]);
+        self
+    }
     pub fn build(self) -> Node {
         self.0
     }
