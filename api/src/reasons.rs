@@ -61,7 +61,8 @@ reason_enum! {
         PendingReschedule,
         /// The node is marked unschedulable by someone other than ebb.
         Unschedulable,
-        /// Pods of other candidates are planned to move onto this node, so it stays.
+        /// Pods of other candidates are planned to move onto this node, or it received
+        /// replacements of pods ebb evicted within `recentEvictionWindow`, so it stays.
         DestinationOfMovedPods,
         /// Something unexpected happened while evaluating the node; see the message.
         UnexpectedError,

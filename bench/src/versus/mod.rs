@@ -943,6 +943,13 @@ pub async fn run_on(
             d.as_secs_f64()
         ));
     }
+    if !observed.moved_again.is_empty() {
+        notes.push(format!(
+            "replacements moved again ({} in all; the first named, on the node they were moved from again): {}",
+            observed.disrupted_again,
+            observed.moved_again.join(", ")
+        ));
+    }
     let records = env.audit()?;
     let after_start =
         |r: &ebb_e2e::AuditRecord| parse_time(&r.time).is_some_and(|t| t >= started_at);

@@ -97,6 +97,9 @@ fn state_of(p: &Pod) -> PodState {
     }
 }
 
+/// How many of the replacements moved again the notes name.
+const MOVED_AGAIN_NAMED: usize = 5;
+
 #[derive(Default)]
 struct Inner {
     pods: HashMap<String, PodState>,
@@ -105,6 +108,8 @@ struct Inner {
     longest_pending: Option<(Duration, String)>,
     /// Disruptions of pods created during the run.
     disrupted_again: usize,
+    /// The first few of them: `namespace/name on node`.
+    moved_again: Vec<String>,
     /// When a pod on each node was disrupted for the first time.
     first_disruption: HashMap<String, jiff::Timestamp>,
     initialized: bool,
@@ -125,6 +130,14 @@ impl Inner {
     fn disrupted(&mut self, budgets: &[Budget], pod: &PodState) {
         if pod.born_in_run {
             self.disrupted_again += 1;
+            if self.moved_again.len() < MOVED_AGAIN_NAMED {
+                self.moved_again.push(format!(
+                    "{}/{} on {}",
+                    pod.namespace,
+                    pod.name,
+                    pod.node.as_deref().unwrap_or("?")
+                ));
+            }
         }
         if let Some(node) = &pod.node {
             self.first_disruption
@@ -211,6 +224,8 @@ pub struct Observed {
     /// Healthy pods created during the run (replacements, mostly) that were then disrupted
     /// themselves: pods the scaler moved twice or more.
     pub disrupted_again: usize,
+    /// The first few of them, named: `namespace/name on node` (the node it was moved from again).
+    pub moved_again: Vec<String>,
     /// For each node, when a pod on it was disrupted (evicted, deleted) for the first time.
     pub first_disruption: HashMap<String, jiff::Timestamp>,
 }
@@ -278,6 +293,7 @@ impl Observer {
             longest_pending: longest,
             still_pending,
             disrupted_again: s.disrupted_again,
+            moved_again: s.moved_again.clone(),
             first_disruption: s.first_disruption.clone(),
         }
     }
@@ -360,6 +376,7 @@ mod tests {
         s.apply(&b, &pod("p2", true, false), true);
         s.apply(&b, &pod("p2", true, true), true);
         assert_eq!(s.disrupted_again, 1);
+        assert_eq!(s.moved_again, ["w/p2 on ?"]);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Whether a node may be considered for removal at all (before any simulation), and its
 //! utilisation: its accelerators' requested share, else the larger of cpu and memory's.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use ebb_api::names;
 use ebb_api::reasons::UnremovableReason;
@@ -212,8 +212,97 @@ pub fn arriving(snap: &ClusterSnapshot, node: NodeId, now: jiff::Timestamp) -> V
     out
 }
 
-/// The message naming what [`arriving`] found.
-pub fn arriving_message(pods: &[String]) -> String {
+/// Owners of the pods ebb evicted in the recent-evictions window, each with its earliest
+/// eviction: namespace → owner name → (kind, time).
+#[derive(Debug, Default)]
+pub struct RecentlyEvicted(HashMap<String, HashMap<String, Vec<(String, jiff::Timestamp)>>>);
+
+impl RecentlyEvicted {
+    pub fn new(evictions: &[super::memory::RecentEviction]) -> Self {
+        let mut owners = RecentlyEvicted::default();
+        for e in evictions {
+            let meta = &e.pod.metadata;
+            let Some(o) = meta
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+            else {
+                continue;
+            };
+            let kinds = owners
+                .0
+                .entry(meta.namespace.clone().unwrap_or_default())
+                .or_default()
+                .entry(o.name.clone())
+                .or_default();
+            match kinds.iter_mut().find(|(k, _)| *k == o.kind) {
+                Some((_, t)) => *t = (*t).min(e.evicted_at),
+                None => kinds.push((o.kind.clone(), e.evicted_at)),
+            }
+        }
+        owners
+    }
+
+    /// When ebb first evicted a pod of `kind` `namespace/name` in the window.
+    fn evicted(&self, namespace: &str, kind: &str, name: &str) -> Option<jiff::Timestamp> {
+        self.0
+            .get(namespace)?
+            .get(name)?
+            .iter()
+            .find(|(k, _)| k == kind)
+            .map(|(_, t)| *t)
+    }
+
+    /// Replacements on `node` of pods ebb moved: pods of an owner ebb evicted from, bound to the
+    /// node after that eviction, and before the node became a candidate when it is one already
+    /// (`candidate_since`: a replacement that lands on a node already being removed is moved
+    /// with it, which holding the node back would not undo). `namespace/name`, sorted. A node
+    /// with any stays while the evictions are recent, so that a pod ebb just moved is not moved
+    /// again by a later loop.
+    pub fn received(
+        &self,
+        snap: &ClusterSnapshot,
+        node: NodeId,
+        candidate_since: Option<jiff::Timestamp>,
+    ) -> Vec<String> {
+        if self.0.is_empty() {
+            return Vec::new();
+        }
+        let mut out: Vec<String> = snap
+            .pods_on(node)
+            .iter()
+            .map(|p| snap.pod(*p))
+            .filter(|p| !p.mirror && !p.is_daemonset() && !p.terminal && !p.terminating)
+            .filter(|p| {
+                let (Some(o), Some(bound)) = (&p.owner, p.scheduled_at) else {
+                    return false;
+                };
+                // A pod's binding time has whole seconds (its condition's time).
+                let bound = bound.as_second();
+                self.evicted(&p.namespace, &o.kind, &o.name)
+                    .is_some_and(|evicted| {
+                        bound >= evicted.as_second()
+                            && candidate_since.is_none_or(|since| bound < since.as_second())
+                    })
+            })
+            .map(|p| p.key())
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+/// The message naming what [`RecentlyEvicted::received`] found.
+pub fn received_message(pods: &[String]) -> String {
+    format!(
+        "it received replacements of pods ebb evicted recently: {}",
+        shown(pods)
+    )
+}
+
+/// Up to three of `pods`, and how many more.
+fn shown(pods: &[String]) -> String {
     const SHOWN: usize = 3;
     let mut s = pods
         .iter()
@@ -224,9 +313,15 @@ pub fn arriving_message(pods: &[String]) -> String {
     if pods.len() > SHOWN {
         s.push_str(&format!(" and {} more", pods.len() - SHOWN));
     }
+    s
+}
+
+/// The message naming what [`arriving`] found.
+pub fn arriving_message(pods: &[String]) -> String {
     format!(
-        "pods nominated to the node or bound to it in the last {}s: {s}",
-        ARRIVAL_WINDOW.as_secs()
+        "pods nominated to the node or bound to it in the last {}s: {}",
+        ARRIVAL_WINDOW.as_secs(),
+        shown(pods)
     )
 }
 

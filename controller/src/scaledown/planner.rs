@@ -32,8 +32,8 @@ pub fn deleting(snap: &ClusterSnapshot, in_flight: &BTreeSet<String>) -> BTreeSe
 }
 
 /// Step 3: the governed nodes that may be removed (node checks, then whether the policy's
-/// removal method applies). The others are recorded as unremovable (all of them while pods
-/// are pending). Order: without prices, previous candidates first, then least utilised; with
+/// removal method applies), less those with pods arriving or replacements ebb just moved there.
+/// The others are recorded as unremovable (all of them while pods are pending). Order: without prices, previous candidates first, then least utilised; with
 /// prices, the dearest first, then the largest hourly saving per pod to evict, then as without.
 fn eligible_nodes(
     snap: &ClusterSnapshot,
@@ -41,9 +41,11 @@ fn eligible_nodes(
     cfg: &PlannerConfig,
     deleted: &BTreeSet<String>,
     pending: bool,
-    previous: &BTreeMap<String, Timestamp>,
+    state: &PlannerState,
     now: Timestamp,
 ) -> (Vec<NodeId>, Vec<Unremovable>) {
+    let previous = &state.candidates;
+    let evicted = eligibility::RecentlyEvicted::new(&state.recent_evictions);
     let mut eligible: Vec<NodeId> = Vec::new();
     let mut unremovable = Vec::new();
     for &n in &facts.governed {
@@ -61,12 +63,19 @@ fn eligible_nodes(
             )),
             Ok(()) => {
                 let arriving = eligibility::arriving(snap, n, now);
-                if arriving.is_empty() {
-                    eligible.push(n);
-                } else {
+                let since = previous.get(&snap.node(n).name).copied();
+                let received = evicted.received(snap, n, since);
+                if !arriving.is_empty() {
                     let mut u = Unremovable::node(snap, n, UnremovableReason::PodsArriving);
                     u.detail = Some(eligibility::arriving_message(&arriving));
                     unremovable.push(u);
+                } else if !received.is_empty() {
+                    let reason = UnremovableReason::DestinationOfMovedPods;
+                    let mut u = Unremovable::node(snap, n, reason);
+                    u.detail = Some(eligibility::received_message(&received));
+                    unremovable.push(u);
+                } else {
+                    eligible.push(n);
                 }
             }
             Err(reason) => unremovable.push(Unremovable::node(snap, n, reason)),
@@ -167,15 +176,8 @@ pub fn plan(
     let evicted_pending = sim.reinject_evictions(&state.recent_evictions, &state.hints);
     let pending = deleted_pending || evicted_pending;
 
-    let (eligible, unremovable) = eligible_nodes(
-        sim.snap,
-        &facts,
-        cfg,
-        &deleted,
-        pending,
-        &state.candidates,
-        now,
-    );
+    let (eligible, unremovable) =
+        eligible_nodes(sim.snap, &facts, cfg, &deleted, pending, state, now);
     let mut greedy = Greedy::new(sim.snap.node_count(), unremovable);
     let inputs = Inputs {
         facts: &facts,

@@ -424,6 +424,56 @@ fn a_node_receiving_pods_is_not_a_candidate() {
     );
 }
 
+/// A node that received a replacement of a pod ebb evicted stays while the eviction is recent,
+/// so that a later loop does not move that pod again; a node that was a candidate before the
+/// replacement landed on it stays one.
+#[test]
+fn a_node_that_received_replacements_stays_while_the_evictions_are_recent() {
+    let cfg = PlannerConfig::default(); // window 5m
+    let evicted_at = t(0);
+    let landed = evicted_at + jiff::SignedDuration::from_secs(30);
+    // n's pod bound at `at`; the ReplicaSet is whole, so nothing is re-injected.
+    let w1_bound_at = |at: Timestamp| {
+        let mut objs = big_and_n("1");
+        objs.pods
+            .retain(|p| p.metadata.name.as_deref() != Some("w1"));
+        objs.pods.push(web("w1", "n", "1").scheduled_at(at).build());
+        build_snapshot(&objs).unwrap()
+    };
+    let evicted = || {
+        let mut state = PlannerState::default();
+        state.record_eviction(web("w9", "old", "1").build(), evicted_at);
+        state
+    };
+
+    // Landed after the eviction: n stays, saying why.
+    let p = run(&mut w1_bound_at(landed), &cfg, t(1), &mut evicted());
+    assert!(!names(&p).contains(&"n"), "{:?}", p.candidates);
+    let u = reason_of(&p, "n").unwrap();
+    assert_eq!(u.reason, UnremovableReason::DestinationOfMovedPods);
+    assert!(
+        u.detail
+            .as_deref()
+            .is_some_and(|d| d.contains("default/w1")),
+        "{u:?}"
+    );
+
+    // Bound before the eviction: not a replacement.
+    let before = evicted_at - jiff::SignedDuration::from_secs(60);
+    let p = run(&mut w1_bound_at(before), &cfg, t(1), &mut evicted());
+    assert_eq!(names(&p), ["n"]);
+
+    // n was a candidate before the replacement landed on it: it stays one.
+    let mut state = evicted();
+    state.candidates.insert("n".into(), evicted_at);
+    let p = run(&mut w1_bound_at(landed), &cfg, t(1), &mut state);
+    assert_eq!(names(&p), ["n"]);
+
+    // The eviction has left the window: n is a candidate again.
+    let p = run(&mut w1_bound_at(landed), &cfg, t(6), &mut evicted());
+    assert_eq!(names(&p), ["n"]);
+}
+
 #[test]
 fn same_input_same_plan() {
     let mk = || {

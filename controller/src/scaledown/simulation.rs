@@ -334,6 +334,9 @@ pub(super) struct Greedy {
     candidates_per_group: BTreeMap<Option<String>, i64>,
     /// Where each planned move is: candidate index and move index, by the pod moved.
     planned: HashMap<PodId, (usize, usize)>,
+    /// Nodes kept before any simulation for the replacements they received: the look-ahead
+    /// does not try them, since those pods were moved already.
+    received: BTreeSet<String>,
 }
 
 /// Most look-ahead rounds per loop ([`Greedy::look_ahead`]).
@@ -341,7 +344,13 @@ pub(super) const LOOKAHEAD_ROUNDS: usize = 3;
 
 impl Greedy {
     pub fn new(node_count: usize, unremovable: Vec<Unremovable>) -> Self {
+        let received = unremovable
+            .iter()
+            .filter(|u| u.reason == UnremovableReason::DestinationOfMovedPods)
+            .map(|u| u.node.clone())
+            .collect();
         Greedy {
+            received,
             candidates: Vec::new(),
             unremovable,
             non_candidates: BTreeMap::new(),
@@ -396,7 +405,7 @@ impl Greedy {
     pub fn look_ahead(&mut self, sim: &mut Sim, inputs: &Inputs, watch: &mut dyn Stopwatch) {
         let cfg = inputs.cfg;
         // Nodes whose drain did not fit in a round: more pods placed does not make them fit.
-        let mut failed: BTreeSet<String> = BTreeSet::new();
+        let mut failed: BTreeSet<String> = self.received.clone();
         for _ in 0..LOOKAHEAD_ROUNDS {
             let (retry, keep): (Vec<Unremovable>, Vec<Unremovable>) =
                 std::mem::take(&mut self.unremovable)
