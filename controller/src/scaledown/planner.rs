@@ -33,8 +33,9 @@ pub fn deleting(snap: &ClusterSnapshot, in_flight: &BTreeSet<String>) -> BTreeSe
 
 /// Step 3: the governed nodes that may be removed (node checks, then whether the policy's
 /// removal method applies), less those with pods arriving or replacements ebb just moved there.
-/// The others are recorded as unremovable (all of them while pods are pending). Order: without prices, previous candidates first, then least utilised; with
-/// prices, the dearest first, then the largest hourly saving per pod to evict, then as without.
+/// The others are recorded as unremovable (all of them while pods are pending). Order: without
+/// prices, previous candidates first, then least utilised; with prices, the dearest first, then
+/// the largest hourly saving per pod to evict, then as without.
 fn eligible_nodes(
     snap: &ClusterSnapshot,
     facts: &NodeFacts,
