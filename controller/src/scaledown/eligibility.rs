@@ -220,25 +220,20 @@ pub struct RecentlyEvicted(HashMap<String, HashMap<String, Vec<(String, jiff::Ti
 impl RecentlyEvicted {
     pub fn new(evictions: &[super::memory::RecentEviction]) -> Self {
         let mut owners = RecentlyEvicted::default();
-        for e in evictions {
-            let meta = &e.pod.metadata;
-            let Some(o) = meta
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| o.controller == Some(true))
-            else {
-                continue;
-            };
+        // Owners whose evicted pods are replaced.
+        for (o, at) in evictions
+            .iter()
+            .filter_map(|e| Some((crate::steering::owner_of(&e.pod)?, e.evicted_at)))
+        {
             let kinds = owners
                 .0
-                .entry(meta.namespace.clone().unwrap_or_default())
+                .entry(o.namespace)
                 .or_default()
-                .entry(o.name.clone())
+                .entry(o.name)
                 .or_default();
             match kinds.iter_mut().find(|(k, _)| *k == o.kind) {
-                Some((_, t)) => *t = (*t).min(e.evicted_at),
-                None => kinds.push((o.kind.clone(), e.evicted_at)),
+                Some((_, t)) => *t = (*t).min(at),
+                None => kinds.push((o.kind, at)),
             }
         }
         owners

@@ -64,8 +64,12 @@ fn eligible_nodes(
             )),
             Ok(()) => {
                 let arriving = eligibility::arriving(snap, n, now);
-                let since = previous.get(&snap.node(n).name).copied();
-                let received = evicted.received(snap, n, since);
+                let received = if arriving.is_empty() {
+                    let since = previous.get(&snap.node(n).name).copied();
+                    evicted.received(snap, n, since)
+                } else {
+                    Vec::new()
+                };
                 if !arriving.is_empty() {
                     let mut u = Unremovable::node(snap, n, UnremovableReason::PodsArriving);
                     u.detail = Some(eligibility::arriving_message(&arriving));
