@@ -64,23 +64,25 @@ fn eligible_nodes(
             )),
             Ok(()) => {
                 let arriving = eligibility::arriving(snap, n, now);
-                let received = if arriving.is_empty() {
+                // Replacements are looked up only when no pod is arriving.
+                let held = if !arriving.is_empty() {
+                    let detail = eligibility::arriving_message(&arriving);
+                    Some((UnremovableReason::PodsArriving, detail))
+                } else {
                     let since = previous.get(&snap.node(n).name).copied();
-                    evicted.received(snap, n, since)
-                } else {
-                    Vec::new()
+                    let received = evicted.received(snap, n, since);
+                    (!received.is_empty()).then(|| {
+                        let detail = eligibility::received_message(&received);
+                        (UnremovableReason::DestinationOfMovedPods, detail)
+                    })
                 };
-                if !arriving.is_empty() {
-                    let mut u = Unremovable::node(snap, n, UnremovableReason::PodsArriving);
-                    u.detail = Some(eligibility::arriving_message(&arriving));
-                    unremovable.push(u);
-                } else if !received.is_empty() {
-                    let reason = UnremovableReason::DestinationOfMovedPods;
-                    let mut u = Unremovable::node(snap, n, reason);
-                    u.detail = Some(eligibility::received_message(&received));
-                    unremovable.push(u);
-                } else {
-                    eligible.push(n);
+                match held {
+                    Some((reason, detail)) => {
+                        let mut u = Unremovable::node(snap, n, reason);
+                        u.detail = Some(detail);
+                        unremovable.push(u);
+                    }
+                    None => eligible.push(n),
                 }
             }
             Err(reason) => unremovable.push(Unremovable::node(snap, n, reason)),
