@@ -192,7 +192,8 @@ pub struct ScaleDownPolicySpec {
     pub unready_time: KubeDuration,
     /// A node is underutilized when the larger of its requested cpu and memory, over allocatable,
     /// is at or below this fraction (as Cluster Autoscaler's `--scale-down-utilization-threshold`).
-    /// `0` considers empty nodes only.
+    /// `1` (the default) simulates every node, as Karpenter's consolidation does; `0` considers
+    /// empty nodes only.
     #[serde(default = "defaults::utilization_threshold")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub utilization_threshold: f64,
@@ -315,7 +316,7 @@ pub mod defaults {
         KubeDuration::from_secs(1200)
     }
     pub fn utilization_threshold() -> f64 {
-        0.7
+        1.0
     }
     pub fn parallelism() -> i32 {
         10

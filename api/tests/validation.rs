@@ -290,7 +290,7 @@ fn minimal_scale_down_policy_gets_documented_defaults() {
     assert_eq!(secs(spec.scan_interval), 10);
     assert_eq!(secs(spec.unneeded_time), 600);
     assert_eq!(secs(spec.unready_time), 1200);
-    assert_eq!(spec.utilization_threshold, 0.7);
+    assert_eq!(spec.utilization_threshold, 1.0);
     assert_eq!(spec.max_scale_down_parallelism, 10);
     assert_eq!(spec.max_drain_parallelism, 10);
     assert_eq!(secs(spec.simulation_timeout), 30);

@@ -101,7 +101,9 @@ async fn cpu_pods_leave_a_gpu_node_which_goes_while_a_busier_cpu_node_stays() {
     let _ctl = Controller::spawn(env, "ebb-controller", false, DEFAULT_RECHECK).unwrap();
     let spec = merged(
         fast_policy_spec("drain"),
-        &json!({"prices": {"perHour": {"p4d.24xlarge": 32.77, "m5.xlarge": 0.192}}}),
+        // 0.7, not the default 1: the test is about a busier CPU node staying by its threshold.
+        &json!({"utilizationThreshold": 0.7,
+            "prices": {"perHour": {"p4d.24xlarge": 32.77, "m5.xlarge": 0.192}}}),
     );
     create_policy(client, "gpus", spec).await.unwrap();
 

@@ -483,6 +483,8 @@ fn json_diff(have: &Value, want: &Value, path: &str, out: &mut Vec<String>) {
                 json_diff(h, w, &format!("{path}[{i}]"), out);
             }
         }
+        // A number is its value: the API server and Helm write a default of 1.0 back as 1.
+        (Value::Number(h), Value::Number(w)) if h.as_f64() == w.as_f64() => {}
         (h, w) if h != w => out.push(format!("{path}: installed {h}, file {w}")),
         _ => {}
     }

@@ -112,8 +112,7 @@ fn candidates_are_removable_together() {
 fn destinations_without_soft_taints_come_before_fuller_ones() {
     // full is the fullest node that fits, but carries a PreferNoSchedule taint (as a node
     // being retired, or one of ebb's deletion candidates, does): the scheduler would put the
-    // pod on the untainted, emptier node, so the plan does too. (Both are too busy to be
-    // candidates themselves.)
+    // pod on the untainted, emptier node, so the plan does too.
     let nodes = |soft: bool| {
         let full = node("full").cpu("10");
         [
@@ -133,11 +132,16 @@ fn destinations_without_soft_taints_come_before_fuller_ones() {
             web("m", "src", "1"),
         ]
     };
+    // At 0.7 full (8 of 10) and roomy (60 of 100, its pod fits nowhere) stay; src goes.
+    let cfg = PlannerConfig {
+        utilization_threshold: 0.7,
+        ..PlannerConfig::default()
+    };
     let dest = |soft: bool| {
         let mut s = snapshot(nodes(soft), pods());
         let p = run(
             &mut s,
-            &PlannerConfig::default(),
+            &cfg,
             t(0),
             &mut PlannerState::default(),
         );
@@ -251,7 +255,11 @@ fn a_deleted_nodes_pods_that_no_longer_fit_block_new_candidates() {
             ],
         )
     };
-    let cfg = PlannerConfig::default();
+    // At 0.7, so that big at 9 of 10 is not underutilized.
+    let cfg = PlannerConfig {
+        utilization_threshold: 0.7,
+        ..PlannerConfig::default()
+    };
     let mut state = PlannerState::default();
     let gone: std::collections::BTreeSet<String> = ["gone".to_string()].into();
     let draining = |s: &mut ClusterSnapshot, now, state: &mut PlannerState| {
