@@ -189,7 +189,8 @@ async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
     writer.apply_watcher_event(&Event::InitApply(budget));
     writer.apply_watcher_event(&Event::InitDone);
     let (_pdb_tick, pdb_changes) = tokio::sync::watch::channel(0u64);
-    let gate = DisruptionGate::new(api.pod_store(), api.pod_changes()).with_budgets(pdbs, pdb_changes);
+    let gate =
+        DisruptionGate::new(api.pod_store(), api.pod_changes()).with_budgets(pdbs, pdb_changes);
     // web-b's eviction holds the one disruption; web-a waits for it.
     let Admission::Send(b) = gate.admit(&pod_ref("web-b", None)) else {
         panic!("the budget allows one eviction");
@@ -197,11 +198,12 @@ async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
     let calls = Calls(Default::default());
     let metrics = Metrics::new();
     let fence = Leadership::default();
+    let in_flight = InFlight::default();
     let ev = Evictor {
         fence: &fence,
         client: api.client(),
         gate: &gate,
-        in_flight: &InFlight::default(),
+        in_flight: &in_flight,
         metrics: &metrics,
         policy: "p",
         observer: &calls,
@@ -209,7 +211,8 @@ async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
     let t0 = tokio::time::Instant::now();
     let a = pod_ref("web-a", None);
     let cancel = CancellationToken::new();
-    let waiting = evict_with_retry(&ev, &a, &settings(), &cancel);
+    let settings = settings();
+    let waiting = evict_with_retry(&ev, &a, &settings, &cancel);
     let moves = async {
         // At 85 s the budget lets web-b's eviction through (the caches still show it running,
         // so web-a still waits); then it moves no more.
