@@ -232,6 +232,8 @@ pub struct ScaleDownPolicySpec {
     #[serde(default = "defaults::eviction_retry_interval")]
     pub eviction_retry_interval: KubeDuration,
     /// Give up on a node whose pods could not all be evicted within this time; it is untainted.
+    /// A pod waiting for a PodDisruptionBudget that lets another of ebb's evictions through
+    /// starts this time again: a drain paced by a budget that keeps moving is not stuck.
     #[serde(default = "defaults::max_pod_eviction_time")]
     pub max_pod_eviction_time: KubeDuration,
     /// Keep nodes with pods using local storage (hostPath, disk-backed emptyDir).

@@ -11,7 +11,7 @@ use controller_fake::FakeApi;
 use ebb_api::ScaleDownMode;
 use ebb_api::names::{LABEL_DRAINED, TAINT_TO_BE_DELETED};
 use ebb_controller::actuation::RecheckInputs;
-use ebb_controller::actuation::budget_gate::DisruptionGate;
+use ebb_controller::actuation::budget_gate::{Admission, DisruptionGate};
 use ebb_controller::actuation::drain::EvictionCall;
 use ebb_controller::actuation::evict::{EvictionObserver, Evictor, InFlight, evict_with_retry};
 use ebb_controller::actuation::pods::{PodRef, uids_on};
@@ -154,6 +154,78 @@ async fn a_pdb_that_never_allows_gives_up_at_max_pod_eviction_time() {
     // Calls at 0, 10, ..., 120 s: 13 calls, then the next retry would pass 120 s.
     assert_eq!(calls.0.lock().unwrap().len(), 13);
     assert_eq!(t0.elapsed(), Duration::from_secs(120));
+}
+
+/// A drain paced by a budget that keeps moving is not stuck: each eviction the budget lets
+/// through starts `maxPodEvictionTime` again for the pods waiting on it; once it stops moving,
+/// they give up that long after its last move.
+#[tokio::test(start_paused = true)]
+async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
+    use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher::Event;
+    let api = FakeApi::new();
+    for name in ["web-a", "web-b", "web-c"] {
+        api.add_pod(
+            pod(name)
+                .on("n1")
+                .label("app", "web")
+                .owned_by_rs("web")
+                .build(),
+        );
+    }
+    // minAvailable 2 of 3 healthy: one disruption at a time.
+    let mut budget = ebb_controller::testkit::pdb_min_available("web", "app", "web", 2);
+    budget.status = Some(PodDisruptionBudgetStatus {
+        observed_generation: Some(0),
+        disruptions_allowed: 1,
+        desired_healthy: 2,
+        current_healthy: 3,
+        expected_pods: 3,
+        ..Default::default()
+    });
+    let (pdbs, mut writer) = store::<PodDisruptionBudget>();
+    writer.apply_watcher_event(&Event::Init);
+    writer.apply_watcher_event(&Event::InitApply(budget));
+    writer.apply_watcher_event(&Event::InitDone);
+    let (_pdb_tick, pdb_changes) = tokio::sync::watch::channel(0u64);
+    let gate =
+        DisruptionGate::new(api.pod_store(), api.pod_changes()).with_budgets(pdbs, pdb_changes);
+    // web-b's eviction holds the one disruption; web-a waits for it.
+    let Admission::Send(b) = gate.admit(&pod_ref("web-b", None)) else {
+        panic!("the budget allows one eviction");
+    };
+    let calls = Calls(Default::default());
+    let metrics = Metrics::new();
+    let fence = Leadership::default();
+    let in_flight = InFlight::default();
+    let ev = Evictor {
+        fence: &fence,
+        client: api.client(),
+        gate: &gate,
+        in_flight: &in_flight,
+        metrics: &metrics,
+        policy: "p",
+        observer: &calls,
+    };
+    let t0 = tokio::time::Instant::now();
+    let a = pod_ref("web-a", None);
+    let cancel = CancellationToken::new();
+    let settings = settings();
+    let waiting = evict_with_retry(&ev, &a, &settings, &cancel);
+    let moves = async {
+        // At 85 s the budget lets web-b's eviction through (the caches still show it running,
+        // so web-a still waits); then it moves no more.
+        tokio::time::sleep(Duration::from_secs(85)).await;
+        gate.settle(b, true);
+        assert_eq!(gate.moved("default/web"), 1);
+    };
+    let (ok, ()) = tokio::join!(waiting, moves);
+    assert!(!ok, "web-a gives up once the budget stops moving");
+    // Seen moving at the 90 s check, web-a waits 120 s from there, not from its first try.
+    assert_eq!(t0.elapsed(), Duration::from_secs(210));
+    assert!(calls.0.lock().unwrap().is_empty(), "web-a was never sent");
+    assert!(api.requests("POST", "/pods/web-a/eviction").is_empty());
 }
 
 #[tokio::test]

@@ -47,6 +47,9 @@ struct Ledger {
     sending: HashMap<String, i64>,
     /// Accepted evictions by pod uid: their budgets, when, and the pod's cache key.
     accepted: HashMap<String, (Vec<String>, Instant, ObjectRef<CachedPod>)>,
+    /// Evictions accepted under each budget since the process started: a drain waiting for a
+    /// budget that keeps letting others through is not stuck.
+    moved: HashMap<String, u64>,
 }
 
 /// Shared by every drain of the process. Cheap to clone.
@@ -206,10 +209,19 @@ impl DisruptionGate {
             }
         }
         if accepted && !r.budgets.is_empty() {
+            for k in &r.budgets {
+                *ledger.moved.entry(k.clone()).or_insert(0) += 1;
+            }
             ledger
                 .accepted
                 .insert(r.uid, (r.budgets, Instant::now(), r.key));
         }
+    }
+
+    /// How many of this process's evictions budget `pdb` (`namespace/name`) has let through:
+    /// it grows while the budget moves.
+    pub fn moved(&self, pdb: &str) -> u64 {
+        self.lock().moved.get(pdb).copied().unwrap_or(0)
     }
 
     /// Waits until a pod or a budget changes, or `limit` passes.
@@ -391,15 +403,19 @@ mod tests {
             },
             "held for a's eviction in flight"
         );
+        assert_eq!(g.moved("default/web"), 0, "sent, not yet accepted");
         g.settle(first, true);
         // Accepted; the caches still show `a` running and the budget's status unchanged.
         assert!(!sends(&g.admit(&r("b"))));
-        // Refused instead: given back.
+        assert_eq!(g.moved("default/web"), 1, "the budget moved");
+        assert_eq!(g.moved("default/other"), 0);
+        // Refused instead: given back, and the budget did not move.
         let g = gate(vec![web("a"), web("b"), web("c")], vec![budget(2, 1, 3)]);
         let Admission::Send(first) = g.admit(&r("a")) else {
             panic!("the budget allows one");
         };
         g.settle(first, false);
+        assert_eq!(g.moved("default/web"), 0);
         assert!(sends(&g.admit(&r("b"))));
     }
 

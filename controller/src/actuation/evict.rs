@@ -176,21 +176,66 @@ pub struct Evictor<'a> {
     pub observer: &'a dyn EvictionObserver,
 }
 
+/// The time a pod's eviction has left: `maxPodEvictionTime` from its first try, started again
+/// each time the budget it waits for lets another of this process's evictions through. A wave
+/// of drains paced by a budget that keeps moving is not stuck; one that lets nothing through
+/// for `maxPodEvictionTime` is.
+#[derive(Debug)]
+struct Window {
+    start: tokio::time::Instant,
+    max_time: Duration,
+    /// The budget waited for and how far it had moved when last looked at.
+    waiting: Option<(String, u64)>,
+}
+
+impl Window {
+    fn new(max_time: Duration) -> Self {
+        Self {
+            start: tokio::time::Instant::now(),
+            max_time,
+            waiting: None,
+        }
+    }
+
+    fn deadline(&self) -> tokio::time::Instant {
+        self.start + self.max_time
+    }
+
+    /// Time used since the window last started (the retry rule's `elapsed`).
+    fn elapsed(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    /// The eviction waits for `pdb`, which has let `moved` evictions through: true when it is
+    /// the budget seen before and it moved since (the window starts again).
+    fn observe(&mut self, pdb: &str, moved: u64) -> bool {
+        let progressed = matches!(&self.waiting, Some((p, m)) if p == pdb && moved > *m);
+        if progressed {
+            self.start = tokio::time::Instant::now();
+        }
+        self.waiting = Some((pdb.to_string(), moved));
+        progressed
+    }
+}
+
 /// Waits until the budgets over `pod` allow its eviction (a budget change or `retry_interval`
-/// wakes it), holding its disruptions. `None` when cancelled or `deadline` passed.
+/// wakes it), holding its disruptions. `None` when cancelled or the window closed.
 async fn admitted(
     ev: &Evictor<'_>,
     pod: &PodRef,
     settings: &EvictionSettings,
     cancel: &CancellationToken,
-    deadline: tokio::time::Instant,
+    window: &mut Window,
 ) -> Option<Reservation> {
-    let mut waiting_for: Option<String> = None;
     loop {
         match ev.gate.admit(pod) {
             Admission::Send(r) => return Some(r),
             Admission::Wait { pdb } => {
-                if waiting_for.as_ref() != Some(&pdb) {
+                let first = window.waiting.as_ref().is_none_or(|(p, _)| *p != pdb);
+                if window.observe(&pdb, ev.gate.moved(&pdb)) {
+                    tracing::debug!(pod = %pod.key(), %pdb, "the budget moved: maxPodEvictionTime starts again");
+                }
+                if first {
                     tracing::info!(pod = %pod.key(), %pdb, "eviction waits for its disruption budget");
                     ev.metrics
                         .evictions
@@ -199,11 +244,11 @@ async fn admitted(
                             result: EvictionResult::deferred,
                         })
                         .inc();
-                    waiting_for = Some(pdb);
                 }
             }
         }
         let now = tokio::time::Instant::now();
+        let deadline = window.deadline();
         if now >= deadline {
             return None;
         }
@@ -215,18 +260,18 @@ async fn admitted(
 }
 
 /// Evict `pod` once its budgets allow it, retrying 429s and errors every `retry_interval` until
-/// `max_time`. True when the pod is on its way out; false when it gave up or was cancelled.
+/// `max_time` (a wait for a budget that lets other evictions through starts it again). True
+/// when the pod is on its way out; false when it gave up or was cancelled.
 pub async fn evict_with_retry(
     ev: &Evictor<'_>,
     pod: &PodRef,
     settings: &EvictionSettings,
     cancel: &CancellationToken,
 ) -> bool {
-    let started = tokio::time::Instant::now();
-    let deadline = started + settings.max_time;
+    let mut window = Window::new(settings.max_time);
     let mut attempts: u32 = 0;
     loop {
-        let Some(reservation) = admitted(ev, pod, settings, cancel, deadline).await else {
+        let Some(reservation) = admitted(ev, pod, settings, cancel, &mut window).await else {
             return false;
         };
         let Some(slot) = ev
@@ -274,7 +319,7 @@ pub async fn evict_with_retry(
         ev.observer.on_call(pod, &call);
         match after_eviction(
             &call,
-            started.elapsed(),
+            window.elapsed(),
             settings.retry_interval,
             settings.max_time,
         ) {

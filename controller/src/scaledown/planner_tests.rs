@@ -139,12 +139,7 @@ fn destinations_without_soft_taints_come_before_fuller_ones() {
     };
     let dest = |soft: bool| {
         let mut s = snapshot(nodes(soft), pods());
-        let p = run(
-            &mut s,
-            &cfg,
-            t(0),
-            &mut PlannerState::default(),
-        );
+        let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
         assert_eq!(names(&p), ["src"]);
         p.candidates[0].moves[0].to.clone()
     };
