@@ -162,8 +162,6 @@ async fn a_pdb_that_never_allows_gives_up_at_max_pod_eviction_time() {
 #[tokio::test(start_paused = true)]
 async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
     use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetStatus};
-    use kube::runtime::reflector::store;
-    use kube::runtime::watcher::Event;
     let api = FakeApi::new();
     for name in ["web-a", "web-b", "web-c"] {
         api.add_pod(
@@ -184,10 +182,7 @@ async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
         expected_pods: 3,
         ..Default::default()
     });
-    let (pdbs, mut writer) = store::<PodDisruptionBudget>();
-    writer.apply_watcher_event(&Event::Init);
-    writer.apply_watcher_event(&Event::InitApply(budget));
-    writer.apply_watcher_event(&Event::InitDone);
+    let pdbs = controller_fake::store_of::<PodDisruptionBudget>(vec![budget]);
     let (_pdb_tick, pdb_changes) = tokio::sync::watch::channel(0u64);
     let gate =
         DisruptionGate::new(api.pod_store(), api.pod_changes()).with_budgets(pdbs, pdb_changes);

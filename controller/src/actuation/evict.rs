@@ -206,16 +206,31 @@ impl Window {
         self.start.elapsed()
     }
 
-    /// The eviction waits for `pdb`, which has let `moved` evictions through: true when it is
-    /// the budget seen before and it moved since (the window starts again).
-    fn observe(&mut self, pdb: &str, moved: u64) -> bool {
-        let progressed = matches!(&self.waiting, Some((p, m)) if p == pdb && moved > *m);
-        if progressed {
+    /// The eviction waits for `pdb`, which has let `moved` evictions through; when it is the
+    /// budget seen before and it moved since, the window starts again.
+    fn observe(&mut self, pdb: &str, moved: u64) -> Seen {
+        let seen = match &self.waiting {
+            Some((p, m)) if p == pdb && moved > *m => Seen::Moved,
+            Some((p, _)) if p == pdb => Seen::Still,
+            _ => Seen::New,
+        };
+        if seen == Seen::Moved {
             self.start = tokio::time::Instant::now();
         }
         self.waiting = Some((pdb.to_string(), moved));
-        progressed
+        seen
     }
+}
+
+/// What a look at the budget a pod waits for found.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    /// A budget this eviction was not waiting for yet.
+    New,
+    /// The same budget, which let another eviction through since.
+    Moved,
+    /// The same budget, not moved.
+    Still,
 }
 
 /// Waits until the budgets over `pod` allow its eviction (a budget change or `retry_interval`
@@ -231,11 +246,11 @@ async fn admitted(
         match ev.gate.admit(pod) {
             Admission::Send(r) => return Some(r),
             Admission::Wait { pdb } => {
-                let first = window.waiting.as_ref().is_none_or(|(p, _)| *p != pdb);
-                if window.observe(&pdb, ev.gate.moved(&pdb)) {
+                let seen = window.observe(&pdb, ev.gate.moved(&pdb));
+                if seen == Seen::Moved {
                     tracing::debug!(pod = %pod.key(), %pdb, "the budget moved: maxPodEvictionTime starts again");
                 }
-                if first {
+                if seen == Seen::New {
                     tracing::info!(pod = %pod.key(), %pdb, "eviction waits for its disruption budget");
                     ev.metrics
                         .evictions
