@@ -40,11 +40,39 @@ pub struct Context {
     invalid: Mutex<HashMap<String, String>>,
     /// Pods already released by the ungoverned sweep.
     pub released: Mutex<HashSet<String>>,
-    /// When this process first saw each gated pod (by UID): grace and gate wait are measured
-    /// on this clock, not against creation timestamps written by another clock.
-    first_seen: Mutex<HashMap<String, Instant>>,
+    /// When this process first saw each gated pod.
+    first_seen: GateClock,
     /// Last states of pods seen ended or deleted (the caches' own).
     pub ended: Arc<EndedPods>,
+}
+
+/// When this process first saw each gated pod (by UID): grace and gate wait are measured on
+/// this clock, not against creation timestamps written by another clock.
+#[derive(Default)]
+struct GateClock(Mutex<HashMap<String, Instant>>);
+
+impl GateClock {
+    /// How long `uid` has been seen gated (from now on when it is new).
+    fn seen(&self, uid: &str) -> Duration {
+        lock(&self.0)
+            .entry(uid.to_string())
+            .or_insert_with(Instant::now)
+            .elapsed()
+    }
+
+    /// `uid` was released: forget it and return how long it waited. The release's own watch
+    /// event can reach a sweep (which forgets pods no longer gated) before the patch's answer
+    /// reaches the releaser: then `before`, the wait measured just before the release.
+    fn released(&self, uid: &str, before: Duration) -> Duration {
+        lock(&self.0)
+            .remove(uid)
+            .map_or(before, |t| t.elapsed().max(before))
+    }
+
+    /// Forget pods no longer gated.
+    fn retain(&self, gated: &HashSet<String>) {
+        lock(&self.0).retain(|uid, _| gated.contains(uid));
+    }
 }
 
 /// An invalid PlacementHistory is looked at again this often.
@@ -81,27 +109,30 @@ impl Context {
             states: Mutex::default(),
             invalid: Mutex::default(),
             released: Mutex::default(),
-            first_seen: Mutex::default(),
+            first_seen: GateClock::default(),
             ended,
         }
     }
 
     /// How long this process has seen the gated pod `uid`.
     pub fn gated_for(&self, uid: &str) -> Duration {
-        lock(&self.first_seen)
-            .entry(uid.to_string())
-            .or_insert_with(Instant::now)
-            .elapsed()
+        self.first_seen.seen(uid)
     }
 
-    /// The pod left its gate: stop timing it; returns how long it was seen gated.
-    pub fn ungated(&self, uid: &str) -> Option<Duration> {
-        lock(&self.first_seen).remove(uid).map(|t| t.elapsed())
+    /// The pod left its gate: stop timing it; returns how long it was seen gated (`before`,
+    /// measured before the release, when a sweep already forgot it).
+    pub fn ungated(&self, uid: &str, before: Duration) -> Duration {
+        self.first_seen.released(uid, before)
+    }
+
+    /// The pod is gone: stop timing it.
+    pub fn gone(&self, uid: &str) {
+        self.first_seen.released(uid, Duration::ZERO);
     }
 
     /// Forget timings and releases of pods no longer gated (`gated`: UIDs gated now).
     pub fn retain_gated(&self, gated: &HashSet<String>) {
-        lock(&self.first_seen).retain(|uid, _| gated.contains(uid));
+        self.first_seen.retain(gated);
         lock(&self.released).retain(|uid| gated.contains(uid));
     }
 
@@ -180,5 +211,31 @@ impl Context {
                     && ph.metadata.deletion_timestamp.is_none()
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_release_forgotten_by_a_sweep_still_counts_its_wait() {
+        let clock = GateClock::default();
+        clock.seen("a");
+        let before = clock.seen("a") + Duration::from_secs(3);
+        // The sweep saw the pod's ungated copy before the releaser saw the patch's answer.
+        clock.retain(&HashSet::new());
+        assert_eq!(clock.released("a", before), before);
+    }
+
+    #[test]
+    fn a_released_pod_is_timed_from_its_first_sight_and_forgotten() {
+        let clock = GateClock::default();
+        clock.seen("a");
+        std::thread::sleep(Duration::from_millis(20));
+        let waited = clock.released("a", Duration::ZERO);
+        assert!(waited >= Duration::from_millis(20), "{waited:?}");
+        // Forgotten: seen again, it is timed afresh.
+        assert!(clock.seen("a") < Duration::from_millis(20));
     }
 }

@@ -106,7 +106,7 @@ impl Pass<'_> {
             // Its last state (ended, deleted) when the pass did not see it before it went.
             let last = self.ctx.ended.take(&uid).unwrap_or(last);
             self.state.waiting.remove(&uid);
-            self.ctx.ungated(&uid);
+            self.ctx.gone(&uid);
             let Some(node) = node_of(&last).map(str::to_string) else {
                 self.state.history.cancel(&uid);
                 continue;

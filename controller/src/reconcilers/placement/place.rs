@@ -2,6 +2,7 @@
 //! the planner's fit check, the gate released by a patch carrying a token, Events and metrics.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::cluster::CachedPod;
 use kube::api::{Patch, PatchParams};
@@ -143,6 +144,7 @@ impl Pass<'_> {
         let uid = pod.uid().unwrap_or_default();
         let name = pod.name_any();
         let ttl = self.ctx.settings.token_ttl;
+        let waited = self.ctx.gated_for(&uid);
         let Some(token) = self.ctx.keys.mint(&uid, role, self.now, ttl) else {
             span.record("released", false);
             tracing::info!(parent: &span, pod = %name, "no token key yet; placement waits for it");
@@ -163,7 +165,7 @@ impl Pass<'_> {
         match patched {
             Ok(_) => {
                 self.state.waiting.remove(&uid);
-                self.record_release(pod, decision, outcome);
+                self.record_release(pod, decision, outcome, waited);
                 if let Some(node) = decision.pinned_node() {
                     fit.pinned(&uid, node);
                 }
@@ -177,7 +179,13 @@ impl Pass<'_> {
     }
 
     /// Count a released pod (outcome, gate wait, escalation) and announce it.
-    fn record_release(&mut self, pod: &CachedPod, decision: &Decision, outcome: Release) {
+    fn record_release(
+        &mut self,
+        pod: &CachedPod,
+        decision: &Decision,
+        outcome: Release,
+        waited: Duration,
+    ) {
         let metrics = &self.ctx.metrics;
         let pl = PlacementLabels {
             namespace: self.ph.namespace().unwrap_or_default(),
@@ -196,12 +204,11 @@ impl Pass<'_> {
             .get_or_create(&labels(self.ph))
             .inc_by(0);
         super::lifecycle::count_end(metrics, &labels(self.ph), None);
-        if let Some(waited) = self.ctx.ungated(&pod.uid().unwrap_or_default()) {
-            metrics
-                .gate_wait
-                .get_or_create(&labels(self.ph))
-                .observe(waited.as_secs_f64());
-        }
+        let waited = self.ctx.ungated(&pod.uid().unwrap_or_default(), waited);
+        metrics
+            .gate_wait
+            .get_or_create(&labels(self.ph))
+            .observe(waited.as_secs_f64());
         let note = match &decision.action {
             PlacementAction::Pin { node } => format!("pinned to node {node} ({})", decision.reason),
             _ => format!(

@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::cluster::CachedPod;
 use kube::api::{Patch, PatchParams};
@@ -54,10 +55,11 @@ pub async fn sweep(ctx: &Context) -> usize {
             continue;
         }
         let uid = pod.uid().unwrap_or_default();
-        if ctx.gated_for(&uid) < ctx.settings.grace || governed(ctx, &pod) {
+        let waited = ctx.gated_for(&uid);
+        if waited < ctx.settings.grace || governed(ctx, &pod) {
             continue;
         }
-        if release(ctx, &pod, uid).await {
+        if release(ctx, &pod, uid, waited).await {
             released += 1;
         }
     }
@@ -65,7 +67,7 @@ pub async fn sweep(ctx: &Context) -> usize {
 }
 
 /// Remove the gate of an ungoverned pod; returns whether it was released.
-async fn release(ctx: &Context, pod: &CachedPod, uid: String) -> bool {
+async fn release(ctx: &Context, pod: &CachedPod, uid: String, waited: Duration) -> bool {
     let name = pod.name_any();
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), &ns);
@@ -77,7 +79,7 @@ async fn release(ctx: &Context, pod: &CachedPod, uid: String) -> bool {
         tracing::warn!(pod = %name, error = %e, "could not release an ungoverned gated pod");
         return false;
     }
-    count_release(ctx, &ns, uid);
+    count_release(ctx, &ns, uid, waited);
     tracing::info!(pod = %format!("{ns}/{name}"), "gated pod governed by no valid PlacementHistory; released unchanged");
     ctx.notify(vec![Notice::pod(
         pod,
@@ -93,29 +95,30 @@ async fn release(ctx: &Context, pod: &CachedPod, uid: String) -> bool {
 }
 
 /// The gate wait of a released pod, and the release itself once per pod.
-fn count_release(ctx: &Context, ns: &str, uid: String) {
-    if let Some(waited) = ctx.ungated(&uid) {
-        ctx.metrics
-            .gate_wait
-            .get_or_create(&PlacementHistoryLabels {
-                namespace: ns.to_string(),
-                placement_history: String::new(),
-            })
-            .observe(waited.as_secs_f64());
-    }
-    if ctx
+fn count_release(ctx: &Context, ns: &str, uid: String, waited: Duration) {
+    let waited = ctx.ungated(&uid, waited);
+    let first = ctx
         .released
         .lock()
         .map(|mut r| r.insert(uid))
-        .unwrap_or(true)
-    {
-        ctx.metrics
-            .placements
-            .get_or_create(&PlacementLabels {
-                namespace: ns.to_string(),
-                placement_history: String::new(),
-                outcome: Release::ungoverned,
-            })
-            .inc();
+        .unwrap_or(true);
+    if !first {
+        return;
     }
+    let labels = PlacementHistoryLabels {
+        namespace: ns.to_string(),
+        placement_history: String::new(),
+    };
+    ctx.metrics
+        .gate_wait
+        .get_or_create(&labels)
+        .observe(waited.as_secs_f64());
+    ctx.metrics
+        .placements
+        .get_or_create(&PlacementLabels {
+            namespace: labels.namespace,
+            placement_history: labels.placement_history,
+            outcome: Release::ungoverned,
+        })
+        .inc();
 }
