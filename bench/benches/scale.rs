@@ -776,11 +776,31 @@ where
         + serde::Serialize
         + std::fmt::Debug,
 {
-    Api::<K>::namespaced(client.clone(), DRAIN_NS)
-        .list(&ListParams::default())
-        .await
-        .with_context(|| format!("listing the drain pool's {}", K::plural(&())))?
-        .items
+    let api = Api::<K>::namespaced(client.clone(), DRAIN_NS);
+    // An API server holding 150,000 pods on 2 cores can time a list out (504): try again.
+    let mut tries = 0;
+    let list = loop {
+        tries += 1;
+        match api.list(&ListParams::default()).await {
+            Ok(l) => break l,
+            Err(e) if tries < 4 => {
+                eprintln!(
+                    "listing the drain pool's {} (try {tries}): {e}; again in 10 s",
+                    K::plural(&())
+                );
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| {
+                    format!(
+                        "listing the drain pool's {} ({tries} tries)",
+                        K::plural(&())
+                    )
+                });
+            }
+        }
+    };
+    list.items
         .iter()
         .map(|o| serde_json::to_value(o).context("encoding a listed object"))
         .collect()

@@ -6,6 +6,7 @@ pub mod config;
 pub mod decisions;
 pub mod drainability;
 pub mod eligibility;
+mod fit_memory;
 pub mod memory;
 mod node_facts;
 pub mod pdb;
@@ -28,6 +29,8 @@ pub use stopwatch::{InstantStopwatch, StepStopwatch, Stopwatch};
 mod accelerator_tests;
 #[cfg(test)]
 mod cost_tests;
+#[cfg(test)]
+mod fit_memory_tests;
 #[cfg(test)]
 mod pacing_tests;
 #[cfg(test)]

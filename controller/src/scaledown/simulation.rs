@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use super::config::PlannerConfig;
 use super::decisions::{Candidate, Move, Unremovable};
 use super::drainability::{DrainRules, PodDisposition, block_detail, classify, pods_to_move};
+use super::fit_memory::FitMemory;
 use super::memory::{DestinationHints, NonCandidate, PlannerState, RecentEviction};
 use super::node_facts::NodeFacts;
 use super::pdb_coverage::PdbTracker;
@@ -23,9 +24,10 @@ pub(super) struct Sim<'a> {
     pub pdbs: PdbTracker,
     not_dest: Vec<bool>,
     dest_order: Vec<NodeId>,
+    /// Each node's position in `dest_order` (`None`: never a destination).
+    position: Vec<Option<usize>>,
     cursor: HashMap<ClassId, usize>,
-    failed: HashMap<ClassId, u64>,
-    epoch: u64,
+    fits: FitMemory,
     pub new_hints: HashMap<String, HashMap<String, String>>,
 }
 
@@ -39,15 +41,19 @@ impl<'a> Sim<'a> {
         not_dest: Vec<bool>,
         dest_order: Vec<NodeId>,
     ) -> Self {
+        let mut position = vec![None; snap.node_count()];
+        for (i, &n) in dest_order.iter().enumerate() {
+            position[n as usize] = Some(i);
+        }
         Sim {
             pdbs: PdbTracker::new(snap),
             snap,
             checker,
             not_dest,
             dest_order,
+            position,
             cursor: HashMap::new(),
-            failed: HashMap::new(),
-            epoch: 0,
+            fits: FitMemory::new(),
             new_hints: HashMap::new(),
         }
     }
@@ -71,13 +77,17 @@ impl<'a> Sim<'a> {
         }
         let class = self.snap.pod(pod).class;
         let inter = self.snap.class(class).is_inter_pod();
-        if !inter && self.failed.get(&class) == Some(&self.epoch) {
-            return None;
-        }
         let len = self.dest_order.len();
         let start = self.cursor.get(&class).copied().unwrap_or(0);
-        for i in 0..len {
-            let idx = (start + i) % len;
+        // A class that fitted nowhere is tried only where room came back since.
+        let positions: Box<dyn Iterator<Item = usize>> = match (!inter)
+            .then(|| self.fits.positions(class, start))
+            .flatten()
+        {
+            Some(few) => Box::new(few.into_iter()),
+            None => Box::new((0..len).map(move |i| (start + i) % len)),
+        };
+        for idx in positions {
             let n = self.dest_order[idx];
             if self.not_dest[n as usize] {
                 continue;
@@ -88,7 +98,7 @@ impl<'a> Sim<'a> {
             }
         }
         if !inter {
-            self.failed.insert(class, self.epoch);
+            self.fits.fitted_nowhere(class);
         }
         None
     }
@@ -220,8 +230,8 @@ impl<'a> Sim<'a> {
         name: &str,
         pods: &[PodId],
         hints: &DestinationHints,
-    ) -> Result<Vec<(PodId, NodeId)>, Blocked> {
-        let mut moves = Vec::with_capacity(pods.len());
+        moves: &mut Vec<(PodId, NodeId)>,
+    ) -> Result<(), Blocked> {
         for &pod in pods {
             match self.find_place(pod, Some(name), hints) {
                 Some(d) => {
@@ -231,7 +241,7 @@ impl<'a> Sim<'a> {
                 None => return Err((UnremovableReason::NoPlaceToMovePods, pod, None)),
             }
         }
-        Ok(moves)
+        Ok(())
     }
 
     /// Drains `node` in a nested fork: kept when every pod found a place, reverted (and the
@@ -246,15 +256,22 @@ impl<'a> Sim<'a> {
         let was_not_dest = self.not_dest[node as usize];
         self.not_dest[node as usize] = true;
         self.snap.fork();
-        match self.move_pods(name, pods, hints) {
-            Ok(moves) => {
+        self.fits.fork();
+        let mut moves = Vec::with_capacity(pods.len());
+        match self.move_pods(name, pods, hints, &mut moves) {
+            Ok(()) => {
                 self.snap.commit();
+                self.fits.committed();
                 Ok(moves)
             }
             Err((reason, pod, pod_reason)) => {
                 self.snap.revert();
-                self.epoch += 1;
                 self.not_dest[node as usize] = was_not_dest;
+                // Room is back on the node and where its pods had been placed, nowhere else.
+                let freed = std::iter::once(node).chain(moves.iter().map(|&(_, d)| d));
+                let position = &self.position;
+                self.fits
+                    .reverted(freed.filter_map(|n| position[n as usize]));
                 Err(Refusal::simulated(
                     reason,
                     self.snap.pod(pod).key(),
