@@ -71,7 +71,13 @@
 #                            Running but never becomes Ready; per-pod delays
 #                            of kwok's pod-ready stage come from its annotations
 #                            pod-ready.stage.kwok.x-k8s.io/delay and jitter-delay
-#   EBB_K8S_TIMEOUT          seconds to wait for readiness (default 60)
+#   EBB_K8S_TIMEOUT          seconds to wait for readiness once booting (default 120)
+#   EBB_K8S_BOOT_LOCK        a file `up` holds a lock on while it boots (default
+#                            /tmp/ebb-k8s-boot.lock): control planes boot one at a time on
+#                            the machine, so test binaries that start several at once do
+#                            not starve each other's API server past its timeout; `none`
+#                            boots at once
+#   EBB_K8S_BOOT_LOCK_WAIT   seconds `up` waits for that lock (default 900)
 #   EBB_K8S_AUDIT_READS_OF   comma-separated users whose reads (get, list, watch) the
 #                            audit log also records, at Metadata level (default none), so a
 #                            bench can count a client's requests
@@ -83,7 +89,11 @@ set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 BIN_DIR=${EBB_K8S_BIN_DIR:-$("$HERE/build.sh" --print-bin-dir)}
 STAGE_DIR=$(dirname "$BIN_DIR")/kwok-stages
-TIMEOUT=${EBB_K8S_TIMEOUT:-60}
+TIMEOUT=${EBB_K8S_TIMEOUT:-120}
+BOOT_LOCK=${EBB_K8S_BOOT_LOCK:-/tmp/ebb-k8s-boot.lock}
+BOOT_LOCK_WAIT=${EBB_K8S_BOOT_LOCK_WAIT:-900}
+# the file descriptor of the boot lock; the components started never inherit it
+BOOT_FD=9
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
 # delay and jitter (max delay) of each KWOK pod stage, except deletion
 POD_DELAY_MS=${EBB_K8S_POD_DELAY_MS:-100}
@@ -124,7 +134,7 @@ start() { # NAME ARGS...: start BIN_DIR/NAME in the background, record pid and c
   local cmd=("$(bin_of "$name")" "$@")
   printf '%q ' "${cmd[@]}" >"$DIR/pids/$name.cmd"
   echo "=== $(date -u +%FT%TZ) starting: ${cmd[*]}" >>"$DIR/$name.log"
-  "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 &
+  "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 9>&- &
   echo $! >"$DIR/pids/$name.pid"
 }
 
@@ -133,8 +143,22 @@ restart_recorded() { # NAME: start again from DIR/pids/NAME.cmd
   local -a cmd
   eval "cmd=($(<"$DIR/pids/$name.cmd"))"
   echo "=== $(date -u +%FT%TZ) restarting: ${cmd[*]}" >>"$DIR/$name.log"
-  "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 &
+  "${cmd[@]}" </dev/null >>"$DIR/$name.log" 2>&1 9>&- &
   echo $! >"$DIR/pids/$name.pid"
+}
+
+boot_lock() { # hold BOOT_LOCK (on fd 9) until this script exits: one boot at a time
+  [[ $BOOT_LOCK == none ]] && return 0
+  command -v flock >/dev/null 2>&1 || { log "flock not found: booting without the boot lock"; return 0; }
+  exec 9>>"$BOOT_LOCK" || die "cannot open the boot lock $BOOT_LOCK (set EBB_K8S_BOOT_LOCK)"
+  if ! flock -n "$BOOT_FD"; then
+    local t_wait
+    t_wait=$(now_ms)
+    log "waiting for another control plane to finish booting ($BOOT_LOCK)"
+    flock -w "$BOOT_LOCK_WAIT" "$BOOT_FD" ||
+      die "another control plane held $BOOT_LOCK for more than ${BOOT_LOCK_WAIT}s (EBB_K8S_BOOT_LOCK_WAIT)"
+    log "boot lock taken after $((($(now_ms) - t_wait) / 1000))s"
+  fi
 }
 
 stop() { # NAME [SIGNAL]: SIGTERM (or SIGNAL), then SIGKILL after 10 s
@@ -533,6 +557,7 @@ cmd_up() {
   for name in "${COMPONENTS[@]}"; do
     pid_alive "$name" && die "$name is already running for $DIR (run: $0 down $DIR)"
   done
+  boot_lock
   local t0
   t0=$(now_ms)
   rm -rf "$DIR/etcd-data" "$DIR/pids" "$DIR/pki"
