@@ -64,10 +64,11 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
 
 /// The control plane's flags for a bench of `nodes` nodes (each unless already set): etcd's
 /// space quota above its 2 GiB default, more requests in flight, the controller's reads in the
-/// audit log, the bulk namespace out of it.
-fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
+/// audit log, the bulk namespace out of it; kwok's pod workers raised only to populate (not
+/// when the cluster is `restored`).
+fn cluster_flags(nodes: usize, restored: bool) -> Vec<(&'static str, String)> {
     let inflight = if nodes > 2000 { 1600 } else { 800 };
-    vec![
+    let mut flags = vec![
         (
             "EBB_K8S_ETCD_ARGS",
             // The set-up writes an owner and its pods (300) in one transaction.
@@ -94,12 +95,20 @@ fn cluster_flags(nodes: usize) -> Vec<(&'static str, String)> {
             "EBB_K8S_SCHEDULER_ARGS",
             "--kube-api-qps=300 --kube-api-burst=600".into(),
         ),
-        // kwok's 4 stage workers make pods Running at a few hundred per second at best.
+        // Thousands of node leases to renew and node stages to play from one process.
         ("EBB_K8S_KWOK_PARALLELISM", "16".into()),
         ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
         ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
         ("EBB_K8S_TIMEOUT", "300".into()),
-    ]
+    ];
+    // kwok's 4 pod-stage workers make pods Running at a few hundred per second at best: raised
+    // to populate 150,000 pods. Not for a drain wave: at 16 kwok played a new pod's stages
+    // concurrently, patched it hundreds of times and left replacements ContainerCreating
+    // (Pending) for minutes. A restored cluster's pods are Running already.
+    if !restored {
+        flags.push(("EBB_K8S_KWOK_POD_PARALLELISM", "16".into()));
+    }
+    flags
 }
 
 fn main() -> anyhow::Result<()> {
@@ -120,7 +129,7 @@ fn main() -> anyhow::Result<()> {
         // SAFETY: no other thread exists yet; cluster.sh, started later, inherits it.
         unsafe { std::env::set_var("EBB_K8S_ETCD_RESTORE", &snapshot) };
     }
-    for (k, v) in cluster_flags(nodes) {
+    for (k, v) in cluster_flags(nodes, restore) {
         if std::env::var_os(k).is_none() {
             println!("{k}={v}");
             // SAFETY: no other thread exists yet (the runtime is built below); cluster.sh,

@@ -16,7 +16,8 @@
 //! every cell again), then prints every table and the summary lines (also written to
 //! `summary.txt` there). `EBB_CA_BIN` names the Cluster Autoscaler binary (else
 //! `cluster-autoscaler` in the control plane's bin dir); `EBB_VERSUS_CA_WINDOW` its fixed window
-//! in seconds; `EBB_VERSUS_LOG_DIR` where the scalers' logs are kept.
+//! in seconds; `EBB_VERSUS_LOG_DIR` where the scalers' logs are kept (ebb's too, at
+//! `EBB_VERSUS_EBB_LOG_FILTER`, default `warn`).
 
 use ebb_bench::versus::{self, Column, Outcome, Settings, karpenter_nodes, record, scenario};
 

@@ -59,8 +59,14 @@
 #                            the nodes it finds)
 #   EBB_K8S_APISERVER_ARGS   extra kube-apiserver flags (word-split)
 #   EBB_K8S_CONTROLLER_MANAGER_ARGS, EBB_K8S_SCHEDULER_ARGS, EBB_K8S_KWOK_ARGS
-#   EBB_K8S_KWOK_PARALLELISM workers kwok plays pod and node stages and renews leases with
+#   EBB_K8S_KWOK_PARALLELISM workers kwok plays node stages and renews leases with
 #                            (default kwok's 4)
+#   EBB_K8S_KWOK_POD_PARALLELISM
+#                            workers kwok plays pod stages with (default kwok's 4). More
+#                            start a bulk of pods sooner, but at 16 kwok played one pod's
+#                            stages concurrently, patched new pods hundreds of times and
+#                            left some ContainerCreating for minutes: raise it only to
+#                            populate a cluster, never where pods are measured
 #   EBB_K8S_POD_DELAY_MS, EBB_K8S_POD_JITTER_MS
 #                            KWOK pod stage (create, ready, complete) delay and
 #                            maximum delay, default 100 and 500 ms (KWOK's own:
@@ -465,16 +471,18 @@ spec:
 STAGE
     # kwok plays stages with 4 workers each for pods and nodes by default: a bench that makes
     # thousands of pods Running at once raises it.
-    if [[ -n ${EBB_K8S_KWOK_PARALLELISM:-} ]]; then
-      [[ $EBB_K8S_KWOK_PARALLELISM =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_PARALLELISM must be a positive number"
+    local nodes_par=${EBB_K8S_KWOK_PARALLELISM:-} pods_par=${EBB_K8S_KWOK_POD_PARALLELISM:-}
+    if [[ -n $nodes_par || -n $pods_par ]]; then
+      [[ -z $nodes_par || $nodes_par =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_PARALLELISM must be a positive number"
+      [[ -z $pods_par || $pods_par =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_POD_PARALLELISM must be a positive number"
       cat <<CONF
 ---
 apiVersion: config.kwok.x-k8s.io/v1alpha1
 kind: KwokConfiguration
 options:
-  podPlayStageParallelism: $EBB_K8S_KWOK_PARALLELISM
-  nodePlayStageParallelism: $EBB_K8S_KWOK_PARALLELISM
-  nodeLeaseParallelism: $EBB_K8S_KWOK_PARALLELISM
+  podPlayStageParallelism: ${pods_par:-4}
+  nodePlayStageParallelism: ${nodes_par:-4}
+  nodeLeaseParallelism: ${nodes_par:-4}
 CONF
     fi
   } >"$DIR/kwok.yaml"

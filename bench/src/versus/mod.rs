@@ -116,7 +116,7 @@ impl Scaler {
     pub fn settings_line(self, s: &Settings) -> String {
         match self {
             Scaler::Ebb => format!(
-                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}{}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); steering on (the chart's webhook configuration, served by the controller); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter warn (its log level)",
+                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}{}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); steering on (the chart's webhook configuration, served by the controller); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter {} (its log level: EBB_VERSUS_EBB_LOG_FILTER)",
                 env!("CARGO_PKG_VERSION"),
                 secs(s.scan_interval),
                 secs(s.unneeded_time),
@@ -129,6 +129,7 @@ impl Scaler {
                     ""
                 },
                 s.min_nodes_per_group,
+                ebb_log_filter(),
             ),
             Scaler::ClusterAutoscaler => format!(
                 "cluster-autoscaler ({}, kwok provider): matched: --scan-interval={} --scale-down-unneeded-time={} --max-scale-down-parallelism={} --max-drain-parallelism={} --scale-down-utilization-threshold={}, node group min size {} (ebb's minNodesPerGroup); also --scale-down-delay-after-add=0s (no node is added before a run) and --leader-elect=false; every other flag at its default (--unremovable-node-recheck-timeout=5m, --scale-down-delay-after-failure=3m, --max-pod-eviction-time=2m, --node-delete-delay-after-taint=5s, --daemonset-eviction-for-occupied-nodes=true, --scale-down-non-empty-candidates-count=30, ...); kwok provider ConfigMap: readNodesFrom cluster, node groups by label {SHAPE_LABEL} (one per node shape), GPU nodes by label {GPU_TYPE_LABEL} (gpuConfig), the rest at its defaults (--scale-down-gpu-utilization-threshold=0.5 too); out of cluster: --cloud-provider=kwok --kubeconfig, --address=127.0.0.1:<free port>, KWOK_PROVIDER_MODE=local, POD_NAMESPACE={}; --v={} (log verbosity, for the reasons it keeps nodes)",
@@ -419,6 +420,7 @@ async fn start_ebb(
         )
         .await
         .context("cannot create namespace ebb-system")?;
+    let filter = ebb_log_filter();
     let mut args = vec![
         "run",
         "--metrics-addr",
@@ -430,7 +432,7 @@ async fn start_ebb(
         "--identity",
         "ebb-controller",
         "--log-filter",
-        "warn",
+        filter.as_str(),
     ];
     if karpenter {
         args.push("--karpenter");
@@ -543,6 +545,15 @@ pub fn ca_window(s: &Settings) -> Duration {
                 + s.scan_interval * 3
                 + Duration::from_secs(60),
         )
+}
+
+/// ebb's `--log-filter` in the bench: `EBB_VERSUS_EBB_LOG_FILTER` (for example
+/// `info,ebb_controller=debug` to follow a run's decisions), else `warn`.
+pub fn ebb_log_filter() -> String {
+    std::env::var("EBB_VERSUS_EBB_LOG_FILTER")
+        .ok()
+        .filter(|f| !f.trim().is_empty())
+        .unwrap_or_else(|| "warn".to_string())
 }
 
 /// Where the scalers' logs of a run are kept: `EBB_VERSUS_LOG_DIR`, else `ebb-versus` in the
@@ -857,10 +868,24 @@ pub async fn run_on(
         let lines = r.log.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if let Some(first) = lines.first() {
             notes.push(format!(
-                "ebb logged {} warnings or errors, the first: {}",
+                "ebb logged {} lines at --log-filter {}, the first: {}",
                 lines.len(),
+                ebb_log_filter(),
                 first.chars().take(300).collect::<String>()
             ));
+        }
+        // ebb's whole log beside the peers' (the notes hold its first line only).
+        let ebb_log = log_dir().join(format!(
+            "{}-{}-{}.log",
+            scenario.name,
+            column.key(),
+            started_at.strftime("%Y%m%dT%H%M%SZ")
+        ));
+        let kept = std::fs::create_dir_all(log_dir())
+            .and_then(|()| std::fs::write(&ebb_log, lines.join("\n") + "\n"));
+        match kept {
+            Ok(()) => notes.push(format!("its log: {}", ebb_log.display())),
+            Err(e) => eprintln!("{label}: cannot keep ebb's log in {}: {e}", ebb_log.display()),
         }
         if std::env::var_os("EBB_VERSUS_DEBUG").is_some() {
             for l in &lines {
