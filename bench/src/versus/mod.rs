@@ -885,7 +885,10 @@ pub async fn run_on(
             .and_then(|()| std::fs::write(&ebb_log, lines.join("\n") + "\n"));
         match kept {
             Ok(()) => notes.push(format!("its log: {}", ebb_log.display())),
-            Err(e) => eprintln!("{label}: cannot keep ebb's log in {}: {e}", ebb_log.display()),
+            Err(e) => eprintln!(
+                "{label}: cannot keep ebb's log in {}: {e}",
+                ebb_log.display()
+            ),
         }
         if std::env::var_os("EBB_VERSUS_DEBUG").is_some() {
             for l in &lines {
