@@ -22,22 +22,22 @@ from pathlib import Path
 # Seconds each binary took in the last measured run (docs/testing.md): the order in which they
 # start, longest first, so that no long binary starts last. The others take seconds (10 s here).
 EXPECTED = {
-    "ebb-e2e::scaledown": 350,
-    "ebb-e2e::in_pod": 205,
-    "ebb-e2e::failover": 130,
-    "ebb-bench::versus_smoke": 110,
-    "ebb-e2e::kubectl": 105,
-    "ebb-e2e::security": 90,
-    "ebb-e2e::placement": 85,
-    "ebb-e2e::traces": 70,
-    "ebb-e2e::steering_admission": 60,
+    "ebb-bench::versus_smoke": 415,
+    "ebb-e2e::scaledown": 385,
+    "ebb-e2e::removal_capi": 254,
+    "ebb-e2e::in_pod": 214,
+    "ebb-e2e::failover": 178,
+    "ebb-e2e::kubectl": 154,
+    "ebb-e2e::security": 147,
+    "ebb-e2e::placement": 122,
+    "ebb-e2e::traces": 80,
+    "ebb-e2e::cannot_move": 62,
+    "ebb-e2e::pdb_pace": 55,
+    "ebb-e2e::steering_admission": 51,
     "ebb-e2e::chart": 50,
-    "ebb-e2e::removal_mixed": 45,
-    "ebb-e2e::removal_capi": 40,
-    "ebb-e2e::pdb_pace": 40,
-    "ebb-e2e::removal_karpenter": 40,
-    "ebb-e2e::cannot_move": 40,
-    "ebb-e2e::node_agent": 35,
+    "ebb-e2e::removal_mixed": 46,
+    "ebb-e2e::removal_karpenter": 44,
+    "ebb-e2e::node_agent": 40,
 }
 
 
