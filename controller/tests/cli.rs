@@ -71,3 +71,54 @@ fn help_explains_every_subcommand() {
         "{help}"
     );
 }
+
+/// Text logs read from a pipe (a pod's log, `kubectl logs`, a file) are plain text: no terminal
+/// colour codes. The controller is started against an API server that is not there; its first
+/// log line comes before it connects.
+#[test]
+fn text_logs_in_a_pipe_have_no_colour_codes() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n\
+         users:\n- name: u\n  user:\n    token: t\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\n\
+         current-context: x\n",
+    )
+    .unwrap();
+    let mut child = ebb()
+        .args([
+            "run",
+            "--log-format",
+            "text",
+            "--log-filter",
+            "info",
+            "--leader-election",
+            "false",
+            "--metrics-addr",
+            "127.0.0.1:0",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env_remove("NO_COLOR")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    let read = stderr.read_line(&mut first);
+    let _ = child.kill();
+    let _ = child.wait();
+    read.unwrap();
+    assert!(
+        first.contains("INFO") && first.contains("Lease and token Secret namespace"),
+        "the first log line: {first:?}"
+    );
+    assert!(
+        !first.contains('\u{1b}'),
+        "a log line written to a pipe holds terminal escape codes: {first:?}"
+    );
+}

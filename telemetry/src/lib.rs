@@ -23,6 +23,13 @@ pub enum LogFormat {
     Json,
 }
 
+/// Whether text logs are coloured: only on a terminal (a pod's log, a pipe or a file gets plain
+/// text, never escape codes), and never with `NO_COLOR` set (<https://no-color.org>).
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 /// How long one export to the collector may take before it is dropped.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long shutdown waits for the last spans to leave.
@@ -91,6 +98,7 @@ pub fn init(
     let fmt_layer = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
+            .with_ansi(colour_on_stderr())
             .with_target(true)
             .boxed(),
         LogFormat::Json => tracing_subscriber::fmt::layer()
