@@ -780,7 +780,8 @@ pub async fn run_on(
         Scaler::Ebb => Some(start_ebb(&env, scenario, settings, column.nodes.karpenter()).await?),
         Scaler::Karpenter | Scaler::ClusterAutoscaler => None,
     };
-    let ca_log = log_dir().join(format!(
+    // The scaler's log of this cell (Cluster Autoscaler's as it runs, ebb's once it ends).
+    let scaler_log = log_dir().join(format!(
         "{}-{}-{}.log",
         scenario.name,
         column.key(),
@@ -790,7 +791,7 @@ pub async fn run_on(
         Scaler::ClusterAutoscaler => {
             let (binary, _) = cluster_autoscaler::checked_binary().map_err(anyhow::Error::msg)?;
             Some(
-                cluster_autoscaler::ClusterAutoscaler::start(&env, &binary, settings, &ca_log)
+                cluster_autoscaler::ClusterAutoscaler::start(&env, &binary, settings, &scaler_log)
                     .await?,
             )
         }
@@ -875,19 +876,13 @@ pub async fn run_on(
             ));
         }
         // ebb's whole log beside the peers' (the notes hold its first line only).
-        let ebb_log = log_dir().join(format!(
-            "{}-{}-{}.log",
-            scenario.name,
-            column.key(),
-            started_at.strftime("%Y%m%dT%H%M%SZ")
-        ));
         let kept = std::fs::create_dir_all(log_dir())
-            .and_then(|()| std::fs::write(&ebb_log, lines.join("\n") + "\n"));
+            .and_then(|()| std::fs::write(&scaler_log, lines.join("\n") + "\n"));
         match kept {
-            Ok(()) => notes.push(format!("its log: {}", ebb_log.display())),
+            Ok(()) => notes.push(format!("its log: {}", scaler_log.display())),
             Err(e) => eprintln!(
                 "{label}: cannot keep ebb's log in {}: {e}",
-                ebb_log.display()
+                scaler_log.display()
             ),
         }
         if std::env::var_os("EBB_VERSUS_DEBUG").is_some() {
@@ -1094,14 +1089,14 @@ pub async fn run_on(
         ));
     }
     if column.scaler == Scaler::ClusterAutoscaler {
-        let text = std::fs::read_to_string(&ca_log)
-            .with_context(|| format!("cannot read {}", ca_log.display()))?;
+        let text = std::fs::read_to_string(&scaler_log)
+            .with_context(|| format!("cannot read {}", scaler_log.display()))?;
         let report = cluster_autoscaler::read_log(
             &text,
             started_at.to_zoned(jiff::tz::TimeZone::UTC).year(),
         );
         m.notes.extend(report.notes(started_at, &remaining));
-        m.notes.push(format!("its log: {}", ca_log.display()));
+        m.notes.push(format!("its log: {}", scaler_log.display()));
     }
     Ok(Outcome::Ran(Box::new(m)))
 }
