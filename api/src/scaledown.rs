@@ -278,7 +278,9 @@ pub struct ScaleDownPolicySpec {
     pub accelerator_resources: Vec<String>,
     /// An accelerator node is underutilized when the largest requested share of its
     /// `acceleratorResources`, over allocatable, is at or below this fraction (Cluster Autoscaler's
-    /// `--scale-down-gpu-utilization-threshold`).
+    /// `--scale-down-gpu-utilization-threshold`, whose default is 0.5). The default, 1, simulates
+    /// every accelerator node: one whose GPUs are all in use goes when its pods fit on idle GPUs
+    /// elsewhere.
     #[serde(default = "defaults::accelerator_utilization_threshold")]
     #[schemars(range(min = 0.0, max = 1.0))]
     pub accelerator_utilization_threshold: f64,
@@ -357,7 +359,7 @@ pub mod defaults {
         vec!["nvidia.com/gpu".to_string(), "amd.com/gpu".to_string()]
     }
     pub fn accelerator_utilization_threshold() -> f64 {
-        0.5
+        1.0
     }
     pub fn price_label() -> String {
         "node.kubernetes.io/instance-type".to_string()

@@ -304,7 +304,7 @@ fn minimal_scale_down_policy_gets_documented_defaults() {
         ["nvidia.com/gpu", "amd.com/gpu"],
         "GPU nodes are judged by their GPUs unless told otherwise"
     );
-    assert_eq!(spec.accelerator_utilization_threshold, 0.5);
+    assert_eq!(spec.accelerator_utilization_threshold, 1.0);
     assert_eq!(spec.prices, None, "no prices: today's order");
     assert_eq!(ScaleDownPolicySpec::default(), spec);
 }

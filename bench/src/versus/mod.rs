@@ -556,6 +556,48 @@ pub fn ebb_log_filter() -> String {
         .unwrap_or_else(|| "warn".to_string())
 }
 
+/// Writes the scenario's cluster as the scaler meets it to `path`: a `List` of its nodes, pods,
+/// PodDisruptionBudgets, ReplicaSets and DaemonSets, the objects `ebb-controller plan
+/// --snapshot` reads, so that a cell's plan can be made again offline.
+async fn keep_start(
+    client: &kube::Client,
+    nodes: &[Node],
+    pods: &[Pod],
+    path: &std::path::Path,
+) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet};
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    let lp = ListParams::default();
+    let mut items: Vec<serde_json::Value> = Vec::new();
+    for n in nodes {
+        items.push(serde_json::to_value(n)?);
+    }
+    for p in pods {
+        items.push(serde_json::to_value(p)?);
+    }
+    for b in Api::<PodDisruptionBudget>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items
+    {
+        items.push(serde_json::to_value(b)?);
+    }
+    for r in Api::<ReplicaSet>::all(client.clone())
+        .list(&lp)
+        .await?
+        .items
+    {
+        items.push(serde_json::to_value(r)?);
+    }
+    for d in Api::<DaemonSet>::all(client.clone()).list(&lp).await?.items {
+        items.push(serde_json::to_value(d)?);
+    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::create_dir_all(log_dir())?;
+    std::fs::write(path, serde_json::to_vec(&list)?)
+        .with_context(|| format!("cannot write {}", path.display()))
+}
+
 /// Where the scalers' logs of a run are kept: `EBB_VERSUS_LOG_DIR`, else `ebb-versus` in the
 /// temporary directory.
 pub fn log_dir() -> PathBuf {
@@ -736,6 +778,22 @@ pub async fn run_on(
             .list(&ListParams::default())
             .await?
             .items;
+        let start_file = log_dir().join(format!(
+            "{}-{}-{}-start.json",
+            scenario.name,
+            column.key(),
+            jiff::Timestamp::now().strftime("%Y%m%dT%H%M%SZ")
+        ));
+        match keep_start(&client, &before, &pods, &start_file).await {
+            Ok(()) => notes.push(format!(
+                "the cluster at the start (what `ebb-controller plan --snapshot` reads): {}",
+                start_file.display()
+            )),
+            Err(e) => eprintln!(
+                "warning: the cluster at the start was not kept in {}: {e:#}",
+                start_file.display()
+            ),
+        }
         let (pack_nodes, pack_pods) = packing::input(
             &before,
             &pods,

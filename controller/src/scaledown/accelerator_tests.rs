@@ -1,5 +1,6 @@
 //! Accelerator nodes judged by their accelerators: CPU-only pods leave GPU nodes for CPU nodes,
-//! busy GPUs keep their node without a simulation, and GPU pods only go where GPUs are.
+//! GPUs over the threshold keep their node without a simulation (at the default of 1 every
+//! accelerator node is simulated), and GPU pods only go where GPUs are.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,12 +20,15 @@ fn t0() -> Timestamp {
 }
 
 /// The default config with cpu and memory judged at 0.5 (the scenarios below put CPU nodes at
-/// 55-60 %, busy at that threshold), so that what is tested is the accelerators' own.
+/// 55-60 %, busy at that threshold), so that what is tested is the accelerators' own, and
+/// accelerators at Cluster Autoscaler's 0.5 (a node over it is kept without a simulation).
 fn half_cpu() -> PlannerConfig {
-    PlannerConfig {
+    let mut cfg = PlannerConfig {
         utilization_threshold: 0.5,
         ..PlannerConfig::default()
-    }
+    };
+    cfg.accelerators.threshold = 0.5;
+    cfg
 }
 
 fn run(s: &mut ClusterSnapshot, cfg: &PlannerConfig) -> Plan {
@@ -201,6 +205,41 @@ fn busy_gpus_keep_their_node_without_a_simulation() {
         reason(&p, "gpu-full"),
         Some(UnremovableReason::NoPlaceToMovePods)
     );
+}
+
+/// `g2`: both GPUs in use by two 1-GPU pods; `g4`: 2 of 4 GPUs in use by one 2-GPU pod; cpu idle
+/// on both, and no CPU node.
+fn full_and_half() -> ClusterSnapshot {
+    snapshot(
+        [gpu_node("g2", 2), gpu_node("g4", 4)],
+        [
+            task("inf-a", "g2", 1, "1"),
+            task("inf-b", "g2", 1, "1"),
+            task("pair", "g4", 2, "1"),
+        ],
+    )
+}
+
+#[test]
+fn at_the_default_a_node_whose_gpus_are_all_in_use_goes_when_its_pods_fit_on_idle_gpus() {
+    let cfg = PlannerConfig::default();
+    assert_eq!(cfg.accelerators.threshold, 1.0, "the default");
+    // g4's 2-GPU pod needs two GPUs on one node: g2 has none free. g2's two 1-GPU pods fit on
+    // g4's two idle GPUs, so g2 goes though both its GPUs are in use.
+    let p = run(&mut full_and_half(), &cfg);
+    assert_eq!(candidates(&p), ["g2"]);
+    let to = destinations(&p);
+    assert_eq!(to["inf-a"], "g4");
+    assert_eq!(to["inf-b"], "g4");
+
+    // At Cluster Autoscaler's 0.5, g2 (1.0) is kept without a simulation, and g4 (0.5) cannot
+    // go: the same idle GPUs stay idle.
+    let mut ca = PlannerConfig::default();
+    ca.accelerators.threshold = 0.5;
+    let p = run(&mut full_and_half(), &ca);
+    assert!(p.candidates.is_empty(), "{:?}", candidates(&p));
+    assert_eq!(reason(&p, "g2"), Some(UnremovableReason::AcceleratorsInUse));
+    assert_eq!(reason(&p, "g4"), Some(UnremovableReason::NoPlaceToMovePods));
 }
 
 /// 8-, 4- and 2-GPU nodes with pods of 1, 2, 4 and 8 GPUs; the accelerator threshold 0.6.

@@ -340,6 +340,14 @@ fn priced_gpu(
     (n, pods)
 }
 
+/// The default config with accelerators judged at Cluster Autoscaler's 0.5 (the default is 1,
+/// which simulates every accelerator node): what the dear-node rule adds to a threshold.
+fn gpu_threshold_half() -> PlannerConfig {
+    let mut cfg = PlannerConfig::default();
+    cfg.accelerators.threshold = 0.5;
+    cfg
+}
+
 fn gpu_snapshot(nodes: Vec<(NodeBuilder, Vec<PodBuilder>)>) -> ClusterSnapshot {
     let (nodes, pods): (Vec<_>, Vec<_>) = nodes.into_iter().unzip();
     snapshot(nodes, pods.into_iter().flatten())
@@ -364,7 +372,7 @@ fn dear_and_cheap(priced: bool) -> ClusterSnapshot {
 #[test]
 fn a_dear_gpu_node_above_the_threshold_moves_onto_cheaper_gpus() {
     // Without prices, `big` is busy (5/8 > 0.5) and kept.
-    let (p, _) = run(&mut dear_and_cheap(false), &PlannerConfig::default());
+    let (p, _) = run(&mut dear_and_cheap(false), &gpu_threshold_half());
     assert!(
         p.candidates.iter().all(|c| c.node != "big"),
         "{:?}",
@@ -375,7 +383,7 @@ fn a_dear_gpu_node_above_the_threshold_moves_onto_cheaper_gpus() {
     // and first (it saves the most per hour): its pods take the room the small nodes and `mid`
     // have, and `mid`'s one pod then has none. Saving `mid` first (10 per evicted pod against
     // 4.8) would leave 24 + 20 = 44 per hour; this keeps 10 + 20 = 30.
-    let (p, _) = run(&mut dear_and_cheap(true), &PlannerConfig::default());
+    let (p, _) = run(&mut dear_and_cheap(true), &gpu_threshold_half());
     let names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
     assert_eq!(names, ["big"]);
     let big = &p.candidates[0];
@@ -402,11 +410,11 @@ fn a_full_dear_gpu_node_goes_when_its_pods_fit_on_cheaper_gpus() {
         }
         gpu_snapshot(nodes)
     };
-    let (p, _) = run(&mut pool(true), &PlannerConfig::default());
+    let (p, _) = run(&mut pool(true), &gpu_threshold_half());
     let names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
     assert_eq!(names, ["full"]);
     assert_eq!(p.candidates[0].moves.len(), 8);
-    let (p, _) = run(&mut pool(false), &PlannerConfig::default());
+    let (p, _) = run(&mut pool(false), &gpu_threshold_half());
     assert!(
         p.candidates.iter().all(|c| c.node != "full"),
         "{:?}",
@@ -432,7 +440,7 @@ fn moved_gpu_pods_go_to_the_cheapest_gpus_first() {
     for i in 0..7 {
         nodes.push(priced_gpu(&format!("small-{i}"), 2, Some(4.0), 1));
     }
-    let (p, _) = run(&mut gpu_snapshot(nodes), &PlannerConfig::default());
+    let (p, _) = run(&mut gpu_snapshot(nodes), &gpu_threshold_half());
     let mut names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
     names.sort_unstable();
     // Fullest first would put one of `a`'s pods on `b` (3 of 4 in use), and keep `b` for it:
@@ -458,7 +466,7 @@ fn in_a_pool_of_one_price_per_gpu_the_accelerator_threshold_holds() {
         priced_gpu("b", 8, Some(24.0), 2),
         priced_gpu("c", 4, Some(12.0), 3),
     ]);
-    let (p, _) = run(&mut s, &PlannerConfig::default());
+    let (p, _) = run(&mut s, &gpu_threshold_half());
     let names: Vec<&str> = p.candidates.iter().map(|c| c.node.as_str()).collect();
     assert_eq!(names, ["b"]);
     for busy in ["a", "c"] {
@@ -495,8 +503,8 @@ proptest! {
         };
         let mut priced = gpu_snapshot(nodes(true));
         let mut plain = gpu_snapshot(nodes(false));
-        let (p0, _) = run(&mut plain, &PlannerConfig::default());
-        let (p1, _) = run(&mut priced, &PlannerConfig::default());
+        let (p0, _) = run(&mut plain, &gpu_threshold_half());
+        let (p1, _) = run(&mut priced, &gpu_threshold_half());
         let busy = |p: &Plan| -> BTreeSet<String> {
             p.unremovable
                 .iter()
@@ -521,7 +529,7 @@ fn the_recheck_of_a_dear_gpu_node_judges_it_against_the_whole_pool() {
     let recheck_big = |priced: bool| {
         super::recheck::recheck(
             &mut dear_and_cheap(priced),
-            &PlannerConfig::default(),
+            &gpu_threshold_half(),
             &PlannerState::default(),
             &BTreeSet::new(),
             "big",

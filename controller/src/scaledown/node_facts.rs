@@ -166,8 +166,10 @@ impl NodeFacts {
     /// node would keep it, where cheaper accelerators could hold them); then nodes
     /// this policy will keep (not governed, or above the threshold) before underutilised ones
     /// it may remove next, so that pods do not land on a node only to hold it back for another
-    /// round and another `unneededTime`; then fullest first (binpacking from the other end of
-    /// the list).
+    /// round and another `unneededTime`; then, when priced, cheapest per hour first (removals
+    /// are tried dearest first, so pods land on the nodes tried last: a pod placed on a dear
+    /// node not tried yet would keep it, where its removal saves the most; a node without a
+    /// price counts as free); then fullest first (binpacking from the other end of the list).
     pub(super) fn destination_order(&self, snap: &ClusterSnapshot) -> Vec<NodeId> {
         let soft_taints: Vec<usize> = (0..snap.node_count() as NodeId)
             .map(|n| {
@@ -183,8 +185,16 @@ impl NodeFacts {
         for &n in &self.governed {
             removable_later[n as usize] = self.loads[n as usize].underutilized();
         }
-        // Sort keys side by side; names (unique) break ties, so the order is total.
-        let mut keyed: Vec<(usize, bool, bool, bool, f64, NodeId)> = (0..snap.node_count()
+        // Sort keys side by side; names (unique) break ties, so the order is total. Without
+        // prices every cost is 0 and the order is the one before prices.
+        let cost = |i: usize| {
+            if self.priced {
+                self.cost[i].unwrap_or(0.0)
+            } else {
+                0.0
+            }
+        };
+        let mut keyed: Vec<(usize, bool, bool, bool, f64, f64, NodeId)> = (0..snap.node_count()
             as NodeId)
             .map(|n| {
                 let i = n as usize;
@@ -194,6 +204,7 @@ impl NodeFacts {
                     load.accelerator,
                     load.dear,
                     removable_later[i],
+                    cost(i),
                     util[i],
                     n,
                 )
@@ -204,10 +215,11 @@ impl NodeFacts {
                 .then_with(|| a.1.cmp(&b.1))
                 .then_with(|| a.2.cmp(&b.2))
                 .then_with(|| a.3.cmp(&b.3))
-                .then_with(|| b.4.total_cmp(&a.4))
-                .then_with(|| snap.node(a.5).name.cmp(&snap.node(b.5).name))
+                .then_with(|| a.4.total_cmp(&b.4))
+                .then_with(|| b.5.total_cmp(&a.5))
+                .then_with(|| snap.node(a.6).name.cmp(&snap.node(b.6).name))
         });
-        keyed.into_iter().map(|k| k.5).collect()
+        keyed.into_iter().map(|k| k.6).collect()
     }
 }
 

@@ -9,6 +9,7 @@ use jiff::Timestamp;
 use super::config::PlannerConfig;
 use super::decisions::{Candidate, Move, Unremovable};
 use super::drainability::{DrainRules, PodDisposition, block_detail, classify, pods_to_move};
+use super::eligibility::Accelerators;
 use super::fit_memory::FitMemory;
 use super::memory::{DestinationHints, NonCandidate, PlannerState, RecentEviction};
 use super::node_facts::NodeFacts;
@@ -27,6 +28,10 @@ pub(super) struct Sim<'a> {
     /// Each node's position in `dest_order` (`None`: never a destination).
     position: Vec<Option<usize>>,
     cursor: HashMap<ClassId, usize>,
+    /// Cursor positions a drain simulation moved, as they were before it (`None`: unset), so
+    /// that a refused drain leaves the pointers where they were: the next node's pods start
+    /// from there, not past nodes whose room that drain only borrowed.
+    cursor_undo: Option<Vec<(ClassId, Option<usize>)>>,
     fits: FitMemory,
     pub new_hints: HashMap<String, HashMap<String, String>>,
 }
@@ -53,6 +58,7 @@ impl<'a> Sim<'a> {
             dest_order,
             position,
             cursor: HashMap::new(),
+            cursor_undo: None,
             fits: FitMemory::new(),
             new_hints: HashMap::new(),
         }
@@ -93,7 +99,10 @@ impl<'a> Sim<'a> {
                 continue;
             }
             if self.checker.check(self.snap, pod, n).is_ok() {
-                self.cursor.insert(class, idx);
+                let was = self.cursor.insert(class, idx);
+                if let Some(undo) = &mut self.cursor_undo {
+                    undo.push((class, was));
+                }
                 return Some(n);
             }
         }
@@ -257,8 +266,11 @@ impl<'a> Sim<'a> {
         self.not_dest[node as usize] = true;
         self.snap.fork();
         self.fits.fork();
+        self.cursor_undo = Some(Vec::new());
         let mut moves = Vec::with_capacity(pods.len());
-        match self.move_pods(name, pods, hints, &mut moves) {
+        let result = self.move_pods(name, pods, hints, &mut moves);
+        let undo = self.cursor_undo.take().unwrap_or_default();
+        match result {
             Ok(()) => {
                 self.snap.commit();
                 self.fits.committed();
@@ -266,6 +278,12 @@ impl<'a> Sim<'a> {
             }
             Err((reason, pod, pod_reason)) => {
                 self.snap.revert();
+                for (class, was) in undo.into_iter().rev() {
+                    match was {
+                        Some(idx) => self.cursor.insert(class, idx),
+                        None => self.cursor.remove(&class),
+                    };
+                }
                 self.not_dest[node as usize] = was_not_dest;
                 // Room is back on the node and where its pods had been placed, nowhere else.
                 let freed = std::iter::once(node).chain(moves.iter().map(|&(_, d)| d));
@@ -280,6 +298,19 @@ impl<'a> Sim<'a> {
             }
         }
     }
+}
+
+/// Orders a node's pods for its drain simulation largest first: most accelerators, then most
+/// cpu, then most memory; equal pods keep their order (by name). Big pods placed first find the
+/// holes only they fit, before small ones split them (a 2-GPU pod needs two free GPUs on one
+/// node; 1-GPU pods placed first may take one of each pair).
+fn largest_first(snap: &ClusterSnapshot, pods: &mut [PodId], acc: &Accelerators) {
+    let size = |p: PodId| {
+        let r = &snap.class_of(p).req.requests;
+        let gpus: i64 = acc.resources.iter().map(|a| r.extended(a)).sum();
+        (gpus, r.cpu_milli, r.memory)
+    };
+    pods.sort_by_key(|&p| std::cmp::Reverse(size(p)));
 }
 
 /// Why the greedy step keeps a node: the reason, the pod to blame, and whether its drain
@@ -354,6 +385,9 @@ pub(super) struct Greedy {
     /// Nodes kept before any simulation for the replacements they received: the look-ahead
     /// does not try them, since those pods were moved already.
     received: BTreeSet<String>,
+    /// Destinations of planned moves whose drain was tried in the pass and failed: the
+    /// look-ahead does not try them again.
+    tried_as_destination: BTreeSet<String>,
 }
 
 /// Most look-ahead rounds per loop ([`Greedy::look_ahead`]).
@@ -368,6 +402,7 @@ impl Greedy {
             .collect();
         Greedy {
             received,
+            tried_as_destination: BTreeSet::new(),
             candidates: Vec::new(),
             unremovable,
             non_candidates: BTreeMap::new(),
@@ -405,9 +440,60 @@ impl Greedy {
             }
             self.evaluated += 1;
             let name = sim.snap.node(node).name.clone();
+            // Priced, removals are tried dearest first, and a node the pods of a dearer one were
+            // planned onto is tried in its turn, as the look-ahead tries it, not after the
+            // cheaper nodes have taken the room its pods would need.
+            if self.used_as_dest[node as usize] && inputs.facts.priced {
+                if self.drain_destination(sim, node, &name, inputs).is_err() {
+                    self.tried_as_destination.insert(name.clone());
+                    let r = Refusal::limit(UnremovableReason::DestinationOfMovedPods);
+                    self.refuse(name, r, inputs.now);
+                }
+                continue;
+            }
             match self.evaluate(sim, node, &name, inputs) {
                 Ok(drained) => self.accept(sim, node, name, inputs, drained),
                 Err(r) => self.refuse(name, r, inputs.now),
+            }
+        }
+    }
+
+    /// Drains `node`, which pods of the candidates were planned onto, as the next loop would
+    /// once they had landed: when it can go, it joins the candidates, and the pods planned onto
+    /// it are planned straight to where its drain puts them, so that nothing is moved twice.
+    fn drain_destination(
+        &mut self,
+        sim: &mut Sim,
+        node: NodeId,
+        name: &str,
+        inputs: &Inputs,
+    ) -> Result<(), Refusal> {
+        // The next loop judges the node with the pods planned onto it.
+        let load = inputs.facts.load(sim.snap, node, inputs.cfg);
+        if !load.underutilized() {
+            return Err(Refusal::limit(load.busy_reason()));
+        }
+        let was = std::mem::replace(&mut self.used_as_dest[node as usize], false);
+        match self.evaluate(sim, node, name, inputs) {
+            Ok(drained) => {
+                let (own, arrived): (Vec<_>, Vec<_>) = drained
+                    .moves
+                    .into_iter()
+                    .partition(|(pod, _)| !self.planned.contains_key(pod));
+                for (pod, to) in arrived {
+                    self.used_as_dest[to as usize] = true;
+                    self.replan(sim, pod, to);
+                }
+                let drained = Drained {
+                    empty: own.is_empty(),
+                    moves: own,
+                };
+                self.accept(sim, node, name.to_string(), inputs, drained);
+                Ok(())
+            }
+            Err(r) => {
+                self.used_as_dest[node as usize] = was;
+                Err(r)
             }
         }
     }
@@ -421,8 +507,13 @@ impl Greedy {
     /// still cannot go keeps its refusal (a hypothetical loop leaves no memory).
     pub fn look_ahead(&mut self, sim: &mut Sim, inputs: &Inputs, watch: &mut dyn Stopwatch) {
         let cfg = inputs.cfg;
-        // Nodes whose drain did not fit in a round: more pods placed does not make them fit.
-        let mut failed: BTreeSet<String> = self.received.clone();
+        // Nodes whose drain did not fit in a round (or in the pass): more pods placed does not
+        // make them fit.
+        let mut failed: BTreeSet<String> = self
+            .received
+            .union(&self.tried_as_destination)
+            .cloned()
+            .collect();
         for _ in 0..LOOKAHEAD_ROUNDS {
             let (retry, keep): (Vec<Unremovable>, Vec<Unremovable>) =
                 std::mem::take(&mut self.unremovable)
@@ -448,36 +539,17 @@ impl Greedy {
                     self.unremovable.push(u);
                     continue;
                 }
-                // The next loop judges the node with the pods planned onto it.
-                let load = inputs.facts.load(sim.snap, node, cfg);
-                if !load.underutilized() {
-                    failed.insert(u.node.clone());
+                // Now a destination of this round's moves: tried again next round.
+                if self.used_as_dest[node as usize] {
                     self.unremovable.push(u);
                     continue;
                 }
-                self.evaluated += 1;
+                if inputs.facts.load(sim.snap, node, cfg).underutilized() {
+                    self.evaluated += 1;
+                }
                 let name = u.node.clone();
-                match self.evaluate(sim, node, &name, inputs) {
-                    Ok(drained) => {
-                        let (own, arrived): (Vec<_>, Vec<_>) = drained
-                            .moves
-                            .into_iter()
-                            .partition(|(pod, _)| !self.planned.contains_key(pod));
-                        for (pod, to) in arrived {
-                            self.used_as_dest[to as usize] = true;
-                            self.replan(sim, pod, to);
-                        }
-                        let drained = Drained {
-                            empty: own.is_empty(),
-                            moves: own,
-                        };
-                        self.accept(sim, node, name, inputs, drained);
-                        added = true;
-                    }
-                    // Now a destination of this round's moves: tried again next round.
-                    Err(r) if r.reason == UnremovableReason::DestinationOfMovedPods => {
-                        self.unremovable.push(u)
-                    }
+                match self.drain_destination(sim, node, &name, inputs) {
+                    Ok(()) => added = true,
                     Err(_) => {
                         failed.insert(u.node.clone());
                         self.unremovable.push(u);
@@ -521,7 +593,7 @@ impl Greedy {
         if self.used_as_dest[node as usize] {
             return Err(Refusal::limit(UnremovableReason::DestinationOfMovedPods));
         }
-        let pods =
+        let mut pods =
             pods_to_move(sim.snap, node, &cfg.rules, &mut sim.pdbs).map_err(|(pod, r)| {
                 Refusal::simulated(
                     UnremovableReason::BlockedByPod,
@@ -530,6 +602,7 @@ impl Greedy {
                 )
                 .with_detail(block_detail(sim.snap, pod, r))
             })?;
+        largest_first(sim.snap, &mut pods, &cfg.accelerators);
         let moves = sim.simulate_drain(node, name, &pods, &inputs.state.hints)?;
         Ok(Drained {
             empty: pods.is_empty(),
