@@ -31,8 +31,16 @@ struct Room {
     gpus: Vec<i64>,
 }
 
+/// The scenario's nodes, in order: the shape of each.
+fn nodes() -> Vec<Shape> {
+    let s = scenario::gpu_pool();
+    (0..s.nodes)
+        .filter_map(|i| s.shape_of(i).cloned())
+        .collect()
+}
+
 impl Room {
-    fn new(shapes: &[&Shape]) -> Self {
+    fn new(shapes: &[Shape]) -> Self {
         let num = |s: &str| -> i64 { s.trim_end_matches("Gi").parse().unwrap_or(0) };
         Room {
             cpu_milli: shapes.iter().map(|s| num(s.cpu) * 1000).collect(),
@@ -89,9 +97,8 @@ fn place(
 /// A start of `gpu-pool`: the scenario's nodes and its pods, laid out by `picks` (the node each
 /// pod goes to among those it fits on) and `halved` (which inference pods the scale-down to 18
 /// deletes among those it ranks alike).
-fn start(picks: &[usize], halved: &[usize]) -> (Vec<&'static Shape>, Vec<Placed>) {
-    let s = Box::leak(Box::new(scenario::gpu_pool()));
-    let shapes: Vec<&'static Shape> = (0..s.nodes).filter_map(|i| s.shape_of(i)).collect();
+fn start(picks: &[usize], halved: &[usize]) -> (Vec<Shape>, Vec<Placed>) {
+    let shapes = nodes();
     let gpu_nodes = shapes.iter().filter(|sh| sh.gpus > 0).count();
     let mut room = Room::new(&shapes);
     // The DaemonSet's pod on every node first (100m, 64Mi: under a GiB, counted as none here).
@@ -161,7 +168,7 @@ fn start(picks: &[usize], halved: &[usize]) -> (Vec<&'static Shape>, Vec<Placed>
 }
 
 /// Each node with its shape and its pods (workload:GPUs), one line a node.
-fn describe(shapes: &[&Shape], pods: &[Placed]) -> String {
+fn describe(shapes: &[Shape], pods: &[Placed]) -> String {
     let mut out = String::new();
     for (n, sh) in shapes.iter().enumerate() {
         let on: Vec<String> = pods
@@ -198,7 +205,7 @@ fn pod(name: &str, node: usize, owners: Value, cpu_milli: i64, memory: &str, gpu
 }
 
 /// The start as the `List` `ebb-controller plan --snapshot` reads.
-fn objects(shapes: &[&Shape], pods: &[Placed]) -> Value {
+fn objects(shapes: &[Shape], pods: &[Placed]) -> Value {
     let mut items: Vec<Value> = shapes
         .iter()
         .enumerate()
@@ -239,7 +246,7 @@ fn objects(shapes: &[&Shape], pods: &[Placed]) -> Value {
 
 /// The versus bench's policy for ebb on `gpu-pool`: the scenario's nodes, its prices, every
 /// other field at its default.
-fn policy(shapes: &[&Shape]) -> ebb_api::ScaleDownPolicySpec {
+fn policy(shapes: &[Shape]) -> ebb_api::ScaleDownPolicySpec {
     let per_hour: serde_json::Map<String, Value> = shapes
         .iter()
         .map(|sh| (sh.name.to_string(), json!(sh.per_hour)))
@@ -254,7 +261,7 @@ fn policy(shapes: &[&Shape]) -> ebb_api::ScaleDownPolicySpec {
 
 /// What ebb's plan keeps per hour, what the cost-first packing keeps (with resources only), and
 /// the plan as `ebb-controller plan` prints it.
-fn kept(shapes: &[&Shape], pods: &[Placed]) -> (f64, f64, String) {
+fn kept(shapes: &[Shape], pods: &[Placed]) -> (f64, f64, String) {
     let list = objects(shapes, pods);
     let file = ebb_controller::cli::plan::input::objects_from_value("start", list.clone())
         .expect("the start reads as a snapshot");
@@ -294,9 +301,9 @@ fn kept(shapes: &[&Shape], pods: &[Placed]) -> (f64, f64, String) {
 /// use or a CPU-only pod that kept it, and the one that could go had both GPUs in use.
 #[test]
 fn the_start_where_half_judged_gpus_kept_a_node_too_many() {
-    // Node index → pods (workload, GPUs) as that cell's start had them; every node also has the
-    // DaemonSet's pod.
-    let layout: [&[(&'static str, i64)]; 28] = [
+    // GPU node index → pods (workload, GPUs) as that cell's start had them; each of the 12 CPU
+    // nodes after them had two web pods, and every node the DaemonSet's pod.
+    let gpu_nodes: [&[(&'static str, i64)]; 16] = [
         &[
             ("etl", 0),
             ("infer", 1),
@@ -328,21 +335,13 @@ fn the_start_where_half_judged_gpus_kept_a_node_too_many() {
         &[("infer", 1), ("web", 0), ("web", 0)],
         &[("infer", 1), ("infer", 1), ("web", 0)],
         &[("etl", 0), ("infer", 1)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
-        &[("web", 0), ("web", 0)],
     ];
-    let s = Box::leak(Box::new(scenario::gpu_pool()));
-    let shapes: Vec<&'static Shape> = (0..s.nodes).filter_map(|i| s.shape_of(i)).collect();
+    let cpu_node: &[(&'static str, i64)] = &[("web", 0), ("web", 0)];
+    let layout = gpu_nodes
+        .iter()
+        .copied()
+        .chain(std::iter::repeat_n(cpu_node, 12));
+    let shapes = nodes();
     let ask = |w: &str| -> (i64, i64) {
         match w {
             "train-8" => (2000, 32),
@@ -353,7 +352,6 @@ fn the_start_where_half_judged_gpus_kept_a_node_too_many() {
         }
     };
     let pods: Vec<Placed> = layout
-        .iter()
         .enumerate()
         .flat_map(|(node, ps)| {
             ps.iter().map(move |&(workload, gpus)| {

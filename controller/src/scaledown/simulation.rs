@@ -28,12 +28,45 @@ pub(super) struct Sim<'a> {
     /// Each node's position in `dest_order` (`None`: never a destination).
     position: Vec<Option<usize>>,
     cursor: HashMap<ClassId, usize>,
-    /// Cursor positions a drain simulation moved, as they were before it (`None`: unset), so
-    /// that a refused drain leaves the pointers where they were: the next node's pods start
-    /// from there, not past nodes whose room that drain only borrowed.
-    cursor_undo: Option<Vec<(ClassId, Option<usize>)>>,
+    /// While a drain is simulated, each kind of pod's pointer before it and the first position
+    /// at which the drain placed that kind, so that a refused drain sets the pointer back to the
+    /// first node with room for them: not past nodes whose room that drain only borrowed, and
+    /// not before nodes scanned in vain (they had no room before the drain either).
+    cursor_undo: Option<Vec<CursorUndo>>,
     fits: FitMemory,
     pub new_hints: HashMap<String, HashMap<String, String>>,
+}
+
+/// One kind of pod's pointer as a drain simulation moved it.
+struct CursorUndo {
+    class: ClassId,
+    /// The pointer before the drain (`None`: the start of the order).
+    was: Option<usize>,
+    /// The first position at which the drain placed this kind.
+    first: usize,
+    /// Whether this kind's fit depends on other pods (inter-pod terms): then a node the drain
+    /// found full may have room once its pods are gone, and the pointer goes back as it was.
+    inter: bool,
+}
+
+impl CursorUndo {
+    /// Where the pointer goes when the drain is refused. `freed`: the positions whose room the
+    /// revert gave back (the drained node and where its pods had been placed). Every other node between the old pointer and `first` was tried for
+    /// this kind in vain and has no more room now, so the scan restarts at the first freed
+    /// position among them, else at `first`.
+    fn reset(&self, freed: &[usize], len: usize) -> usize {
+        let was = self.was.unwrap_or(0);
+        if self.inter || len == 0 {
+            return was;
+        }
+        let ahead = |i: usize| (i + len - was) % len;
+        freed
+            .iter()
+            .copied()
+            .filter(|&f| ahead(f) < ahead(self.first))
+            .min_by_key(|&f| ahead(f))
+            .unwrap_or(self.first)
+    }
 }
 
 /// A pod that could not be moved off a node: why, which pod, and the pod's own reason.
@@ -100,8 +133,15 @@ impl<'a> Sim<'a> {
             }
             if self.checker.check(self.snap, pod, n).is_ok() {
                 let was = self.cursor.insert(class, idx);
-                if let Some(undo) = &mut self.cursor_undo {
-                    undo.push((class, was));
+                if let Some(undo) = &mut self.cursor_undo
+                    && !undo.iter().any(|u| u.class == class)
+                {
+                    undo.push(CursorUndo {
+                        class,
+                        was,
+                        first: idx,
+                        inter,
+                    });
                 }
                 return Some(n);
             }
@@ -278,18 +318,18 @@ impl<'a> Sim<'a> {
             }
             Err((reason, pod, pod_reason)) => {
                 self.snap.revert();
-                for (class, was) in undo.into_iter().rev() {
-                    match was {
-                        Some(idx) => self.cursor.insert(class, idx),
-                        None => self.cursor.remove(&class),
-                    };
-                }
                 self.not_dest[node as usize] = was_not_dest;
                 // Room is back on the node and where its pods had been placed, nowhere else.
-                let freed = std::iter::once(node).chain(moves.iter().map(|&(_, d)| d));
                 let position = &self.position;
-                self.fits
-                    .reverted(freed.filter_map(|n| position[n as usize]));
+                let freed: Vec<usize> = std::iter::once(node)
+                    .chain(moves.iter().map(|&(_, d)| d))
+                    .filter_map(|n| position[n as usize])
+                    .collect();
+                let len = self.dest_order.len();
+                for u in undo {
+                    self.cursor.insert(u.class, u.reset(&freed, len));
+                }
+                self.fits.reverted(freed.iter().copied());
                 Err(Refusal::simulated(
                     reason,
                     self.snap.pod(pod).key(),
