@@ -1052,8 +1052,21 @@ async fn dry_run_writes_nothing_to_nodes_or_pods(backend) {
             .filter(|r| r.user == user && r.resource.starts_with("events"))
             .count()
     };
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let events_before = events_of(&audit(env));
+    // The first loops report what they found (a pod still arriving on a node can change a
+    // reason once); wait for 2 s without an Event, at most 20 s, then measure 4 s more. A
+    // controller that writes an Event every loop never settles and fails here.
+    let mut events_before = events_of(&audit(env));
+    let mut settled = false;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let now = events_of(&audit(env));
+        if now == events_before {
+            settled = true;
+            break;
+        }
+        events_before = now;
+    }
+    assert!(settled, "an Event every 2 s for 20 s: not only on transitions");
     tokio::time::sleep(Duration::from_secs(4)).await;
     let audit = audit(env);
     let event_writes: Vec<String> = audit
