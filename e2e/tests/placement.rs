@@ -443,9 +443,18 @@ async fn deleted_pod_returns_home_also_after_a_controller_restart(backend) {
     )
     .await
     .unwrap();
-    let text = ctl.metrics().await;
     let pinned =
         "ebb_placements_total{namespace=\"default\",placement_history=\"db\",outcome=\"pinned\"}";
+    // The pod shows its release as soon as the patch is applied; the controller counts it when
+    // the patch's answer arrives, a moment later on a loaded machine.
+    let mut text = ctl.metrics().await;
+    for _ in 0..50 {
+        if metric(&text, pinned) >= 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        text = ctl.metrics().await;
+    }
     let anywhere =
         "ebb_placements_total{namespace=\"default\",placement_history=\"db\",outcome=\"anywhere\"}";
     assert_eq!(metric(&text, pinned), 1.0, "{text}");
