@@ -1,6 +1,7 @@
-//! The cached pods by node, by namespace and by the selectors asked about, kept current by the
-//! pod watch: a drain finds its node's pods, and the disruption gate a budget's pods, without a
-//! pass over every pod (or over every pod of a namespace of tens of thousands).
+//! The cached pods by node, by namespace, by the selectors asked about and those held by a
+//! scheduling gate, kept current by the pod watch: a drain finds its node's pods, the disruption
+//! gate a budget's pods and the placement sweep the gated pods, without a pass over every pod
+//! (or over every pod of a namespace of tens of thousands).
 //!
 //! The index only names pods; each lookup reads them from the cache and keeps those that still
 //! match (a re-list does not report the pods it dropped: their names go on the next lookup).
@@ -23,6 +24,16 @@ struct Inner {
     node: HashMap<ObjectRef<CachedPod>, String>,
     /// By namespace, then by who asked (a budget's `namespace/name`): the pods a selector picks.
     selections: HashMap<String, HashMap<String, Selection>>,
+    /// Pods with at least one scheduling gate (few: a gate is lifted within seconds).
+    gated: HashSet<ObjectRef<CachedPod>>,
+}
+
+/// Whether a scheduling gate (anyone's) holds the pod.
+fn has_gates(pod: &CachedPod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
 }
 
 /// The pods of one namespace a selector picks: built by one pass over the namespace when first
@@ -65,6 +76,11 @@ impl PodIndex {
         let ns = pod.namespace().unwrap_or_default();
         let node = node_of(pod).map(str::to_string);
         let mut inner = self.lock();
+        if has_gates(pod) {
+            inner.gated.insert(key.clone());
+        } else {
+            inner.gated.remove(&key);
+        }
         if let Some(selections) = inner.selections.get_mut(&ns) {
             let labels = labels_of(pod);
             for s in selections.values_mut() {
@@ -108,6 +124,7 @@ impl PodIndex {
                 s.members.remove(&key);
             }
         }
+        inner.gated.remove(&key);
         remove(&mut inner.by_namespace, &ns, &key);
         if let Some(old) = inner.node.remove(&key) {
             remove(&mut inner.by_node, &old, &key);
@@ -131,6 +148,22 @@ impl PodIndex {
                 if inner.node.get(k).map(String::as_str) == Some(node) {
                     inner.node.remove(k);
                 }
+            }
+        }
+        found
+    }
+
+    /// The cached pods a scheduling gate holds.
+    pub fn gated(&self, pods: &Store<CachedPod>) -> Vec<Arc<CachedPod>> {
+        if !self.fed {
+            return pods.state_filter(has_gates);
+        }
+        let keys: Vec<ObjectRef<CachedPod>> = self.lock().gated.iter().cloned().collect();
+        let (found, stale) = read(keys, pods, has_gates);
+        if !stale.is_empty() {
+            let mut inner = self.lock();
+            for k in &stale {
+                inner.gated.remove(k);
             }
         }
         found
@@ -269,12 +302,21 @@ mod tests {
     }
 
     fn labelled(ns: &str, name: &str, node: Option<&str>, app: &str) -> CachedPod {
+        gated(ns, name, node, app, false)
+    }
+
+    fn gated(ns: &str, name: &str, node: Option<&str>, app: &str, gate: bool) -> CachedPod {
+        let gates = if gate {
+            serde_json::json!([{"name": "example.com/hold"}])
+        } else {
+            serde_json::json!([])
+        };
         serde_json::from_value(serde_json::json!({
             // As the watch sends them: the cache's keys carry uid and resourceVersion, the
             // index's do not.
             "metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}"), "resourceVersion": "7",
                          "labels": {"app": app}},
-            "spec": {"containers": [], "nodeName": node},
+            "spec": {"containers": [], "nodeName": node, "schedulingGates": gates},
         }))
         .unwrap()
     }
@@ -357,14 +399,14 @@ mod tests {
         /// cache would.
         #[test]
         fn lookups_match_a_pass_over_the_cache(
-            ops in prop::collection::vec((0u8..6, prop::option::of(0u8..3), any::<bool>(), any::<bool>(), prop::bool::weighted(0.2)), 1..60)
+            ops in prop::collection::vec((0u8..6, prop::option::of(0u8..3), any::<bool>(), any::<bool>(), prop::bool::weighted(0.2), any::<bool>()), 1..60)
         ) {
             let (reader, mut writer) = store::<CachedPod>();
             let index = PodIndex::watched();
             let x = app("x");
-            for (i, node, delete, is_x, ask) in ops {
+            for (i, node, delete, is_x, ask, gate) in ops {
                 let ns = if i % 2 == 0 { "even" } else { "odd" };
-                let p = labelled(ns, &format!("p{i}"), node.map(|n| format!("n{n}")).as_deref(), if is_x { "x" } else { "y" });
+                let p = gated(ns, &format!("p{i}"), node.map(|n| format!("n{n}")).as_deref(), if is_x { "x" } else { "y" }, gate);
                 if delete {
                     writer.apply_watcher_event(&Event::Delete(p.clone()));
                     index.deleted(&p);
@@ -387,7 +429,27 @@ mod tests {
                 let want = names(reader.state_filter(|p| p.namespace().as_deref() == Some(ns) && labels_of(p).get("app").map(String::as_str) == Some("x")));
                 prop_assert_eq!(names(index.selected(ns, "budget", &x, &reader)), want);
             }
+            prop_assert_eq!(names(index.gated(&reader)), names(reader.state_filter(has_gates)));
         }
+    }
+
+    #[test]
+    fn a_gated_pod_leaves_the_index_when_its_gates_are_lifted() {
+        let (reader, mut writer) = store::<CachedPod>();
+        let index = PodIndex::watched();
+        let mut apply = |p: CachedPod| {
+            writer.apply_watcher_event(&Event::Apply(p.clone()));
+            index.applied(&p);
+        };
+        apply(gated("a", "held", None, "x", true));
+        apply(gated("a", "free", None, "x", false));
+        assert_eq!(names(index.gated(&reader)), ["held"]);
+        apply(gated("a", "held", None, "x", false));
+        assert!(index.gated(&reader).is_empty());
+        assert!(index.lock().gated.is_empty());
+        // An index nobody feeds finds them in the cache.
+        apply(gated("a", "again", None, "x", true));
+        assert_eq!(names(PodIndex::default().gated(&reader)), ["again"]);
     }
 
     #[test]

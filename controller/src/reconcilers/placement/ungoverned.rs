@@ -42,7 +42,9 @@ pub async fn sweep(ctx: &Context) -> usize {
     if !ctx.leadership.is_leader() {
         return 0;
     }
-    let pods = ctx.stores.pods.state();
+    // The gated pods only (the pod watch keeps them indexed): not a copy of every cached pod
+    // every sweep.
+    let pods = ctx.stores.pod_index.gated(&ctx.stores.pods);
     let gated: HashSet<String> = pods
         .iter()
         .filter(|p| patch::is_gated(p))
