@@ -342,14 +342,21 @@ mod tests {
         out
     }
 
+    /// A pod applied as the watch applies it: to the cache, then to the index.
+    fn watched_apply(
+        writer: &mut kube::runtime::reflector::store::Writer<CachedPod>,
+        index: &PodIndex,
+        p: CachedPod,
+    ) {
+        writer.apply_watcher_event(&Event::Apply(p.clone()));
+        index.applied(&p);
+    }
+
     #[test]
     fn a_pod_moves_with_its_binding_and_goes_with_its_deletion() {
         let (reader, mut writer) = store::<CachedPod>();
         let index = PodIndex::watched();
-        let mut apply = |p: CachedPod| {
-            writer.apply_watcher_event(&Event::Apply(p.clone()));
-            index.applied(&p);
-        };
+        let mut apply = |p: CachedPod| watched_apply(&mut writer, &index, p);
         apply(pod("a", "p1", None));
         apply(pod("a", "p2", Some("n1")));
         apply(pod("b", "p3", Some("n1")));
@@ -437,10 +444,7 @@ mod tests {
     fn a_gated_pod_leaves_the_index_when_its_gates_are_lifted() {
         let (reader, mut writer) = store::<CachedPod>();
         let index = PodIndex::watched();
-        let mut apply = |p: CachedPod| {
-            writer.apply_watcher_event(&Event::Apply(p.clone()));
-            index.applied(&p);
-        };
+        let mut apply = |p: CachedPod| watched_apply(&mut writer, &index, p);
         apply(gated("a", "held", None, "x", true));
         apply(gated("a", "free", None, "x", false));
         assert_eq!(names(index.gated(&reader)), ["held"]);
