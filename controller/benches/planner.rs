@@ -5,9 +5,10 @@
 //! snapshot copy, every pod scanning all nodes with uncached predicates, no hints).
 //! Then the shared cluster model (`model.rs`) at 5,000 and 20,000 nodes against rebuilding the
 //! snapshot every loop. `EBB_BENCH_MODEL_ONLY=1` runs only that part; `EBB_BENCH_MODEL_NODES`
-//! (comma-separated) sets its sizes.
+//! (comma-separated) sets its sizes. Last, the scale bench's cluster (`scale_shape.rs`) planned
+//! loop after loop as its DryRun policy plans it; `EBB_BENCH_SCALE_SHAPE=5000` runs only that.
 
-use std::alloc::{GlobalAlloc, Layout, System};
+use std::alloc::{GlobalAlloc, Layout};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -21,11 +22,14 @@ use ebb_controller::scaledown::eligibility::{self, check_node};
 use ebb_controller::scaledown::pdb::PdbTracker;
 use ebb_controller::scaledown::{InstantStopwatch, Plan, PlannerConfig, PlannerState, plan};
 use ebb_controller::testkit::{node, objects, pdb_min_available, pod};
+use mimalloc::MiMalloc;
 
 #[path = "planner/model.rs"]
 mod model;
+#[path = "planner/scale_shape.rs"]
+mod scale_shape;
 
-/// Counts live bytes and remembers the peak.
+/// Counts live bytes and remembers the peak, allocating with mimalloc as the controller does.
 struct Counting;
 
 static LIVE: AtomicUsize = AtomicUsize::new(0);
@@ -33,7 +37,7 @@ static PEAK: AtomicUsize = AtomicUsize::new(0);
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let p = unsafe { System.alloc(layout) };
+        let p = unsafe { MiMalloc.alloc(layout) };
         if !p.is_null() {
             let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
             PEAK.fetch_max(now, Ordering::Relaxed);
@@ -41,7 +45,7 @@ unsafe impl GlobalAlloc for Counting {
         p
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        unsafe { System.dealloc(ptr, layout) };
+        unsafe { MiMalloc.dealloc(ptr, layout) };
         LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
     }
 }
@@ -223,6 +227,10 @@ fn main() {
         model_summary(&model_nodes);
         return;
     }
+    if let Ok(sizes) = std::env::var("EBB_BENCH_SCALE_SHAPE") {
+        scale_summary(sizes.split(',').filter_map(|n| n.trim().parse().ok()), 10);
+        return;
+    }
     let mut c = Criterion::default()
         .sample_size(10)
         .warm_up_time(Duration::from_secs(1))
@@ -323,6 +331,17 @@ fn main() {
         println!("{s}");
     }
     model_summary(&model_nodes);
+    scale_summary([5000], 5);
+}
+
+/// The scale bench's cluster planned as its DryRun policy plans it (see `scale_shape.rs`).
+fn scale_summary(sizes: impl IntoIterator<Item = usize>, loops: usize) {
+    println!("\n== the scale bench's cluster, planned without a cluster ==");
+    for nodes in sizes {
+        for line in scale_shape::run(nodes, loops) {
+            println!("{line}");
+        }
+    }
 }
 
 /// The shared cluster model against rebuilding a snapshot every loop (see `model.rs`).

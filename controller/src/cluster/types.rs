@@ -76,6 +76,18 @@ impl Resources {
             .map(|i| self.extended[i].1)
             .unwrap_or(0)
     }
+
+    /// Whether `self` asks for at least as much as `other` of every resource: a node without
+    /// room for `other` has none for `self`.
+    pub fn covers(&self, other: &Resources) -> bool {
+        self.cpu_milli >= other.cpu_milli
+            && self.memory >= other.memory
+            && self.ephemeral_storage >= other.ephemeral_storage
+            && other
+                .extended
+                .iter()
+                .all(|(name, v)| self.extended(name) >= *v)
+    }
 }
 
 /// Operator of a label or node-field requirement.
@@ -294,6 +306,19 @@ pub struct SchedRequirements {
     pub affinity: Vec<PodAffinityTerm>,
     pub anti_affinity: Vec<PodAffinityTerm>,
     pub spread: Vec<SpreadConstraint>,
+}
+
+impl SchedRequirements {
+    /// These requirements without their requests and labels: what, besides its size, decides
+    /// where a pod fits when no other pod's position matters (labels only count for inter-pod
+    /// terms, which [`SchedClass::is_inter_pod`] classes have).
+    pub fn placement_shape(&self) -> SchedRequirements {
+        SchedRequirements {
+            labels: BTreeMap::new(),
+            requests: Resources::default(),
+            ..self.clone()
+        }
+    }
 }
 
 /// A scheduling equivalence class.

@@ -110,11 +110,9 @@ pub fn classify(
     }
     if names::is_false(ann.get(names::ANNOTATION_SAFE_TO_EVICT))
         || names::is_false(ann.get(names::CA_ANNOTATION_SAFE_TO_EVICT))
-        || do_not_disrupt(
-            ann.get(names::KARPENTER_DO_NOT_DISRUPT),
-            p.started,
-            jiff::Timestamp::now(),
-        )
+        || ann
+            .get(names::KARPENTER_DO_NOT_DISRUPT)
+            .is_some_and(|v| do_not_disrupt(Some(v), p.started, jiff::Timestamp::now()))
     {
         return PodDisposition::Blocks(BlockingPodReason::NotSafeToEvictAnnotation);
     }
@@ -186,11 +184,16 @@ pub fn pods_to_move(
     pdbs: &mut PdbTracker,
 ) -> Result<Vec<PodId>, (PodId, BlockingPodReason)> {
     let mut pods: Vec<PodId> = snap.pods_on(node).to_vec();
-    pods.sort_by(|a, b| {
+    let by_name = |a: &PodId, b: &PodId| {
         let (a, b) = (snap.pod(*a), snap.pod(*b));
         (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
-    });
-    let mut out = Vec::new();
+    };
+    // A node's pods are mostly in name order already (as listed): checking costs a comparison
+    // per pod, sorting several.
+    if !pods.is_sorted_by(|a, b| by_name(a, b).is_le()) {
+        pods.sort_by(by_name);
+    }
+    let mut out = Vec::with_capacity(pods.len());
     for pod in pods {
         match classify(snap, pod, rules, pdbs) {
             PodDisposition::Stays => {}

@@ -7,10 +7,17 @@
 //! fitted nowhere inside the reverted fork may fit on those nodes alone afterwards, and a
 //! class it knew of before the fork is as it was. So a lookup tries those few nodes, in the
 //! order a scan of every node would have met them, and finds what that scan would have found.
+//!
+//! What holds for a class holds for every larger one of the same shape: a class that asks for
+//! at least as much of every resource, with the same placement requirements otherwise (node
+//! selector, affinity, volumes, tolerations, ports), fits nowhere the smaller one does not. So a
+//! class looked for the first time tries only where such a smaller class may still fit.
 
 use std::collections::HashMap;
 
-use crate::cluster::ClassId;
+use crate::cluster::snapshot::NameHasher;
+use crate::cluster::types::{SchedClass, SchedRequirements};
+use crate::cluster::{ClassId, ClusterSnapshot};
 
 #[cfg(test)]
 thread_local! {
@@ -23,7 +30,10 @@ thread_local! {
 pub(super) struct FitMemory {
     /// Classes that fitted nowhere: the sorted positions of the nodes where they may fit
     /// again (empty: none).
-    only: HashMap<ClassId, Vec<usize>>,
+    only: HashMap<ClassId, Vec<usize>, NameHasher>,
+    /// Classes that fitted nowhere, by their placement shape
+    /// ([`SchedRequirements::placement_shape`]).
+    shapes: HashMap<SchedRequirements, Vec<ClassId>, NameHasher>,
     /// Classes that fitted nowhere since the current drain's fork, with what was known of
     /// them before it.
     in_fork: Vec<(ClassId, Option<Vec<usize>>)>,
@@ -43,10 +53,19 @@ impl FitMemory {
         }
     }
 
-    /// Positions to try for `class`, cyclically from `start` as a scan of every position would
-    /// meet them; `None` when every position must be tried.
-    pub fn positions(&self, class: ClassId, start: usize) -> Option<Vec<usize>> {
-        let only = self.only.get(&class)?;
+    /// Positions to try for `class` (not inter-pod), cyclically from `start` as a scan of every
+    /// position would meet them; `None` when every position must be tried. A class not known
+    /// yet may fit only where a smaller class of its shape that fitted nowhere may fit again.
+    pub fn positions(
+        &self,
+        snap: &ClusterSnapshot,
+        class: ClassId,
+        start: usize,
+    ) -> Option<Vec<usize>> {
+        let only = match self.only.get(&class) {
+            Some(only) => only,
+            None => self.smaller(snap, snap.class(class))?,
+        };
         let split = only.partition_point(|&p| p < start);
         Some(
             only[split..]
@@ -57,12 +76,34 @@ impl FitMemory {
         )
     }
 
-    /// `class` fitted on none of the nodes it may fit on.
-    pub fn fitted_nowhere(&mut self, class: ClassId) {
+    /// Where a class `class` covers (same shape, no larger request of any resource, not
+    /// inter-pod now) may still fit: the fewest such positions.
+    fn smaller(&self, snap: &ClusterSnapshot, class: &SchedClass) -> Option<&Vec<usize>> {
+        if self.shapes.is_empty() {
+            return None;
+        }
+        let shape = class.req.placement_shape();
+        self.shapes
+            .get(&shape)?
+            .iter()
+            .filter(|&&c| {
+                let known = snap.class(c);
+                !known.is_inter_pod() && class.req.requests.covers(&known.req.requests)
+            })
+            .filter_map(|c| self.only.get(c))
+            .min_by_key(|only| only.len())
+    }
+
+    /// `class` (not inter-pod) fitted on none of the nodes it may fit on.
+    pub fn fitted_nowhere(&mut self, snap: &ClusterSnapshot, class: ClassId) {
         if self.off {
             return;
         }
         let before = self.only.insert(class, Vec::new());
+        if before.is_none() {
+            let shape = snap.class(class).req.placement_shape();
+            self.shapes.entry(shape).or_default().push(class);
+        }
         if self.forked {
             self.in_fork.push((class, before));
         }
@@ -109,44 +150,113 @@ impl FitMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testkit::{node, pod, snapshot};
+
+    /// Classes of pods `a` (1 cpu), `b` (2 cpu, other labels) and `c` (1 cpu, `zone: a`
+    /// only), in that order.
+    fn classes() -> (ClusterSnapshot, [ClassId; 3]) {
+        let s = snapshot(
+            [node("n").cpu("8").label("zone", "a")],
+            [
+                pod("a").on("n").cpu("1").label("app", "a"),
+                pod("b").on("n").cpu("2").label("app", "b"),
+                pod("c").on("n").cpu("1").node_selector("zone", "a"),
+            ],
+        );
+        let class = |name: &str| {
+            (0..s.pod_count() as crate::cluster::PodId)
+                .find(|&p| s.pod(p).name == name)
+                .map(|p| s.pod(p).class)
+                .unwrap_or_else(|| panic!("no pod {name}"))
+        };
+        let ids = [class("a"), class("b"), class("c")];
+        assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+        (s, ids)
+    }
 
     #[test]
     fn positions_start_where_a_full_scan_would() {
+        let (s, [a, ..]) = classes();
         let mut m = FitMemory::new();
-        assert_eq!(m.positions(7, 0), None, "unknown class: scan everything");
+        assert_eq!(
+            m.positions(&s, a, 0),
+            None,
+            "unknown class: scan everything"
+        );
         m.fork();
-        m.fitted_nowhere(7);
+        m.fitted_nowhere(&s, a);
         m.reverted([9, 2, 5, 2]);
-        assert_eq!(m.positions(7, 0), Some(vec![2, 5, 9]));
-        assert_eq!(m.positions(7, 5), Some(vec![5, 9, 2]));
-        assert_eq!(m.positions(7, 10), Some(vec![2, 5, 9]));
+        assert_eq!(m.positions(&s, a, 0), Some(vec![2, 5, 9]));
+        assert_eq!(m.positions(&s, a, 5), Some(vec![5, 9, 2]));
+        assert_eq!(m.positions(&s, a, 10), Some(vec![2, 5, 9]));
     }
 
     #[test]
     fn a_revert_narrows_what_was_known_before_the_fork() {
+        let (s, [a, b, _]) = classes();
         let mut m = FitMemory::new();
-        m.fitted_nowhere(1); // outside any fork: nowhere, for good
+        m.fitted_nowhere(&s, a); // outside any fork: nowhere, for good
         m.fork();
-        m.fitted_nowhere(1);
-        m.fitted_nowhere(2);
-        m.fitted_nowhere(2);
+        m.fitted_nowhere(&s, a);
+        m.fitted_nowhere(&s, b);
+        m.fitted_nowhere(&s, b);
         m.reverted([4, 6]);
         assert_eq!(
-            m.positions(1, 0),
+            m.positions(&s, a, 0),
             Some(vec![]),
             "nowhere before the fork: still nowhere"
         );
-        assert_eq!(m.positions(2, 0), Some(vec![4, 6]));
+        assert_eq!(m.positions(&s, b, 0), Some(vec![4, 6]));
         m.fork();
-        m.fitted_nowhere(2);
+        m.fitted_nowhere(&s, b);
         m.reverted([6, 8]);
-        assert_eq!(m.positions(2, 0), Some(vec![6]), "only where both allow");
+        assert_eq!(
+            m.positions(&s, b, 0),
+            Some(vec![6]),
+            "only where both allow"
+        );
         m.fork();
         m.committed();
         assert_eq!(
-            m.positions(2, 0),
+            m.positions(&s, b, 0),
             Some(vec![6]),
             "a kept drain frees nothing"
+        );
+    }
+
+    #[test]
+    fn a_larger_class_of_the_same_shape_is_tried_only_where_the_smaller_may_fit() {
+        let (s, [a, b, c]) = classes();
+        let mut m = FitMemory::new();
+        m.fork();
+        m.fitted_nowhere(&s, b);
+        m.reverted([7]);
+        assert_eq!(
+            m.positions(&s, a, 0),
+            None,
+            "a smaller class than one that fitted nowhere may fit anywhere"
+        );
+        let mut m = FitMemory::new();
+        m.fork();
+        m.fitted_nowhere(&s, a);
+        m.reverted([3, 1]);
+        assert_eq!(
+            m.positions(&s, b, 2),
+            Some(vec![3, 1]),
+            "twice a's cpu, other labels: only where a may fit, from the pointer on"
+        );
+        assert_eq!(
+            m.positions(&s, c, 0),
+            None,
+            "a node selector is another shape"
+        );
+        m.fork();
+        m.fitted_nowhere(&s, b);
+        m.reverted([7]);
+        assert_eq!(
+            m.positions(&s, b, 0),
+            Some(vec![7]),
+            "b's own memory comes first"
         );
     }
 }

@@ -138,3 +138,41 @@ fn a_full_cluster_costs_a_scan_not_a_scan_per_node() {
     );
     assert!(with <= 2 * 200, "one scan, then none: {with} checks");
 }
+
+/// The same full cluster with an owner (and labels) per node, as many clusters have: 200
+/// classes of one size. A class that fitted nowhere tells where every larger class of its shape
+/// may fit, so the first refused drain scans and the others do not.
+#[test]
+fn many_owners_of_one_size_cost_a_scan_not_a_scan_per_owner() {
+    let nodes = (0..200).map(|i| node(&format!("n{i}")).cpu("4"));
+    let pods = (0..200).flat_map(|i| {
+        (0..4).map(move |j| {
+            let app = format!("web-{i}");
+            pod(&format!("p{i}-{j}"))
+                .on(&format!("n{i}"))
+                .cpu(if i % 2 == 0 { "1" } else { "900m" })
+                .label("app", &app)
+                .owned_by_rs(&app)
+        })
+    });
+    let mut s = snapshot(nodes, pods);
+    let scanning = run(&mut s, 1.0, true);
+    let remembering = run(&mut s, 1.0, false);
+    assert!(scanning.candidates.is_empty() && remembering.candidates.is_empty());
+    assert_eq!(decisions(&scanning), decisions(&remembering));
+    let (with, without) = (
+        remembering.simulation.predicate_checks,
+        scanning.simulation.predicate_checks,
+    );
+    eprintln!(
+        "200 full nodes, 200 owners: {with} predicate checks with the memory, {without} scanning"
+    );
+    assert!(
+        without >= 200 * 199,
+        "each node's drain scanned the others: {without}"
+    );
+    assert!(
+        with <= 3 * 200,
+        "a scan for the first class of each size that fails, then none: {with} checks"
+    );
+}

@@ -9,6 +9,11 @@ use jiff::Timestamp;
 
 use super::decisions::Plan;
 use crate::cluster::ClusterSnapshot;
+use crate::cluster::snapshot::NameHasher;
+
+/// One loop's destinations: source node → pod uid → destination node. Looked up and written
+/// for every pod a drain simulation moves, so hashed with the model's [`NameHasher`].
+pub(crate) type HintMap = HashMap<String, HashMap<String, String, NameHasher>, NameHasher>;
 
 /// A pod the actuator evicted, remembered for `recentEvictionWindow`.
 #[derive(Clone, Debug)]
@@ -28,8 +33,8 @@ pub struct NonCandidate {
 /// refreshed for two loops are forgotten.
 #[derive(Clone, Debug, Default)]
 pub struct DestinationHints {
-    current: HashMap<String, HashMap<String, String>>,
-    previous: HashMap<String, HashMap<String, String>>,
+    current: HintMap,
+    previous: HintMap,
 }
 
 impl DestinationHints {
@@ -65,7 +70,7 @@ impl DestinationHints {
         out
     }
 
-    pub(super) fn rotate(&mut self, new: HashMap<String, HashMap<String, String>>) {
+    pub(super) fn rotate(&mut self, new: HintMap) {
         self.previous = std::mem::replace(&mut self.current, new);
     }
 }
@@ -104,7 +109,7 @@ impl PlannerState {
         snap: &ClusterSnapshot,
         out: &Plan,
         non_candidates: BTreeMap<String, NonCandidate>,
-        new_hints: HashMap<String, HashMap<String, String>>,
+        new_hints: HintMap,
     ) {
         self.candidates = out
             .candidates

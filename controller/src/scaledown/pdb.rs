@@ -122,11 +122,13 @@ impl<'a> PdbView<'a> {
         }
     }
 
-    /// Disruptions draining `node` still needs: its pods that must leave and are healthy now.
+    /// Disruptions draining `node` still needs: its pods that must leave and are healthy now
+    /// (a pod no budget covers needs none, and is not classified).
     pub fn needs(&mut self, node: NodeId, rules: &DrainRules) -> Needs {
         let mut needs = Needs::new();
         for &pod in self.snap.pods_on(node) {
-            if !self.healthy(pod)
+            if self.tracker.covering(self.snap, pod).is_empty()
+                || !self.healthy(pod)
                 || classify(self.snap, pod, rules, &mut self.tracker) == PodDisposition::Stays
             {
                 continue;

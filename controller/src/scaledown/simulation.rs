@@ -11,11 +11,12 @@ use super::decisions::{Candidate, Move, Unremovable};
 use super::drainability::{DrainRules, PodDisposition, block_detail, classify, pods_to_move};
 use super::eligibility::Accelerators;
 use super::fit_memory::FitMemory;
-use super::memory::{DestinationHints, NonCandidate, PlannerState, RecentEviction};
+use super::memory::{DestinationHints, HintMap, NonCandidate, PlannerState, RecentEviction};
 use super::node_facts::NodeFacts;
 use super::pdb_coverage::PdbTracker;
 use super::stopwatch::Stopwatch;
 use crate::cluster::build::{VolumeIndex, parse_pod};
+use crate::cluster::snapshot::NameHasher;
 use crate::cluster::{ClassId, ClusterSnapshot, NodeId, PodId, PredicateChecker};
 
 /// Working data of one loop.
@@ -27,14 +28,14 @@ pub(super) struct Sim<'a> {
     dest_order: Vec<NodeId>,
     /// Each node's position in `dest_order` (`None`: never a destination).
     position: Vec<Option<usize>>,
-    cursor: HashMap<ClassId, usize>,
+    cursor: HashMap<ClassId, usize, NameHasher>,
     /// While a drain is simulated, each kind of pod's pointer before it and the first position
     /// at which the drain placed that kind, so that a refused drain sets the pointer back to the
     /// first node with room for them: not past nodes whose room that drain only borrowed, and
     /// not before nodes scanned in vain (they had no room before the drain either).
     cursor_undo: Option<Vec<CursorUndo>>,
     fits: FitMemory,
-    pub new_hints: HashMap<String, HashMap<String, String>>,
+    pub new_hints: HintMap,
 }
 
 /// One kind of pod's pointer as a drain simulation moved it.
@@ -90,10 +91,10 @@ impl<'a> Sim<'a> {
             not_dest,
             dest_order,
             position,
-            cursor: HashMap::new(),
+            cursor: HashMap::default(),
             cursor_undo: None,
             fits: FitMemory::new(),
-            new_hints: HashMap::new(),
+            new_hints: HintMap::default(),
         }
     }
 
@@ -120,7 +121,7 @@ impl<'a> Sim<'a> {
         let start = self.cursor.get(&class).copied().unwrap_or(0);
         // A class that fitted nowhere is tried only where room came back since.
         let positions: Box<dyn Iterator<Item = usize>> = match (!inter)
-            .then(|| self.fits.positions(class, start))
+            .then(|| self.fits.positions(self.snap, class, start))
             .flatten()
         {
             Some(few) => Box::new(few.into_iter()),
@@ -147,7 +148,7 @@ impl<'a> Sim<'a> {
             }
         }
         if !inter {
-            self.fits.fitted_nowhere(class);
+            self.fits.fitted_nowhere(self.snap, class);
         }
         None
     }
@@ -160,8 +161,9 @@ impl<'a> Sim<'a> {
                 m.insert(uid, to);
             }
             None => {
-                self.new_hints
-                    .insert(source.to_string(), HashMap::from([(uid, to)]));
+                let mut m = HashMap::default();
+                m.insert(uid, to);
+                self.new_hints.insert(source.to_string(), m);
             }
         }
     }
@@ -421,7 +423,7 @@ pub(super) struct Greedy {
     used_as_dest: Vec<bool>,
     candidates_per_group: BTreeMap<Option<String>, i64>,
     /// Where each planned move is: candidate index and move index, by the pod moved.
-    planned: HashMap<PodId, (usize, usize)>,
+    planned: HashMap<PodId, (usize, usize), NameHasher>,
     /// Nodes kept before any simulation for the replacements they received: the look-ahead
     /// does not try them, since those pods were moved already.
     received: BTreeSet<String>,
@@ -450,7 +452,7 @@ impl Greedy {
             timed_out: false,
             used_as_dest: vec![false; node_count],
             candidates_per_group: BTreeMap::new(),
-            planned: HashMap::new(),
+            planned: HashMap::default(),
         }
     }
 
@@ -671,7 +673,7 @@ impl Greedy {
             node: name,
         };
         if !d.moves.is_empty() && !sim.new_hints.contains_key(&candidate.node) {
-            let hints = HashMap::with_capacity(d.moves.len());
+            let hints = HashMap::with_capacity_and_hasher(d.moves.len(), NameHasher::default());
             sim.new_hints.insert(candidate.node.clone(), hints);
         }
         let index = self.candidates.len();
