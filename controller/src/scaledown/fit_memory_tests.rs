@@ -108,6 +108,19 @@ proptest! {
     }
 }
 
+/// Plans a cluster where nothing can go, scanning and remembering: the same decisions (no
+/// candidate), and the predicate checks with the memory and without it.
+fn checks_on_a_full_cluster(mut s: ClusterSnapshot) -> (u64, u64) {
+    let scanning = run(&mut s, 1.0, true);
+    let remembering = run(&mut s, 1.0, false);
+    assert!(scanning.candidates.is_empty() && remembering.candidates.is_empty());
+    assert_eq!(decisions(&scanning), decisions(&remembering));
+    (
+        remembering.simulation.predicate_checks,
+        scanning.simulation.predicate_checks,
+    )
+}
+
 /// 200 full nodes of one owner's pods: every drain fails at its first pod, which fits nowhere.
 /// Without the memory each failure scans every node; with it, only where the failed drain had
 /// given room back (nowhere, since its first pod found none).
@@ -122,15 +135,7 @@ fn a_full_cluster_costs_a_scan_not_a_scan_per_node() {
                 .owned_by_rs("web")
         })
     });
-    let mut s = snapshot(nodes, pods);
-    let scanning = run(&mut s, 1.0, true);
-    let remembering = run(&mut s, 1.0, false);
-    assert!(scanning.candidates.is_empty() && remembering.candidates.is_empty());
-    assert_eq!(decisions(&scanning), decisions(&remembering));
-    let (with, without) = (
-        remembering.simulation.predicate_checks,
-        scanning.simulation.predicate_checks,
-    );
+    let (with, without) = checks_on_a_full_cluster(snapshot(nodes, pods));
     eprintln!("200 full nodes: {with} predicate checks with the memory, {without} scanning");
     assert!(
         without >= 200 * 199,
@@ -155,15 +160,7 @@ fn many_owners_of_one_size_cost_a_scan_not_a_scan_per_owner() {
                 .owned_by_rs(&app)
         })
     });
-    let mut s = snapshot(nodes, pods);
-    let scanning = run(&mut s, 1.0, true);
-    let remembering = run(&mut s, 1.0, false);
-    assert!(scanning.candidates.is_empty() && remembering.candidates.is_empty());
-    assert_eq!(decisions(&scanning), decisions(&remembering));
-    let (with, without) = (
-        remembering.simulation.predicate_checks,
-        scanning.simulation.predicate_checks,
-    );
+    let (with, without) = checks_on_a_full_cluster(snapshot(nodes, pods));
     eprintln!(
         "200 full nodes, 200 owners: {with} predicate checks with the memory, {without} scanning"
     );
