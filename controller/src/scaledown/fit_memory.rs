@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 
 use crate::cluster::snapshot::NameHasher;
-use crate::cluster::types::{SchedClass, SchedRequirements};
+use crate::cluster::types::SchedRequirements;
 use crate::cluster::{ClassId, ClusterSnapshot};
 
 #[cfg(test)]
@@ -31,9 +31,15 @@ pub(super) struct FitMemory {
     /// Classes that fitted nowhere: the sorted positions of the nodes where they may fit
     /// again (empty: none).
     only: HashMap<ClassId, Vec<usize>, NameHasher>,
-    /// Classes that fitted nowhere, by their placement shape
-    /// ([`SchedRequirements::placement_shape`]).
-    shapes: HashMap<SchedRequirements, Vec<ClassId>, NameHasher>,
+    /// Per placement shape ([`SchedRequirements::placement_shape`]), the classes that fitted
+    /// nowhere and ask for no more than any other of them (a larger one adds nothing: whatever
+    /// covers it covers the smaller one too), so a lookup compares with a few classes.
+    shapes: Vec<Vec<ClassId>>,
+    /// Each shape's index in `shapes`.
+    shape_index: HashMap<SchedRequirements, usize, NameHasher>,
+    /// Each class's shape index, once looked up (a shape is computed once per class, not per
+    /// pod placed).
+    shape_of: HashMap<ClassId, usize, NameHasher>,
     /// Classes that fitted nowhere since the current drain's fork, with what was known of
     /// them before it.
     in_fork: Vec<(ClassId, Option<Vec<usize>>)>,
@@ -57,15 +63,17 @@ impl FitMemory {
     /// position would meet them; `None` when every position must be tried. A class not known
     /// yet may fit only where a smaller class of its shape that fitted nowhere may fit again.
     pub fn positions(
-        &self,
+        &mut self,
         snap: &ClusterSnapshot,
         class: ClassId,
         start: usize,
     ) -> Option<Vec<usize>> {
-        let only = match self.only.get(&class) {
-            Some(only) => only,
-            None => self.smaller(snap, snap.class(class))?,
+        let known = if self.only.contains_key(&class) {
+            class
+        } else {
+            self.smaller(snap, class)?
         };
+        let only = self.only.get(&known)?;
         let split = only.partition_point(|&p| p < start);
         Some(
             only[split..]
@@ -76,22 +84,39 @@ impl FitMemory {
         )
     }
 
-    /// Where a class `class` covers (same shape, no larger request of any resource, not
-    /// inter-pod now) may still fit: the fewest such positions.
-    fn smaller(&self, snap: &ClusterSnapshot, class: &SchedClass) -> Option<&Vec<usize>> {
-        if self.shapes.is_empty() {
+    /// The index of `class`'s shape in `shapes`.
+    fn shape(&mut self, snap: &ClusterSnapshot, class: ClassId) -> usize {
+        if let Some(&i) = self.shape_of.get(&class) {
+            return i;
+        }
+        let next = self.shapes.len();
+        let i = *self
+            .shape_index
+            .entry(snap.class(class).req.placement_shape())
+            .or_insert(next);
+        if i == next {
+            self.shapes.push(Vec::new());
+        }
+        self.shape_of.insert(class, i);
+        i
+    }
+
+    /// A class that fitted nowhere and that `class` covers (same shape, no larger request of
+    /// any resource, not inter-pod now): the one with the fewest positions left.
+    fn smaller(&mut self, snap: &ClusterSnapshot, class: ClassId) -> Option<ClassId> {
+        if self.only.is_empty() {
             return None;
         }
-        let shape = class.req.placement_shape();
-        self.shapes
-            .get(&shape)?
+        let shape = self.shape(snap, class);
+        let wants = &snap.class(class).req.requests;
+        self.shapes[shape]
             .iter()
-            .filter(|&&c| {
+            .copied()
+            .filter(|&c| {
                 let known = snap.class(c);
-                !known.is_inter_pod() && class.req.requests.covers(&known.req.requests)
+                !known.is_inter_pod() && wants.covers(&known.req.requests)
             })
-            .filter_map(|c| self.only.get(c))
-            .min_by_key(|only| only.len())
+            .min_by_key(|c| self.only.get(c).map_or(usize::MAX, Vec::len))
     }
 
     /// `class` (not inter-pod) fitted on none of the nodes it may fit on.
@@ -101,8 +126,14 @@ impl FitMemory {
         }
         let before = self.only.insert(class, Vec::new());
         if before.is_none() {
-            let shape = snap.class(class).req.placement_shape();
-            self.shapes.entry(shape).or_default().push(class);
+            let shape = self.shape(snap, class);
+            let wants = &snap.class(class).req.requests;
+            let requests = |c: ClassId| &snap.class(c).req.requests;
+            let smallest = &mut self.shapes[shape];
+            if !smallest.iter().any(|&c| wants.covers(requests(c))) {
+                smallest.retain(|&c| !requests(c).covers(wants));
+                smallest.push(class);
+            }
         }
         if self.forked {
             self.in_fork.push((class, before));
