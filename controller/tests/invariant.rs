@@ -128,7 +128,7 @@ proptest! {
             for m in &c.moves {
                 let i: usize = m.pod.trim_start_matches("default/p").parse().unwrap();
                 prop_assert_eq!(&node_names[pods[i].node], &c.node, "a move lists a pod of another node");
-                let to = index[m.to.as_str()];
+                let to = index[&*m.to];
                 prop_assert!(!candidate[to], "{} moves onto candidate {}", m.pod, m.to);
                 at[i] = to;
                 moved[i] = true;

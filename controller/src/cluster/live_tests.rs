@@ -350,6 +350,17 @@ fn check_indexes(s: &ClusterSnapshot) {
         for p in s.pods_on(n) {
             assert_eq!(s.node_of(*p), Some(n));
         }
+        // Drains walk a node's pods in name order without sorting them.
+        let names: Vec<(&str, &str)> = s
+            .pods_on(n)
+            .iter()
+            .map(|p| (s.pod(*p).namespace.as_str(), s.pod(*p).name.as_str()))
+            .collect();
+        assert!(
+            names.is_sorted(),
+            "pods of {} out of name order: {names:?}",
+            s.node(n).name
+        );
     }
     let mut refs = vec![0u32; s.class_count()];
     for p in 0..s.pod_count() as PodId {

@@ -12,8 +12,12 @@ use super::types::{
 /// One reversible change.
 #[derive(Clone, Debug)]
 enum Change {
-    /// The pod was moved; `from` is where it was before.
-    Moved { pod: PodId, from: Option<NodeId> },
+    /// The pod was moved; `from` is where it was before, at index `at` of that node's pods.
+    Moved {
+        pod: PodId,
+        from: Option<NodeId>,
+        at: usize,
+    },
     /// The pod was appended to the snapshot (it is the last pod).
     Added { pod: PodId },
     /// A class was appended (it is the last class); `marked` are the classes its anti-affinity
@@ -269,7 +273,8 @@ impl ClusterSnapshot {
         self.pod_node[pod as usize]
     }
 
-    /// Pods currently placed on a node (terminal pods are never placed).
+    /// Pods currently placed on a node (terminal pods are never placed): in `namespace/name`
+    /// order, except pods placed inside a fork, which follow them.
     pub fn pods_on(&self, node: NodeId) -> &[PodId] {
         &self.node_pods[node as usize]
     }
@@ -333,13 +338,11 @@ impl ClusterSnapshot {
         if from == to {
             return;
         }
-        if let Some(f) = from {
-            self.detach(pod, f);
-        }
+        let at = from.map_or(0, |f| self.detach(pod, f));
         if let Some(t) = to {
             self.attach(pod, t);
         }
-        self.undo.record(Change::Moved { pod, from });
+        self.undo.record(Change::Moved { pod, from, at });
     }
 
     /// Adds a pod that is not in the snapshot (for example one that was just evicted), unplaced.
@@ -436,12 +439,13 @@ impl ClusterSnapshot {
     pub fn revert(&mut self) {
         let mut undo = std::mem::take(&mut self.undo);
         undo.revert(|change| match change {
-            Change::Moved { pod, from } => {
+            Change::Moved { pod, from, at } => {
                 if let Some(cur) = self.pod_node[pod as usize] {
                     self.detach(pod, cur);
                 }
+                // Back where it was: the node's pods are as they were right after it left.
                 if let Some(f) = from {
-                    self.attach(pod, f);
+                    self.attach_at(pod, f, at);
                 }
             }
             Change::Added { pod } => {
@@ -482,26 +486,64 @@ impl ClusterSnapshot {
     }
 
     fn attach(&mut self, pod: PodId, node: NodeId) {
+        // Outside a fork kept in `namespace/name` order, the order drains list pods in:
+        // whoever walks a node's pods in that order (the drain simulation, every loop) need
+        // not sort them. Inside one (a simulated move, reverted or committed within the loop)
+        // appended: searching the place costs more than the few nodes that receive pods and
+        // are then walked sort.
+        let list = &self.node_pods[node as usize];
+        let at = if self.undo.depth() > 0 {
+            list.len()
+        } else {
+            let info = &self.pods[pod as usize];
+            list.partition_point(|p| {
+                let other = &self.pods[*p as usize];
+                (&other.namespace, &other.name) <= (&info.namespace, &info.name)
+            })
+        };
+        self.attach_at(pod, node, at);
+    }
+
+    /// A node's pods in `namespace/name` order, as drains list them; sorted here only when a
+    /// simulation placed some of them.
+    pub fn pods_by_name(&self, node: NodeId) -> Vec<PodId> {
+        let by_name = |a: &PodId, b: &PodId| {
+            let (a, b) = (&self.pods[*a as usize], &self.pods[*b as usize]);
+            (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
+        };
+        let mut pods = self.node_pods[node as usize].clone();
+        if !pods.is_sorted_by(|a, b| by_name(a, b).is_le()) {
+            pods.sort_by(by_name);
+        }
+        pods
+    }
+
+    /// `attach` at index `at` of the node's pods, known to keep their order.
+    fn attach_at(&mut self, pod: PodId, node: NodeId, at: usize) {
         let class = self.pods[pod as usize].class as usize;
         let requests = &self.classes[class].req.requests;
         self.requested[node as usize].add(requests);
         self.usage[node as usize].add(&self.pods[pod as usize], requests, 1);
-        self.node_pods[node as usize].push(pod);
+        let list = &mut self.node_pods[node as usize];
+        list.insert(at.min(list.len()), pod);
         self.pod_node[pod as usize] = Some(node);
         self.generation[node as usize] += 1;
     }
 
-    fn detach(&mut self, pod: PodId, node: NodeId) {
+    /// Takes the pod off the node; returns the index it had in the node's pods.
+    fn detach(&mut self, pod: PodId, node: NodeId) -> usize {
         let class = self.pods[pod as usize].class as usize;
         let requests = &self.classes[class].req.requests;
         self.requested[node as usize].sub(requests);
         self.usage[node as usize].add(&self.pods[pod as usize], requests, -1);
         let list = &mut self.node_pods[node as usize];
-        if let Some(i) = list.iter().rposition(|p| *p == pod) {
+        let at = list.iter().rposition(|p| *p == pod);
+        if let Some(i) = at {
             list.remove(i);
         }
         self.pod_node[pod as usize] = None;
         self.generation[node as usize] += 1;
+        at.unwrap_or(list.len())
     }
 }
 
@@ -539,6 +581,53 @@ mod tests {
         assert_eq!(s.requested(a).cpu_milli, 3000);
         assert_eq!(s.requested(b).cpu_milli, 0);
         assert_eq!(s.fork_depth(), 0);
+    }
+
+    #[test]
+    fn a_nodes_pods_stay_in_name_order_as_pods_arrive_and_leave() {
+        let mut s = snapshot(
+            [node("a").cpu("8"), node("b").cpu("8")],
+            [
+                pod("p3").on("a").cpu("1"),
+                pod("p1").on("b").cpu("1"),
+                pod("p2").on("b").cpu("1"),
+                pod("p0").on("b").cpu("1"),
+            ],
+        );
+        let (a, b) = (s.node_id("a").unwrap(), s.node_id("b").unwrap());
+        let names = |s: &super::ClusterSnapshot, n| {
+            s.pods_on(n)
+                .iter()
+                .map(|p| s.pod(*p).name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&s, b), ["p0", "p1", "p2"]);
+        let id = |s: &super::ClusterSnapshot, name: &str| {
+            s.pod_by_uid(&format!("uid-default-{name}")).unwrap()
+        };
+        // Outside a fork in name order as they arrive.
+        for p in ["p2", "p0"] {
+            let p = id(&s, p);
+            s.place(p, Some(a));
+        }
+        assert_eq!(names(&s, a), ["p0", "p2", "p3"]);
+        assert_eq!(names(&s, b), ["p1"]);
+        // Inside one appended, listed by name all the same, and back in place on revert.
+        s.fork();
+        let p1 = id(&s, "p1");
+        s.place(p1, Some(a));
+        let p0 = id(&s, "p0");
+        s.place(p0, Some(b));
+        assert_eq!(names(&s, a), ["p2", "p3", "p1"]);
+        let by_name: Vec<_> = s
+            .pods_by_name(a)
+            .iter()
+            .map(|p| s.pod(*p).name.clone())
+            .collect();
+        assert_eq!(by_name, ["p1", "p2", "p3"]);
+        s.revert();
+        assert_eq!(names(&s, a), ["p0", "p2", "p3"]);
+        assert_eq!(names(&s, b), ["p1"]);
     }
 
     #[test]

@@ -79,7 +79,7 @@ fn destinations(p: &Plan) -> BTreeMap<String, String> {
         .map(|m| {
             (
                 m.pod.trim_start_matches("default/").to_string(),
-                m.to.clone(),
+                m.to.to_string(),
             )
         })
         .collect()
@@ -353,7 +353,7 @@ proptest! {
             .candidates
             .iter()
             .flat_map(|c| &c.moves)
-            .map(|m| (m.uid.as_str(), m.to.as_str()))
+            .map(|m| (&*m.uid, &*m.to))
             .collect();
         for pid in 0..s.pod_count() as u32 {
             let info = s.pod(pid);

@@ -132,7 +132,11 @@ fn a_gpu_node_to_drain_goes_before_empty_small_nodes_when_it_saves_more_per_pod(
         .iter()
         .find(|c| c.node == "z-gpu")
         .expect("candidate");
-    assert!(gpu.moves.iter().all(|m| m.to == "keep"), "{:?}", gpu.moves);
+    assert!(
+        gpu.moves.iter().all(|m| &*m.to == "keep"),
+        "{:?}",
+        gpu.moves
+    );
     assert_eq!(gpu.hourly_cost, Some(GPU_PRICE));
 }
 
@@ -388,7 +392,7 @@ fn a_dear_gpu_node_above_the_threshold_moves_onto_cheaper_gpus() {
     assert_eq!(names, ["big"]);
     let big = &p.candidates[0];
     assert_eq!(big.moves.len(), 5);
-    assert!(big.moves.iter().all(|m| m.to != "big"));
+    assert!(big.moves.iter().all(|m| &*m.to != "big"));
     let cost = p.cost.expect("priced");
     assert!(close(cost.removed_per_hour, 24.0), "{cost:?}");
     assert!(close(cost.kept_per_hour, 30.0), "{cost:?}");

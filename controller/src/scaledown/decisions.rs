@@ -7,6 +7,8 @@ use std::time::Duration;
 use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
 use jiff::Timestamp;
 
+use std::sync::Arc;
+
 use crate::cluster::{ClusterSnapshot, NodeId};
 
 /// A pod move in the plan.
@@ -14,9 +16,10 @@ use crate::cluster::{ClusterSnapshot, NodeId};
 pub struct Move {
     /// `namespace/name`.
     pub pod: String,
-    pub uid: String,
-    /// Destination node.
-    pub to: String,
+    /// Shared with the planner's destination hints (written for every move of every loop).
+    pub uid: Arc<str>,
+    /// Destination node, shared likewise.
+    pub to: Arc<str>,
 }
 
 /// A node in the candidate set.

@@ -183,16 +183,7 @@ pub fn pods_to_move(
     rules: &DrainRules,
     pdbs: &mut PdbTracker,
 ) -> Result<Vec<PodId>, (PodId, BlockingPodReason)> {
-    let mut pods: Vec<PodId> = snap.pods_on(node).to_vec();
-    let by_name = |a: &PodId, b: &PodId| {
-        let (a, b) = (snap.pod(*a), snap.pod(*b));
-        (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
-    };
-    // A node's pods are mostly in name order already (as listed): checking costs a comparison
-    // per pod, sorting several.
-    if !pods.is_sorted_by(|a, b| by_name(a, b).is_le()) {
-        pods.sort_by(by_name);
-    }
+    let pods = snap.pods_by_name(node);
     let mut out = Vec::with_capacity(pods.len());
     for pod in pods {
         match classify(snap, pod, rules, pdbs) {

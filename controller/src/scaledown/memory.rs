@@ -2,6 +2,7 @@
 //! non-candidate sets, destination hints and recent evictions, as the seed document names them.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use crate::cluster::CachedPod;
 use ebb_api::reasons::UnremovableReason;
@@ -12,8 +13,9 @@ use crate::cluster::ClusterSnapshot;
 use crate::cluster::snapshot::NameHasher;
 
 /// One loop's destinations: source node → pod uid → destination node. Looked up and written
-/// for every pod a drain simulation moves, so hashed with the model's [`NameHasher`].
-pub(crate) type HintMap = HashMap<String, HashMap<String, String, NameHasher>, NameHasher>;
+/// for every pod a drain simulation moves, so hashed with the model's [`NameHasher`]; the uid
+/// and destination are the plan's own strings, shared.
+pub(crate) type HintMap = HashMap<String, HashMap<Arc<str>, Arc<str>, NameHasher>, NameHasher>;
 
 /// A pod the actuator evicted, remembered for `recentEvictionWindow`.
 #[derive(Clone, Debug)]
@@ -44,7 +46,7 @@ impl DestinationHints {
             .get(source)
             .and_then(|m| m.get(uid))
             .or_else(|| self.previous.get(source).and_then(|m| m.get(uid)))
-            .map(String::as_str)
+            .map(|to| &**to)
     }
 
     /// Number of hints in the newest generation.

@@ -88,7 +88,12 @@ fn eligible_nodes(
             Err(reason) => unremovable.push(Unremovable::node(snap, n, reason)),
         }
     }
-    let was = |n: &NodeId| !previous.contains_key(&snap.node(*n).name);
+    // Whether each node was no candidate last loop, looked up once (not per comparison).
+    let mut new_candidate = vec![false; snap.node_count()];
+    for &n in &eligible {
+        new_candidate[n as usize] = !previous.contains_key(&snap.node(n).name);
+    }
+    let was = |n: &NodeId| new_candidate[*n as usize];
     if facts.priced {
         let saving: BTreeMap<NodeId, Option<f64>> = eligible
             .iter()

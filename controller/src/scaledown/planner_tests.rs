@@ -102,7 +102,7 @@ fn candidates_are_removable_together() {
     );
     for c in &p.candidates {
         assert_eq!(c.moves.len(), 1);
-        assert_eq!(c.moves[0].to, "big");
+        assert_eq!(&*c.moves[0].to, "big");
     }
     // The snapshot is left as it was.
     assert_eq!(s.requested(s.node_id("big").unwrap()).cpu_milli, 6000);
@@ -141,7 +141,7 @@ fn destinations_without_soft_taints_come_before_fuller_ones() {
         let mut s = snapshot(nodes(soft), pods());
         let p = run(&mut s, &cfg, t(0), &mut PlannerState::default());
         assert_eq!(names(&p), ["src"]);
-        p.candidates[0].moves[0].to.clone()
+        p.candidates[0].moves[0].to.to_string()
     };
     assert_eq!(dest(true), "roomy");
     assert_eq!(
@@ -171,7 +171,7 @@ fn hints_are_tried_first_and_age_out() {
     let cfg = PlannerConfig::default();
     let mut state = PlannerState::default();
     let p = run(&mut s, &cfg, t(0), &mut state);
-    assert_eq!(p.candidates[0].moves[0].to, "x", "fullest node first");
+    assert_eq!(&*p.candidates[0].moves[0].to, "x", "fullest node first");
     assert_eq!(state.hints.get("src", "uid-default-m"), Some("x"));
     // Now y is fuller than x: a fresh search would pick y, the hint keeps x.
     let mut s = snapshot(
@@ -183,9 +183,9 @@ fn hints_are_tried_first_and_age_out() {
         ],
     );
     let p = run(&mut s, &cfg, t(1), &mut state);
-    assert_eq!(p.candidates[0].moves[0].to, "x", "the hint wins");
+    assert_eq!(&*p.candidates[0].moves[0].to, "x", "the hint wins");
     let p_fresh = run(&mut s, &cfg, t(1), &mut PlannerState::default());
-    assert_eq!(p_fresh.candidates[0].moves[0].to, "y");
+    assert_eq!(&*p_fresh.candidates[0].moves[0].to, "y");
     // Two loops where src is not simulated (made busy): the hint ages out.
     let mut busy = snapshot(
         nodes(),
@@ -600,7 +600,7 @@ fn pods_go_to_nodes_the_policy_keeps_before_nodes_it_may_remove_next() {
         p.candidates
             .iter()
             .flat_map(|c| &c.moves)
-            .all(|m| m.to == "k"),
+            .all(|m| &*m.to == "k"),
         "{p:?}"
     );
 }
@@ -656,12 +656,9 @@ fn the_plan_reaches_the_final_count_in_one_wave_and_moves_nothing_twice() {
     let mut moved = std::collections::BTreeSet::new();
     for c in &p.candidates {
         for m in &c.moves {
-            assert!(
-                !gone.contains(&m.to.as_str()),
-                "{m:?} lands on a node that goes"
-            );
+            assert!(!gone.contains(&&*m.to), "{m:?} lands on a node that goes");
             assert!(moved.insert(m.pod.clone()), "{} is planned twice", m.pod);
-            *load.get_mut(m.to.as_str()).unwrap() += size(&m.pod);
+            *load.get_mut(&*m.to).unwrap() += size(&m.pod);
         }
     }
     assert_eq!(moved.len(), 4, "a0, a1, a2 and d0 move: {:?}", p.candidates);

@@ -2,6 +2,7 @@
 //! recently evicted pods, then greedily growing the set of nodes removable all at once.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
 use jiff::Timestamp;
@@ -36,6 +37,8 @@ pub(super) struct Sim<'a> {
     cursor_undo: Option<Vec<CursorUndo>>,
     fits: FitMemory,
     pub new_hints: HintMap,
+    /// Destination names as the plan shares them (made once per destination, not per move).
+    dest_names: Vec<Option<Arc<str>>>,
 }
 
 /// One kind of pod's pointer as a drain simulation moved it.
@@ -95,6 +98,7 @@ impl<'a> Sim<'a> {
             cursor_undo: None,
             fits: FitMemory::new(),
             new_hints: HintMap::default(),
+            dest_names: Vec::new(),
         }
     }
 
@@ -153,19 +157,29 @@ impl<'a> Sim<'a> {
         None
     }
 
-    fn hint(&mut self, source: &str, pod: PodId, dest: NodeId) {
-        let uid = self.snap.pod(pod).uid.clone();
-        let to = self.snap.node(dest).name.clone();
+    /// Remembers `dest` for `pod` of `source`; returns the pod's uid and the destination's
+    /// name as the hint holds them, for the plan to share.
+    fn hint(&mut self, source: &str, pod: PodId, dest: NodeId) -> (Arc<str>, Arc<str>) {
+        let uid: Arc<str> = Arc::from(self.snap.pod(pod).uid.as_str());
+        let i = dest as usize;
+        if self.dest_names.len() <= i {
+            self.dest_names.resize(i + 1, None);
+        }
+        let to = self.dest_names[i]
+            .get_or_insert_with(|| Arc::from(self.snap.node(dest).name.as_str()))
+            .clone();
+        let entry = (uid.clone(), to.clone());
         match self.new_hints.get_mut(source) {
             Some(m) => {
-                m.insert(uid, to);
+                m.insert(entry.0, entry.1);
             }
             None => {
                 let mut m = HashMap::default();
-                m.insert(uid, to);
+                m.insert(entry.0, entry.1);
                 self.new_hints.insert(source.to_string(), m);
             }
         }
+        (uid, to)
     }
 
     /// Step 1: pods left on nodes being deleted must still fit elsewhere. True when one fits
@@ -183,12 +197,7 @@ impl<'a> Sim<'a> {
             };
             // In name order, as drains list them: not in the order the pods reached the
             // snapshot, which the watches decide.
-            let mut pods: Vec<PodId> = self.snap.pods_on(node).to_vec();
-            pods.sort_by(|a, b| {
-                let (a, b) = (self.snap.pod(*a), self.snap.pod(*b));
-                (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
-            });
-            for pod in pods {
+            for pod in self.snap.pods_by_name(node) {
                 if classify(self.snap, pod, rules, &mut self.pdbs) == PodDisposition::Stays {
                     continue;
                 }
@@ -609,9 +618,8 @@ impl Greedy {
         let Some(&(c, m)) = self.planned.get(&pod) else {
             return;
         };
-        let dest = sim.snap.node(to).name.clone();
         let source = self.candidates[c].node.clone();
-        sim.hint(&source, pod, to);
+        let (_, dest) = sim.hint(&source, pod, to);
         self.candidates[c].moves[m].to = dest;
     }
 
@@ -679,13 +687,12 @@ impl Greedy {
         let index = self.candidates.len();
         for (pod, to) in d.moves {
             self.used_as_dest[to as usize] = true;
-            sim.hint(&candidate.node, pod, to);
+            let (uid, to) = sim.hint(&candidate.node, pod, to);
             self.planned.insert(pod, (index, candidate.moves.len()));
-            let p = sim.snap.pod(pod);
             candidate.moves.push(Move {
-                pod: p.key(),
-                uid: p.uid.clone(),
-                to: sim.snap.node(to).name.clone(),
+                pod: sim.snap.pod(pod).key(),
+                uid,
+                to,
             });
         }
         self.candidates.push(candidate);

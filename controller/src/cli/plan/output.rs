@@ -111,7 +111,7 @@ impl PlanOut {
                         .iter()
                         .map(|m| MoveOut {
                             pod: m.pod.clone(),
-                            to: m.to.clone(),
+                            to: m.to.to_string(),
                         })
                         .collect(),
                     throttled: sel
@@ -165,7 +165,7 @@ pub fn table(plan: &Plan, sel: &Selection) -> String {
         let (decision, detail) = if sel.empty.contains(&c.node) {
             ("delete".to_string(), "empty".to_string())
         } else if sel.drain.contains(&c.node) {
-            let mut dests: Vec<&str> = c.moves.iter().map(|m| m.to.as_str()).collect();
+            let mut dests: Vec<&str> = c.moves.iter().map(|m| &*m.to).collect();
             dests.sort();
             dests.dedup();
             (

@@ -148,7 +148,7 @@ async fn start_drains(
         let destinations: BTreeMap<String, String> = candidate
             .iter()
             .flat_map(|c| c.moves.iter())
-            .map(|m| (m.uid.clone(), m.to.clone()))
+            .map(|m| (m.uid.to_string(), m.to.to_string()))
             .collect();
         let to_drain = NodeToDrain {
             name: node,

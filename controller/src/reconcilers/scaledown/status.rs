@@ -371,7 +371,7 @@ mod tests {
             moves: (0..moves)
                 .map(|i| Move {
                     pod: format!("default/p{i}"),
-                    uid: format!("u{i}"),
+                    uid: format!("u{i}").into(),
                     to: "x".into(),
                 })
                 .collect(),
