@@ -902,9 +902,10 @@ async fn wait_quiet(
         loop {
             match tokio::time::timeout(quiet, stream.next()).await {
                 Err(_) => return Ok((events, start.elapsed())),
+                // The watch failed (an expired version arrives as an error event) or ended
+                // (its timeout): watched again from now.
+                Ok(Some(Ok(kube::api::WatchEvent::Error(_)) | Err(_)) | None) => break,
                 Ok(Some(Ok(_))) => events += 1,
-                // The watch ended or failed (expired version, timeout): watched again from now.
-                Ok(Some(Err(_)) | None) => break,
             }
             if start.elapsed() >= max {
                 break;

@@ -489,31 +489,30 @@ impl ClusterSnapshot {
         // Outside a fork kept in `namespace/name` order, the order drains list pods in:
         // whoever walks a node's pods in that order (the drain simulation, every loop) need
         // not sort them. Inside one (a simulated move, reverted or committed within the loop)
-        // appended: searching the place costs more than the few nodes that receive pods and
-        // are then walked sort.
+        // appended: searching the place costs more than sorting the few nodes that receive
+        // pods and are then walked.
         let list = &self.node_pods[node as usize];
         let at = if self.undo.depth() > 0 {
             list.len()
         } else {
-            let info = &self.pods[pod as usize];
-            list.partition_point(|p| {
-                let other = &self.pods[*p as usize];
-                (&other.namespace, &other.name) <= (&info.namespace, &info.name)
-            })
+            let key = self.name_key(pod);
+            list.partition_point(|p| self.name_key(*p) <= key)
         };
         self.attach_at(pod, node, at);
+    }
+
+    /// What a node's pods are ordered by: `namespace/name`.
+    fn name_key(&self, pod: PodId) -> (&str, &str) {
+        let p = &self.pods[pod as usize];
+        (&p.namespace, &p.name)
     }
 
     /// A node's pods in `namespace/name` order, as drains list them; sorted here only when a
     /// simulation placed some of them.
     pub fn pods_by_name(&self, node: NodeId) -> Vec<PodId> {
-        let by_name = |a: &PodId, b: &PodId| {
-            let (a, b) = (&self.pods[*a as usize], &self.pods[*b as usize]);
-            (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name))
-        };
         let mut pods = self.node_pods[node as usize].clone();
-        if !pods.is_sorted_by(|a, b| by_name(a, b).is_le()) {
-            pods.sort_by(by_name);
+        if !pods.is_sorted_by_key(|p| self.name_key(*p)) {
+            pods.sort_by_key(|p| self.name_key(*p));
         }
         pods
     }

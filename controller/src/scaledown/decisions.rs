@@ -2,12 +2,11 @@
 //! nodes that stay with their reasons, and the figures of the simulation.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ebb_api::reasons::{BlockingPodReason, UnremovableReason};
 use jiff::Timestamp;
-
-use std::sync::Arc;
 
 use crate::cluster::{ClusterSnapshot, NodeId};
 

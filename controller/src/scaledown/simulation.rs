@@ -168,17 +168,12 @@ impl<'a> Sim<'a> {
         let to = self.dest_names[i]
             .get_or_insert_with(|| Arc::from(self.snap.node(dest).name.as_str()))
             .clone();
-        let entry = (uid.clone(), to.clone());
+        // Looked up by `&str` first: the source's name is copied once, not per move.
         match self.new_hints.get_mut(source) {
-            Some(m) => {
-                m.insert(entry.0, entry.1);
-            }
-            None => {
-                let mut m = HashMap::default();
-                m.insert(entry.0, entry.1);
-                self.new_hints.insert(source.to_string(), m);
-            }
+            Some(m) => m,
+            None => self.new_hints.entry(source.to_string()).or_default(),
         }
+        .insert(uid.clone(), to.clone());
         (uid, to)
     }
 
