@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -116,7 +117,7 @@ impl Scaler {
     pub fn settings_line(self, s: &Settings) -> String {
         match self {
             Scaler::Ebb => format!(
-                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}{}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); steering on (the chart's webhook configuration, served by the controller); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter {} (its log level: EBB_VERSUS_EBB_LOG_FILTER)",
+                "ebb {}: ScaleDownPolicy with nodeSelector {GROUP_LABEL}={GROUP} (the scenario's nodes) and mode DrainAndDelete (the default, DryRun, removes nothing); matched: scanInterval {}, unneededTime {}, maxScaleDownParallelism {}, maxDrainParallelism {}, utilizationThreshold {}{}; every other field at its default (minNodesPerGroup {}, evictionRetryInterval 10s, maxPodEvictionTime 2m, ...); steering on (the chart's webhook configuration, served by the controller); the controller started before the clock, which starts when the policy is created (as Karpenter runs before its clock starts); controller flags at their defaults except what running out of cluster needs (--leader-election false, --namespace ebb-system, --identity, --metrics-addr 127.0.0.1:0) and --log-filter {} (its log level: EBB_VERSUS_EBB_LOG_FILTER)",
                 env!("CARGO_PKG_VERSION"),
                 secs(s.scan_interval),
                 secs(s.unneeded_time),
@@ -395,12 +396,11 @@ pub fn unavailable(column: Column) -> Option<String> {
     }
 }
 
-async fn start_ebb(
-    env: &TestEnv,
-    scenario: &Scenario,
-    s: &Settings,
-    karpenter: bool,
-) -> anyhow::Result<Running> {
+/// Starts ebb before a cell's clock: its CRDs, its namespace and the controller, until it acts
+/// (it has registered the steering webhook, which it does once its caches synced and start-up
+/// recovery is done). A platform team's controller runs before a cluster has nodes to spare, as
+/// Karpenter runs before its own clock starts; the clock starts when [`create_policy`] is called.
+async fn start_ebb(env: &TestEnv, karpenter: bool) -> anyhow::Result<Running> {
     let c = env.client.clone();
     for crd in ebb_api::crdgen::crds() {
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -439,6 +439,29 @@ async fn start_ebb(
     }
     let mut child = env.spawn_binary("ebb-controller", &args)?;
     let log = child.capture_output();
+    // The chart's configuration, installed before (`run_on`), which the controller points at
+    // itself.
+    let hook = ebb_e2e::rbac::steering_webhook()?
+        .first()
+        .and_then(|d| d["metadata"]["name"].as_str().map(str::to_string))
+        .context("the chart has no steering webhook configuration")?;
+    let hooks = Api::<MutatingWebhookConfiguration>::all(c.clone());
+    wait_for(
+        "ebb to register the steering webhook (it acts from then on)",
+        Duration::from_secs(60),
+        || async {
+            let cfg = hooks.get_opt(&hook).await.ok()??;
+            let cc = cfg.webhooks?.into_iter().next()?.client_config;
+            (cc.url.is_some() && cc.ca_bundle.is_some() && cc.service.is_none()).then_some(())
+        },
+    )
+    .await?;
+    Ok(Running { child, log })
+}
+
+/// Creates ebb's policy for `scenario`: the start of an ebb cell's clock.
+async fn create_policy(env: &TestEnv, scenario: &Scenario, s: &Settings) -> anyhow::Result<()> {
+    let c = env.client.clone();
     // The matched settings only: every other field (removal among them: absent means method
     // Auto) at its default.
     let mut spec = json!({"nodeSelector": {"matchLabels": {GROUP_LABEL: GROUP}}, "mode": "DrainAndDelete",
@@ -473,7 +496,7 @@ async fn start_ebb(
         },
     )
     .await?;
-    Ok(Running { child, log })
+    Ok(())
 }
 
 async fn scenario_nodes(client: &kube::Client) -> anyhow::Result<Vec<Node>> {
@@ -814,8 +837,14 @@ pub async fn run_on(
     let karpenter_cpu = |k: &Option<ebb_e2e::karpenter::Karpenter>| {
         k.as_ref().and_then(|k| k.pid()).and_then(cpu_seconds_of)
     };
+    // ebb runs before the clock starts, as Karpenter does; its clock starts with its policy.
+    let running = match column.scaler {
+        Scaler::Ebb => Some(start_ebb(&env, column.nodes.karpenter()).await?),
+        Scaler::Karpenter | Scaler::ClusterAutoscaler => None,
+    };
+    // CPU from the clock's start (ebb's start-up and Karpenter's launches before it not counted).
     let karpenter_cpu0 = karpenter_cpu(&karpenter);
-
+    let ebb_cpu0 = running.as_ref().and_then(Running::cpu_seconds);
     let started_at = jiff::Timestamp::now();
     let t0 = Instant::now();
     // The name the audit log records for the scaler's own writes.
@@ -834,10 +863,9 @@ pub async fn run_on(
         )
         .await?;
     }
-    let running = match column.scaler {
-        Scaler::Ebb => Some(start_ebb(&env, scenario, settings, column.nodes.karpenter()).await?),
-        Scaler::Karpenter | Scaler::ClusterAutoscaler => None,
-    };
+    if running.is_some() {
+        create_policy(&env, scenario, settings).await?;
+    }
     // The scaler's log of this cell (Cluster Autoscaler's as it runs, ebb's once it ends).
     let scaler_log = log_dir().join(format!(
         "{}-{}-{}.log",
@@ -910,7 +938,7 @@ pub async fn run_on(
         .zip(karpenter_cpu0)
         .map(|(b, a)| b - a);
     let cpu_seconds = match (&running, &ca) {
-        (Some(r), _) => r.cpu_seconds(),
+        (Some(r), _) => r.cpu_seconds().zip(ebb_cpu0).map(|(b, a)| b - a),
         (None, Some(c)) => c.pid().and_then(cpu_seconds_of),
         (None, None) => karpenter_cpu_seconds,
     };
