@@ -254,6 +254,26 @@ pub async fn install_steering_webhook(client: &kube::Client) -> anyhow::Result<(
     Ok(())
 }
 
+/// The URL the chart's steering webhook configuration calls once a controller registered
+/// itself there (a URL with a CA bundle, the chart's Service replaced); `None` before that.
+pub async fn steering_registered_url(client: &kube::Client) -> Option<String> {
+    use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
+    let name = crate::rbac::steering_webhook()
+        .ok()?
+        .first()?
+        .pointer("/metadata/name")?
+        .as_str()?
+        .to_string();
+    let cfg = Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .get_opt(&name)
+        .await
+        .ok()??;
+    let cc = cfg.webhooks?.into_iter().next()?.client_config;
+    (cc.ca_bundle.is_some() && cc.service.is_none())
+        .then_some(cc.url)
+        .flatten()
+}
+
 /// The annotation the real backend's kwok stages keep a pod Running but never Ready by
 /// (`e2e/k8s/cluster.sh`), as ebb-sim's `sim.ebb.dev/fail-start` does.
 pub const NEVER_READY: &str = "ebb.dev/e2e-never-ready";

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ebb_e2e::harness::{Backend, ChildProcess, wait_for, workspace_binary};
-use ebb_e2e::setup::{Cluster, Controller, NodeGroup, fetch_metrics, metrics_address, strip_ansi};
+use ebb_e2e::setup::{
+    Cluster, Controller, NodeGroup, fetch_metrics, metrics_address, steering_registered_url,
+    strip_ansi,
+};
 use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
@@ -31,15 +34,11 @@ async fn cluster() -> Cluster {
 
 /// Waits until the configuration calls `url` with a CA bundle (the leader registered).
 async fn wait_registered(c: &Cluster, url: &str) {
-    let api: Api<MutatingWebhookConfiguration> = Api::all(c.client().clone());
     wait_for(
         &format!("the webhook configuration pointed at {url}"),
         Duration::from_secs(60),
         || async {
-            let cfg = api.get_opt("ebb-steering").await.ok()??;
-            let cc = cfg.webhooks?.into_iter().next()?.client_config;
-            (cc.url.as_deref() == Some(url) && cc.ca_bundle.is_some() && cc.service.is_none())
-                .then_some(())
+            (steering_registered_url(c.client()).await.as_deref() == Some(url)).then_some(())
         },
     )
     .await

@@ -18,7 +18,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use k8s_openapi::api::admissionregistration::v1::MutatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
@@ -338,6 +337,11 @@ impl Running {
 }
 
 /// User plus system CPU seconds of process `pid`, from `/proc/<pid>/stat`.
+/// CPU seconds spent between two readings of [`cpu_seconds_of`].
+fn cpu_since(now: Option<f64>, then: Option<f64>) -> Option<f64> {
+    now.zip(then).map(|(b, a)| b - a)
+}
+
 fn cpu_seconds_of(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // fields after the ")" that ends the command name: state is field 3, utime 14, stime 15
@@ -441,19 +445,10 @@ async fn start_ebb(env: &TestEnv, karpenter: bool) -> anyhow::Result<Running> {
     let log = child.capture_output();
     // The chart's configuration, installed before (`run_on`), which the controller points at
     // itself.
-    let hook = ebb_e2e::rbac::steering_webhook()?
-        .first()
-        .and_then(|d| d["metadata"]["name"].as_str().map(str::to_string))
-        .context("the chart has no steering webhook configuration")?;
-    let hooks = Api::<MutatingWebhookConfiguration>::all(c.clone());
     wait_for(
         "ebb to register the steering webhook (it acts from then on)",
         Duration::from_secs(60),
-        || async {
-            let cfg = hooks.get_opt(&hook).await.ok()??;
-            let cc = cfg.webhooks?.into_iter().next()?.client_config;
-            (cc.url.is_some() && cc.ca_bundle.is_some() && cc.service.is_none()).then_some(())
-        },
+        || async { ebb_e2e::setup::steering_registered_url(&c).await },
     )
     .await?;
     Ok(Running { child, log })
@@ -934,11 +929,9 @@ pub async fn run_on(
             break;
         }
     }
-    let karpenter_cpu_seconds = karpenter_cpu(&karpenter)
-        .zip(karpenter_cpu0)
-        .map(|(b, a)| b - a);
+    let karpenter_cpu_seconds = cpu_since(karpenter_cpu(&karpenter), karpenter_cpu0);
     let cpu_seconds = match (&running, &ca) {
-        (Some(r), _) => r.cpu_seconds().zip(ebb_cpu0).map(|(b, a)| b - a),
+        (Some(r), _) => cpu_since(r.cpu_seconds(), ebb_cpu0),
         (None, Some(c)) => c.pid().and_then(cpu_seconds_of),
         (None, None) => karpenter_cpu_seconds,
     };
