@@ -186,6 +186,25 @@ impl CachedPod {
         }
     }
 
+    /// A PodScheduled time later than `now` (the API server's clock ahead of ebb's, or a
+    /// simulator's fast clock) becomes `now`, when ebb saw the pod: the arrival window
+    /// (`eligibility::ARRIVAL_WINDOW`, on ebb's clock) then counts from a time ebb's clock
+    /// has passed, instead of opening only when that clock reaches the API server's.
+    pub fn scheduled_no_later_than(&mut self, now: jiff::Timestamp) {
+        let scheduled = self
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .into_iter()
+            .flatten()
+            .filter(|c| c.type_ == "PodScheduled");
+        for c in scheduled {
+            if let Some(t) = c.last_transition_time.as_mut().filter(|t| t.0 > now) {
+                t.0 = now;
+            }
+        }
+    }
+
     /// The node the pod is bound to.
     pub fn node_name(&self) -> Option<&str> {
         self.spec.as_ref().and_then(|s| s.node_name.as_deref())

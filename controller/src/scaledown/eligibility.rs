@@ -448,6 +448,42 @@ mod tests {
         assert!((utilization(&s, 0, ignore) - 0.25).abs() < 1e-9);
     }
 
+    /// The API server's clock ahead of ebb's (skew, or the simulator's fast clock): a pod bound
+    /// "in the future" counts as arriving from when the watch delivered it, for the window on
+    /// ebb's clock, not later when ebb's clock reaches the API server's time.
+    #[test]
+    fn a_binding_stamped_ahead_of_ebbs_clock_arrives_when_seen() {
+        let seen: jiff::Timestamp = "2026-06-01T12:00:00Z".parse().unwrap_or_default();
+        let secs = jiff::SignedDuration::from_secs;
+        let ahead = seen + secs(120);
+        let at = |p: crate::testkit::PodBuilder, clamp: bool| {
+            let mut p = p.build();
+            if clamp {
+                p.scheduled_no_later_than(seen);
+            }
+            p
+        };
+        let bound = || pod("w").on("n1").owned_by_rs("web").scheduled_at(ahead);
+        let raw = snapshot([node("n1").cpu("4")], [at(bound(), false)]);
+        // As stamped: not arriving while ebb's clock is behind, arriving once it passes the stamp.
+        assert!(arriving(&raw, 0, seen + secs(1)).is_empty());
+        assert_eq!(arriving(&raw, 0, ahead + secs(1)), vec!["default/w"]);
+        let s = snapshot([node("n1").cpu("4")], [at(bound(), true)]);
+        assert_eq!(arriving(&s, 0, seen + secs(1)), vec!["default/w"]);
+        assert!(arriving(&s, 0, seen + ARRIVAL_WINDOW + secs(1)).is_empty());
+        assert!(
+            arriving(&s, 0, ahead + secs(1)).is_empty(),
+            "the window does not open again when ebb's clock reaches the stamp"
+        );
+        // A stamp behind ebb's clock is kept as it is.
+        let past = pod("p")
+            .on("n1")
+            .owned_by_rs("web")
+            .scheduled_at(seen - secs(60));
+        let s = snapshot([node("n1").cpu("4")], [at(past, true)]);
+        assert!(arriving(&s, 0, seen).is_empty());
+    }
+
     #[test]
     fn pods_on_their_way_or_just_bound_keep_their_node() {
         let now: jiff::Timestamp = "2026-06-01T12:00:00Z".parse().unwrap_or_default();

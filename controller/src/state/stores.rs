@@ -96,7 +96,10 @@ where
     let (store, writer) = reflector::store::<K>();
     let stream = watcher(api, lists.config())
         .default_backoff()
-        .modify(Trim::trim)
+        .modify(|o| {
+            o.trim();
+            o.seen_at(jiff::Timestamp::now());
+        })
         .reflect(writer);
     let task = tokio::spawn(drive(stream, kind, on_event));
     (store, task)

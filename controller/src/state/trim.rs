@@ -37,6 +37,10 @@ use crate::cluster::cached_pod::trim_meta;
 pub trait Trim {
     /// Cuts the object down to what the readers of its cache use.
     fn trim(&mut self);
+
+    /// Brings the object's times that ebb compares with its own clock to that clock, `now`
+    /// being when the watch delivered it. Nothing by default.
+    fn seen_at(&mut self, _now: jiff::Timestamp) {}
 }
 
 /// A workload owner's metadata: identity and its own owners.
@@ -55,6 +59,10 @@ fn owner_meta(m: &mut ObjectMeta) {
 impl Trim for CachedPod {
     fn trim(&mut self) {
         CachedPod::trim(self);
+    }
+
+    fn seen_at(&mut self, now: jiff::Timestamp) {
+        self.scheduled_no_later_than(now);
     }
 }
 
