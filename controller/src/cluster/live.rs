@@ -383,7 +383,7 @@ impl LiveCluster {
             .snap
             .pods_on(id)
             .iter()
-            .map(|p| self.snap.pod(*p).uid.clone())
+            .map(|p| self.snap.pod(*p).uid.to_string())
             .collect();
         uids.extend(self.finished.remove(name).into_iter().flatten());
         for uid in uids {
@@ -440,7 +440,7 @@ impl LiveCluster {
             Some(n) if !info.terminal => self.snap.node_id(n),
             _ => None,
         };
-        let uid = info.uid.clone();
+        let uid = info.uid.to_string();
         if info.terminal
             && let Some(n) = &info.node_name
         {

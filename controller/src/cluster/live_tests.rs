@@ -305,7 +305,7 @@ pub(crate) fn canonical(s: &ClusterSnapshot) -> Canonical {
                     "{info:?} {:?} targeted={} on={at:?}",
                     class.req, class.targeted_by_anti_affinity
                 );
-                (info.uid, v)
+                (info.uid.to_string(), v)
             })
             .collect(),
         requested: nodes
@@ -314,7 +314,7 @@ pub(crate) fn canonical(s: &ClusterSnapshot) -> Canonical {
             .collect(),
         pods_on: nodes
             .map(|n| {
-                let uids = s.pods_on(n).iter().map(|p| s.pod(*p).uid.clone());
+                let uids = s.pods_on(n).iter().map(|p| s.pod(*p).uid.to_string());
                 (name(n), uids.collect())
             })
             .collect(),

@@ -3,6 +3,7 @@
 
 use super::undo::UndoLog;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use super::types::{
     ClassId, NodeId, NodeInfo, OwnerInfo, PdbInfo, PodAffinityTerm, PodId, PodInfo, Resources,
@@ -116,7 +117,7 @@ pub struct ClusterSnapshot {
     pub(crate) nodes: Vec<NodeInfo>,
     pub(crate) node_ids: HashMap<String, NodeId, NameHasher>,
     pub(crate) pods: Vec<PodInfo>,
-    pub(crate) pod_ids: HashMap<String, PodId, NameHasher>,
+    pub(crate) pod_ids: HashMap<Arc<str>, PodId, NameHasher>,
     pub(crate) classes: Vec<SchedClass>,
     pub(crate) class_ids: HashMap<SchedRequirements, ClassId>,
     pub(crate) pdbs: Vec<PdbInfo>,
@@ -139,7 +140,41 @@ pub struct ClusterSnapshot {
     pub(crate) anti_targets: Vec<u32>,
     /// Classes with pods and anti-affinity terms.
     pub(crate) with_anti: Vec<ClassId>,
+    /// Nodes whose pods a fork appended out of `namespace/name` order (empty outside forks).
+    unsorted: Unsorted,
     undo: UndoLog<Change>,
+}
+
+/// The nodes whose pod lists may be out of order, looked up in O(1) and cleared in O(marked).
+#[derive(Clone, Debug, Default)]
+struct Unsorted {
+    marked: Vec<bool>,
+    list: Vec<NodeId>,
+}
+
+impl Unsorted {
+    fn mark(&mut self, node: NodeId) {
+        let i = node as usize;
+        if self.marked.len() <= i {
+            self.marked.resize(i + 1, false);
+        }
+        if !self.marked[i] {
+            self.marked[i] = true;
+            self.list.push(node);
+        }
+    }
+
+    fn contains(&self, node: NodeId) -> bool {
+        self.marked.get(node as usize).copied().unwrap_or(false)
+    }
+
+    /// Forgets every mark; returns the nodes that had one.
+    fn take(&mut self) -> Vec<NodeId> {
+        for &n in &self.list {
+            self.marked[n as usize] = false;
+        }
+        std::mem::take(&mut self.list)
+    }
 }
 
 impl ClusterSnapshot {
@@ -211,6 +246,7 @@ impl ClusterSnapshot {
             pdbs,
             owners,
             domains,
+            unsorted: Unsorted::default(),
             undo: UndoLog::default(),
         };
         for (pod, node) in placement.into_iter().enumerate() {
@@ -433,6 +469,14 @@ impl ClusterSnapshot {
     /// Keeps the changes of the innermost fork.
     pub fn commit(&mut self) {
         self.undo.commit();
+        if self.undo.depth() == 0 {
+            // Outside forks every node's pods are in order again.
+            for n in self.unsorted.take() {
+                let mut pods = std::mem::take(&mut self.node_pods[n as usize]);
+                pods.sort_by(|a, b| self.name_key(*a).cmp(&self.name_key(*b)));
+                self.node_pods[n as usize] = pods;
+            }
+        }
     }
 
     /// Undoes every change since the innermost fork, in O(changes).
@@ -478,6 +522,10 @@ impl ClusterSnapshot {
             }
         });
         self.undo = undo;
+        if self.undo.depth() == 0 {
+            // The outermost revert put every node's pods back as they were: in order.
+            self.unsorted.take();
+        }
     }
 
     /// Depth of nested forks.
@@ -493,6 +541,12 @@ impl ClusterSnapshot {
         // pods and are then walked.
         let list = &self.node_pods[node as usize];
         let at = if self.undo.depth() > 0 {
+            if list
+                .last()
+                .is_some_and(|l| self.name_key(*l) > self.name_key(pod))
+            {
+                self.unsorted.mark(node);
+            }
             list.len()
         } else {
             let key = self.name_key(pod);
@@ -508,10 +562,10 @@ impl ClusterSnapshot {
     }
 
     /// A node's pods in `namespace/name` order, as drains list them; sorted here only when a
-    /// simulation placed some of them.
+    /// simulation appended some of them out of order.
     pub fn pods_by_name(&self, node: NodeId) -> Vec<PodId> {
         let mut pods = self.node_pods[node as usize].clone();
-        if !pods.is_sorted_by_key(|p| self.name_key(*p)) {
+        if self.unsorted.contains(node) {
             pods.sort_by_key(|p| self.name_key(*p));
         }
         pods
@@ -677,5 +731,46 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("Node a"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Whatever nested forks move, commit and revert, a node's pods come in
+        /// `namespace/name` order, and outside forks they are stored in that order.
+        #[test]
+        fn pods_by_name_is_always_in_name_order(
+            ops in proptest::collection::vec((0u8..4, 0usize..12, 0u8..3), 1..60),
+        ) {
+            let names = ["z", "a", "m", "b", "y", "c", "x", "d", "w", "e", "v", "f"];
+            let pods: Vec<_> = names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| pod(n).on(["n0", "n1", "n2"][i % 3]).cpu("1m"))
+                .collect();
+            let mut s = snapshot([node("n0").cpu("64"), node("n1").cpu("64"), node("n2").cpu("64")], pods);
+            let in_order = |s: &super::ClusterSnapshot, n: super::NodeId| {
+                let mut want = s.pods_on(n).to_vec();
+                want.sort_by_key(|p| (s.pod(*p).namespace.clone(), s.pod(*p).name.clone()));
+                want
+            };
+            for (op, pod, node) in ops {
+                match op {
+                    0 => s.fork(),
+                    1 if s.fork_depth() > 0 => s.commit(),
+                    2 if s.fork_depth() > 0 => s.revert(),
+                    _ => {
+                        if s.fork_depth() == 0 {
+                            s.fork();
+                        }
+                        s.place((pod % s.pod_count()) as super::PodId, Some(node as super::NodeId));
+                    }
+                }
+                for n in 0..3 {
+                    proptest::prop_assert_eq!(s.pods_by_name(n), in_order(&s, n));
+                    if s.fork_depth() == 0 {
+                        proptest::prop_assert_eq!(s.pods_on(n).to_vec(), in_order(&s, n));
+                    }
+                }
+            }
+        }
     }
 }

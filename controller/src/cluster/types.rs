@@ -2,6 +2,7 @@
 //! holds: integers instead of quantity strings, selectors ready to match, shared pod classes.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// Index of a node in a [`crate::cluster::ClusterSnapshot`].
 pub type NodeId = u32;
@@ -350,9 +351,12 @@ pub struct OwnerRef {
 /// A pod as the planner sees it.
 #[derive(Clone, Debug)]
 pub struct PodInfo {
-    pub uid: String,
+    /// Shared with the snapshot's index by uid and with the plans' moves and hints.
+    pub uid: Arc<str>,
     pub namespace: String,
     pub name: String,
+    /// `namespace/name`, made once and shared with the plans that move the pod.
+    pub shared_key: Arc<str>,
     pub class: ClassId,
     pub annotations: BTreeMap<String, String>,
     pub owner: Option<OwnerRef>,
@@ -391,11 +395,16 @@ pub struct LocalVolume {
 impl PodInfo {
     /// `namespace/name`.
     pub fn key(&self) -> String {
-        let mut key = String::with_capacity(self.namespace.len() + 1 + self.name.len());
-        key.push_str(&self.namespace);
+        self.shared_key.to_string()
+    }
+
+    /// `namespace/name` as a [`PodInfo`] keeps it.
+    pub fn key_of(namespace: &str, name: &str) -> Arc<str> {
+        let mut key = String::with_capacity(namespace.len() + 1 + name.len());
+        key.push_str(namespace);
         key.push('/');
-        key.push_str(&self.name);
-        key
+        key.push_str(name);
+        Arc::from(key)
     }
 
     pub fn is_daemonset(&self) -> bool {

@@ -360,7 +360,7 @@ proptest! {
             let Some(home) = s.node_of(pid) else { continue };
             let req = &s.class_of(pid).req.requests;
             let at = moved
-                .get(info.uid.as_str())
+                .get(&*info.uid)
                 .map(|n| n.to_string())
                 .unwrap_or_else(|| s.node(home).name.clone());
             let dest = s.node_id(&at).unwrap();

@@ -13,8 +13,8 @@ use crate::cluster::{ClusterSnapshot, NodeId};
 /// A pod move in the plan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Move {
-    /// `namespace/name`.
-    pub pod: String,
+    /// `namespace/name`, shared with the cluster model.
+    pub pod: Arc<str>,
     /// Shared with the planner's destination hints (written for every move of every loop).
     pub uid: Arc<str>,
     /// Destination node, shared likewise.

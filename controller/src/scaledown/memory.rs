@@ -31,6 +31,23 @@ pub struct NonCandidate {
     pub reason: UnremovableReason,
 }
 
+/// The destination hints of one source node's pods, both generations.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SourceHints<'a> {
+    current: Option<&'a HashMap<Arc<str>, Arc<str>, NameHasher>>,
+    previous: Option<&'a HashMap<Arc<str>, Arc<str>, NameHasher>>,
+}
+
+impl<'a> SourceHints<'a> {
+    /// Destination remembered for pod `uid`.
+    pub fn get(&self, uid: &str) -> Option<&'a str> {
+        self.current
+            .and_then(|m| m.get(uid))
+            .or_else(|| self.previous.and_then(|m| m.get(uid)))
+            .map(|to| &**to)
+    }
+}
+
 /// `pod_destination_hints` in two generations: the last loop's and the one before. Hints not
 /// refreshed for two loops are forgotten.
 #[derive(Clone, Debug, Default)]
@@ -42,11 +59,16 @@ pub struct DestinationHints {
 impl DestinationHints {
     /// Destination remembered for pod `uid` of node `source`.
     pub fn get(&self, source: &str, uid: &str) -> Option<&str> {
-        self.current
-            .get(source)
-            .and_then(|m| m.get(uid))
-            .or_else(|| self.previous.get(source).and_then(|m| m.get(uid)))
-            .map(|to| &**to)
+        self.of(Some(source)).get(uid)
+    }
+
+    /// The hints for the pods of node `source` (none without a source), looked up once for
+    /// all of its pods.
+    pub fn of(&self, source: Option<&str>) -> SourceHints<'_> {
+        SourceHints {
+            current: source.and_then(|s| self.current.get(s)),
+            previous: source.and_then(|s| self.previous.get(s)),
+        }
     }
 
     /// Number of hints in the newest generation.

@@ -63,7 +63,7 @@ fn healthy_pod(snap: &ClusterSnapshot, evicted: &HashSet<&str>, pod: PodId) -> b
         && !p.terminating
         && !p.terminal
         && snap.node_of(pod).is_some()
-        && (evicted.is_empty() || !evicted.contains(p.uid.as_str()))
+        && (evicted.is_empty() || !evicted.contains(&*p.uid))
 }
 
 /// Reads a snapshot's budgets: what each allows now and what each node's drain needs.

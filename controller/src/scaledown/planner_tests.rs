@@ -667,7 +667,7 @@ fn the_plan_reaches_the_final_count_in_one_wave_and_moves_nothing_twice() {
     }
     // n0's candidacy moves only the pods really on it; d0 goes from n3 straight to its end.
     let n0 = p.candidates.iter().find(|c| c.node == "n0").unwrap();
-    assert!(n0.moves.iter().all(|m| m.pod != "default/d0"), "{n0:?}");
+    assert!(n0.moves.iter().all(|m| &*m.pod != "default/d0"), "{n0:?}");
     assert_eq!(
         reason_of(&p, "n1").map(|u| u.reason),
         Some(UnremovableReason::NoPlaceToMovePods)

@@ -12,7 +12,9 @@ use super::decisions::{Candidate, Move, Unremovable};
 use super::drainability::{DrainRules, PodDisposition, block_detail, classify, pods_to_move};
 use super::eligibility::Accelerators;
 use super::fit_memory::FitMemory;
-use super::memory::{DestinationHints, HintMap, NonCandidate, PlannerState, RecentEviction};
+use super::memory::{
+    DestinationHints, HintMap, NonCandidate, PlannerState, RecentEviction, SourceHints,
+};
 use super::node_facts::NodeFacts;
 use super::pdb_coverage::PdbTracker;
 use super::stopwatch::Stopwatch;
@@ -104,16 +106,9 @@ impl<'a> Sim<'a> {
 
     /// A destination for `pod`: its hint first, then the first fitting node from the class's
     /// cyclic pointer. Classes that fit nowhere are remembered until capacity is freed.
-    fn find_place(
-        &mut self,
-        pod: PodId,
-        source: Option<&str>,
-        hints: &DestinationHints,
-    ) -> Option<NodeId> {
+    fn find_place(&mut self, pod: PodId, hints: SourceHints) -> Option<NodeId> {
         let uid = &self.snap.pod(pod).uid;
-        if let Some(dest) = source
-            .and_then(|s| hints.get(s, uid))
-            .and_then(|d| self.snap.node_id(d))
+        if let Some(dest) = hints.get(uid).and_then(|d| self.snap.node_id(d))
             && !self.not_dest[dest as usize]
             && self.checker.check(self.snap, pod, dest).is_ok()
         {
@@ -160,7 +155,7 @@ impl<'a> Sim<'a> {
     /// Remembers `dest` for `pod` of `source`; returns the pod's uid and the destination's
     /// name as the hint holds them, for the plan to share.
     fn hint(&mut self, source: &str, pod: PodId, dest: NodeId) -> (Arc<str>, Arc<str>) {
-        let uid: Arc<str> = Arc::from(self.snap.pod(pod).uid.as_str());
+        let uid = self.snap.pod(pod).uid.clone();
         let i = dest as usize;
         if self.dest_names.len() <= i {
             self.dest_names.resize(i + 1, None);
@@ -192,11 +187,12 @@ impl<'a> Sim<'a> {
             };
             // In name order, as drains list them: not in the order the pods reached the
             // snapshot, which the watches decide.
+            let hints = hints.of(Some(name));
             for pod in self.snap.pods_by_name(node) {
                 if classify(self.snap, pod, rules, &mut self.pdbs) == PodDisposition::Stays {
                     continue;
                 }
-                match self.find_place(pod, Some(name), hints) {
+                match self.find_place(pod, hints) {
                     Some(d) => {
                         self.snap.place(pod, Some(d));
                         self.hint(name, pod, d);
@@ -267,7 +263,7 @@ impl<'a> Sim<'a> {
             }
             let source = info.node_name.take();
             let pod = self.snap.add_pod(info, req);
-            match self.find_place(pod, source.as_deref(), hints) {
+            match self.find_place(pod, hints.of(source.as_deref())) {
                 Some(d) => self.snap.place(pod, Some(d)),
                 None => {
                     tracing::info!(pod = %self.snap.pod(pod).key(), "recently evicted pod fits nowhere");
@@ -287,8 +283,9 @@ impl<'a> Sim<'a> {
         hints: &DestinationHints,
         moves: &mut Vec<(PodId, NodeId)>,
     ) -> Result<(), Blocked> {
+        let hints = hints.of(Some(name));
         for &pod in pods {
-            match self.find_place(pod, Some(name), hints) {
+            match self.find_place(pod, hints) {
                 Some(d) => {
                     self.snap.place(pod, Some(d));
                     moves.push((pod, d));
@@ -685,7 +682,7 @@ impl Greedy {
             let (uid, to) = sim.hint(&candidate.node, pod, to);
             self.planned.insert(pod, (index, candidate.moves.len()));
             candidate.moves.push(Move {
-                pod: sim.snap.pod(pod).key(),
+                pod: sim.snap.pod(pod).shared_key.clone(),
                 uid,
                 to,
             });

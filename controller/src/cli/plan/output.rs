@@ -110,7 +110,7 @@ impl PlanOut {
                         .moves
                         .iter()
                         .map(|m| MoveOut {
-                            pod: m.pod.clone(),
+                            pod: m.pod.to_string(),
                             to: m.to.to_string(),
                         })
                         .collect(),

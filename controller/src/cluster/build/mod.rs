@@ -218,7 +218,7 @@ struct Interned {
     placement: Vec<Option<NodeId>>,
     classes: Vec<SchedClass>,
     class_ids: HashMap<SchedRequirements, ClassId>,
-    seen_uids: HashSet<String>,
+    seen_uids: HashSet<std::sync::Arc<str>>,
 }
 
 impl Interned {

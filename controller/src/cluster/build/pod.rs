@@ -2,6 +2,7 @@
 //! ([`SchedRequirements`]): effective requests, selectors, affinity, tolerations, ports, spread.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::cluster::CachedPod;
 use crate::cluster::cached_pod::{Container, PodSpec};
@@ -316,7 +317,8 @@ fn pod_info(
         .and_then(|c| c.last_transition_time.as_ref())
         .map(|t| t.0);
     PodInfo {
-        uid: meta.uid.clone().unwrap_or(object),
+        uid: Arc::from(meta.uid.as_deref().unwrap_or(&object)),
+        shared_key: PodInfo::key_of(&namespace, &name),
         mirror,
         started: status.and_then(|s| s.start_time.as_ref()).map(|t| t.0),
         annotations,

@@ -162,7 +162,10 @@ fn planned_pods(snap: &ClusterSnapshot, sel: &Selection) -> BTreeMap<String, BTr
         .chain(&sel.drain)
         .filter_map(|n| {
             let id = snap.node_id(n)?;
-            let uids = snap.pods_on(id).iter().map(|p| snap.pod(*p).uid.clone());
+            let uids = snap
+                .pods_on(id)
+                .iter()
+                .map(|p| snap.pod(*p).uid.to_string());
             Some((n.clone(), uids.collect()))
         })
         .collect()

@@ -370,7 +370,7 @@ mod tests {
             group: None,
             moves: (0..moves)
                 .map(|i| Move {
-                    pod: format!("default/p{i}"),
+                    pod: format!("default/p{i}").into(),
                     uid: format!("u{i}").into(),
                     to: "x".into(),
                 })
