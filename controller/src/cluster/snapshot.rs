@@ -563,12 +563,14 @@ impl ClusterSnapshot {
 
     /// A node's pods in `namespace/name` order, as drains list them; sorted here only when a
     /// simulation appended some of them out of order.
-    pub fn pods_by_name(&self, node: NodeId) -> Vec<PodId> {
-        let mut pods = self.node_pods[node as usize].clone();
-        if self.unsorted.contains(node) {
-            pods.sort_by_key(|p| self.name_key(*p));
+    pub fn pods_by_name(&self, node: NodeId) -> std::borrow::Cow<'_, [PodId]> {
+        let pods = &self.node_pods[node as usize];
+        if !self.unsorted.contains(node) {
+            return std::borrow::Cow::Borrowed(pods);
         }
-        pods
+        let mut pods = pods.clone();
+        pods.sort_by_key(|p| self.name_key(*p));
+        std::borrow::Cow::Owned(pods)
     }
 
     /// `attach` at index `at` of the node's pods, known to keep their order.

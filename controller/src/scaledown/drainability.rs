@@ -185,7 +185,7 @@ pub fn pods_to_move(
 ) -> Result<Vec<PodId>, (PodId, BlockingPodReason)> {
     let pods = snap.pods_by_name(node);
     let mut out = Vec::with_capacity(pods.len());
-    for pod in pods {
+    for &pod in pods.iter() {
         match classify(snap, pod, rules, pdbs) {
             PodDisposition::Stays => {}
             PodDisposition::Moves => out.push(pod),

@@ -188,7 +188,7 @@ impl<'a> Sim<'a> {
             // In name order, as drains list them: not in the order the pods reached the
             // snapshot, which the watches decide.
             let hints = hints.of(Some(name));
-            for pod in self.snap.pods_by_name(node) {
+            for pod in self.snap.pods_by_name(node).into_owned() {
                 if classify(self.snap, pod, rules, &mut self.pdbs) == PodDisposition::Stays {
                     continue;
                 }
