@@ -400,11 +400,7 @@ impl PodInfo {
 
     /// `namespace/name` as a [`PodInfo`] keeps it.
     pub fn key_of(namespace: &str, name: &str) -> Arc<str> {
-        let mut key = String::with_capacity(namespace.len() + 1 + name.len());
-        key.push_str(namespace);
-        key.push('/');
-        key.push_str(name);
-        Arc::from(key)
+        Arc::from(format!("{namespace}/{name}"))
     }
 
     pub fn is_daemonset(&self) -> bool {
