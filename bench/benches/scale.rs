@@ -10,7 +10,9 @@
 //! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out;
 //! `EBB_SCALE_CONTROLLER=<path>` measures that binary as this build (for example the musl build
 //! the images ship) instead of the workspace's release build; `EBB_SCALE_WAVE_SECS` caps the
-//! drain wave (default 300 s and 2 s a drain-pool node).
+//! drain wave (default 300 s and 2 s a drain-pool node). `EBB_SCALE_PERF=<dir>` records a CPU
+//! profile of each controller over its measured loops (`perf record`, DWARF call graphs) into
+//! `<dir>`.
 //!
 //! The last tenth of the nodes (`pool: drain`) hold light pods of their own ReplicaSets (namespace
 //! `scale-drain`, a PodDisruptionBudget of `maxUnavailable: 10%` each); the others (`pool:
@@ -182,6 +184,8 @@ struct Figures {
     requests_per_loop: f64,
     /// Requests in the measured loops by verb and resource, most first.
     requests_by_kind: Vec<(String, usize)>,
+    /// CPU seconds each process used over the measured loops, and the wall seconds they took.
+    cpu: LoopCpu,
 }
 
 async fn run(
@@ -368,7 +372,7 @@ async fn run(
     let last = controllers.len() - 1;
     for (i, (label, path, extra)) in controllers.into_iter().enumerate() {
         let (mut ctrl, log) = spawn_controller(env, &path, extra)?;
-        let figures = measure(env, &mut ctrl, &log, loops).await;
+        let figures = measure(env, &mut ctrl, &log, loops, label).await;
         let figures = match figures {
             Ok(f) => f,
             Err(e) => {
@@ -455,6 +459,7 @@ fn print_figures(
         "  loops {:?} ms; mean per phase: {phases}; {running} pods Running",
         f.loops
     );
+    println!("  {}", f.cpu.line());
     println!(
         "  requests in the measured loops: {}",
         f.requests_by_kind
@@ -518,9 +523,14 @@ async fn measure(
     ctrl: &mut ChildProcess,
     log: &std::sync::Arc<std::sync::Mutex<Vec<String>>>,
     loops: usize,
+    label: &str,
 ) -> anyhow::Result<Figures> {
     let client = env.client.clone();
     let pid = ctrl.id().context("the controller's pid")?;
+    let mut processes = control_plane_pids(env);
+    processes.insert(0, ("ebb-controller", pid));
+    let mut cpu_start = None;
+    let mut profile = None;
     let started = Instant::now();
     // When the controller logs that its caches are synced (polled from its captured output).
     let synced = {
@@ -569,7 +579,12 @@ async fn measure(
         })
         .await?;
         let time = jiff::Timestamp::now();
-        first_loop.get_or_insert_with(|| started.elapsed());
+        if first_loop.is_none() {
+            first_loop = Some(started.elapsed());
+            // From the end of the first loop, as the requests below.
+            cpu_start = Some(CpuReading::take(&processes));
+            profile = Profile::start(pid, label)?;
+        }
         // Two loops between polls (50 ms apart) count as two of their mean.
         let n = (c - count).round().max(1.0) as usize;
         let ms = ((s - sum) * 1000.0 / n as f64).round() as i64;
@@ -579,6 +594,12 @@ async fn measure(
             durations.push(ms);
             times.push(time);
         }
+    }
+    let cpu = cpu_start
+        .map(|s| s.until(&CpuReading::take(&processes)))
+        .unwrap_or_default();
+    if let Some(p) = profile {
+        p.stop();
     }
     let metrics = fetch_metrics(&addr, None).await?;
     // Requests between the end of the first loop and the end of the last, per loop.
@@ -602,7 +623,138 @@ async fn measure(
         steady_rss_kib: status_kib(pid, "VmRSS:")?,
         requests_per_loop: total as f64 / (times.len() - 1) as f64,
         requests_by_kind,
+        cpu,
     })
+}
+
+/// CPU seconds of some processes and of the whole machine at one moment.
+struct CpuReading {
+    at: Instant,
+    /// Per process: name, user plus system seconds (`None`: gone or unreadable).
+    processes: Vec<(&'static str, Option<f64>)>,
+    /// Every CPU's busy seconds (`/proc/stat`: all but idle and iowait).
+    machine: Option<f64>,
+}
+
+/// What [`CpuReading::until`] measured between two readings.
+#[derive(Default)]
+struct LoopCpu {
+    wall: f64,
+    processes: Vec<(&'static str, f64)>,
+    machine: Option<f64>,
+}
+
+impl CpuReading {
+    fn take(processes: &[(&'static str, u32)]) -> Self {
+        CpuReading {
+            at: Instant::now(),
+            processes: processes
+                .iter()
+                .map(|&(name, pid)| (name, ebb_e2e::setup::cpu_seconds(pid)))
+                .collect(),
+            machine: machine_busy_seconds(),
+        }
+    }
+
+    fn until(&self, later: &CpuReading) -> LoopCpu {
+        LoopCpu {
+            wall: later.at.duration_since(self.at).as_secs_f64(),
+            processes: self
+                .processes
+                .iter()
+                .zip(&later.processes)
+                .filter_map(|((name, a), (_, b))| Some((*name, (*b)? - (*a)?)))
+                .collect(),
+            machine: later.machine.zip(self.machine).map(|(b, a)| b - a),
+        }
+    }
+}
+
+impl LoopCpu {
+    /// `CPU in the measured loops (<wall> s): machine <s> s of <s>, ebb-controller <s> s, ...`.
+    fn line(&self) -> String {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let machine = self.machine.map_or(String::new(), |m| {
+            format!("machine {m:.1} s of {:.1}, ", self.wall * cores as f64)
+        });
+        let each = self
+            .processes
+            .iter()
+            .map(|(name, s)| format!("{name} {s:.1} s"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!(
+            "CPU in the measured loops ({:.1} s): {machine}{each}",
+            self.wall
+        )
+    }
+}
+
+/// Busy seconds of every CPU since boot, from the first line of `/proc/stat` (user, nice,
+/// system, idle, iowait, irq, softirq, steal, in clock ticks of 1/100 s).
+fn machine_busy_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let ticks: Vec<f64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .take(8)
+        .map(|v| v.parse().ok())
+        .collect::<Option<_>>()?;
+    let idle = ticks.get(3)? + ticks.get(4)?;
+    Some((ticks.iter().sum::<f64>() - idle) / 100.0)
+}
+
+/// A `perf record` of the controller (`EBB_SCALE_PERF`), stopped with SIGINT so that it writes
+/// its file.
+struct Profile {
+    child: std::process::Child,
+    file: PathBuf,
+}
+
+impl Profile {
+    fn start(pid: u32, label: &str) -> anyhow::Result<Option<Profile>> {
+        let Some(dir) = std::env::var_os("EBB_SCALE_PERF").map(PathBuf::from) else {
+            return Ok(None);
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let slug: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let file = dir.join(format!("{slug}.perf.data"));
+        let child = std::process::Command::new("perf")
+            .args(["record", "-F", "499", "--call-graph", "dwarf,32768", "-p"])
+            .arg(pid.to_string())
+            .arg("-o")
+            .arg(&file)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("EBB_SCALE_PERF is set but `perf record` cannot start (is perf installed?)")?;
+        Ok(Some(Profile { child, file }))
+    }
+
+    fn stop(mut self) {
+        let stopped = std::process::Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        match stopped.then(|| self.child.wait()) {
+            Some(Ok(_)) => println!(
+                "  CPU profile of the measured loops: {} (perf report -i it)",
+                self.file.display()
+            ),
+            _ => {
+                let _ = self.child.kill();
+                println!(
+                    "  the CPU profile could not be stopped cleanly; {} may be incomplete",
+                    self.file.display()
+                );
+            }
+        }
+    }
 }
 
 /// The controller's API requests (reads and writes) received in `[from, to)`, from the audit
@@ -1222,20 +1374,33 @@ fn node_ready(n: &Node) -> bool {
 
 /// Prints the control plane's resident memory (etcd, kube-apiserver and the rest), now and at
 /// peak, from their recorded pids.
-fn report_cluster_rss(env: &TestEnv) {
-    let Some(real) = env.real() else { return };
-    let mut parts = Vec::new();
-    for c in [
+/// The control plane's processes and their pids (those running).
+fn control_plane_pids(env: &TestEnv) -> Vec<(&'static str, u32)> {
+    let Some(real) = env.real() else {
+        return Vec::new();
+    };
+    [
         "etcd",
         "kube-apiserver",
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
-    ] {
+    ]
+    .into_iter()
+    .filter_map(|c| {
         let pid = std::fs::read_to_string(real.dir().join("pids").join(format!("{c}.pid")))
-            .ok()
-            .and_then(|p| p.trim().parse::<u32>().ok());
-        let Some(pid) = pid else { continue };
+            .ok()?
+            .trim()
+            .parse::<u32>()
+            .ok()?;
+        Some((c, pid))
+    })
+    .collect()
+}
+
+fn report_cluster_rss(env: &TestEnv) {
+    let mut parts = Vec::new();
+    for (c, pid) in control_plane_pids(env) {
         let field = |f: &str| status_kib(pid, f).map(|k| k / 1024).unwrap_or_default();
         parts.push(format!(
             "{c} {} MiB (peak {})",
