@@ -146,10 +146,14 @@ pub struct ClusterSnapshot {
 }
 
 /// The nodes whose pod lists may be out of order, looked up in O(1) and cleared in O(marked).
+/// Marks are kept per fork: reverting a fork unmarks the nodes it marked (their pods are back
+/// as they were, in order), so a failed drain simulation leaves no node to sort.
 #[derive(Clone, Debug, Default)]
 struct Unsorted {
     marked: Vec<bool>,
     list: Vec<NodeId>,
+    /// Per open fork, how many nodes were marked when it started.
+    forks: Vec<usize>,
 }
 
 impl Unsorted {
@@ -168,11 +172,31 @@ impl Unsorted {
         self.marked.get(node as usize).copied().unwrap_or(false)
     }
 
+    fn fork(&mut self) {
+        self.forks.push(self.list.len());
+    }
+
+    /// The innermost fork is kept: its marks become its parent's.
+    fn commit(&mut self) {
+        self.forks.pop();
+    }
+
+    /// The innermost fork is undone: the nodes it marked are in order again.
+    fn revert(&mut self) {
+        let Some(from) = self.forks.pop() else {
+            return;
+        };
+        for n in self.list.drain(from..) {
+            self.marked[n as usize] = false;
+        }
+    }
+
     /// Forgets every mark; returns the nodes that had one.
     fn take(&mut self) -> Vec<NodeId> {
         for &n in &self.list {
             self.marked[n as usize] = false;
         }
+        self.forks.clear();
         std::mem::take(&mut self.list)
     }
 }
@@ -464,11 +488,13 @@ impl ClusterSnapshot {
     /// Starts a fork: later changes can be undone with `revert` or kept with `commit`.
     pub fn fork(&mut self) {
         self.undo.fork();
+        self.unsorted.fork();
     }
 
     /// Keeps the changes of the innermost fork.
     pub fn commit(&mut self) {
         self.undo.commit();
+        self.unsorted.commit();
         if self.undo.depth() == 0 {
             // Outside forks every node's pods are in order again.
             for n in self.unsorted.take() {
@@ -522,10 +548,8 @@ impl ClusterSnapshot {
             }
         });
         self.undo = undo;
-        if self.undo.depth() == 0 {
-            // The outermost revert put every node's pods back as they were: in order.
-            self.unsorted.take();
-        }
+        // Every node this fork marked has its pods back as they were before it: in order.
+        self.unsorted.revert();
     }
 
     /// Depth of nested forks.
@@ -733,6 +757,50 @@ mod tests {
         ))
         .unwrap_err();
         assert!(e.to_string().contains("Node a"), "{e}");
+    }
+
+    /// A plan runs inside one fork, and each drain it simulates in a nested one: a simulated
+    /// drain that fails (reverted) leaves its destinations as they were, walked without a sort;
+    /// one that is kept leaves them to sort until the plan's fork ends.
+    #[test]
+    fn a_reverted_nested_fork_leaves_no_node_to_sort() {
+        use std::borrow::Cow;
+        let mut s = snapshot(
+            [node("n0").cpu("8"), node("n1").cpu("8")],
+            [
+                pod("b").on("n0").cpu("1m"),
+                pod("a").on("n1").cpu("1m"),
+                pod("c").on("n1").cpu("1m"),
+            ],
+        );
+        let uid = |s: &super::ClusterSnapshot, n: &str| {
+            s.pod_by_uid(&format!("uid-default-{n}")).unwrap()
+        };
+        let (a, b) = (uid(&s, "a"), uid(&s, "b"));
+        s.fork(); // the plan's
+        s.fork(); // a drain of n1 that fails
+        s.place(a, Some(0)); // appended after b: out of order
+        assert!(matches!(s.pods_by_name(0), Cow::Owned(_)));
+        s.revert();
+        assert!(
+            matches!(s.pods_by_name(0), Cow::Borrowed(_)),
+            "n0 is back as it was, in order"
+        );
+        s.fork(); // a drain of n0 that is kept: b goes to n1, after c
+        s.place(b, Some(1));
+        s.commit();
+        assert!(
+            matches!(s.pods_by_name(1), Cow::Owned(_)),
+            "kept: n1 to sort"
+        );
+        let names: Vec<_> = s
+            .pods_by_name(1)
+            .iter()
+            .map(|p| s.pod(*p).name.clone())
+            .collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        s.revert();
+        assert!(matches!(s.pods_by_name(1), Cow::Borrowed(_)));
     }
 
     proptest::proptest! {
