@@ -637,7 +637,8 @@ async fn measure(
 /// the controller's CPU at 5,000 nodes (profiled); a loop's time comes from the histogram's
 /// sum, not from when the poll saw it, so a slower poll costs no precision.
 async fn next_loop(addr: &str, count: f64) -> anyhow::Result<(f64, f64)> {
-    let deadline = Instant::now() + ebb_e2e::harness::scaled(Duration::from_secs(600));
+    let limit = ebb_e2e::harness::scaled(Duration::from_secs(600));
+    let deadline = Instant::now() + limit;
     loop {
         if let Ok(m) = fetch_metrics(addr, None).await {
             let (c, s) = loop_totals(&m);
@@ -647,7 +648,8 @@ async fn next_loop(addr: &str, count: f64) -> anyhow::Result<(f64, f64)> {
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the controller ran no loop for 600 s (its /metrics at {addr}, loops seen {count})"
+            "the controller ran no loop for {} s (its /metrics at {addr}, loops seen {count})",
+            limit.as_secs()
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
