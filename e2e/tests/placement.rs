@@ -123,6 +123,26 @@ impl Controller {
     }
 }
 
+/// Who created, deleted and patched which pod, from the audit log: for a failure's message.
+fn pod_writes(env: &TestEnv) -> String {
+    let Ok(audit) = env.audit() else {
+        return "(no audit log)".into();
+    };
+    let lines: Vec<String> = audit
+        .iter()
+        .filter(|r| {
+            r.resource == "pods" && ["create", "delete", "patch"].contains(&r.verb.as_str())
+        })
+        .map(|r| {
+            format!(
+                "{} {} {} {}/{} {} {}",
+                r.time, r.user, r.verb, r.name, r.subresource, r.code, r.namespace
+            )
+        })
+        .collect();
+    format!("pod writes ({}):\n{}", lines.len(), lines.join("\n"))
+}
+
 /// The value of the first metric line starting with `prefix` (0 when absent).
 fn metric(text: &str, prefix: &str) -> f64 {
     text.lines()
@@ -499,7 +519,12 @@ async fn deleted_pod_returns_home_also_after_a_controller_restart(backend) {
         .iter()
         .map(|c| ends(c))
         .sum();
-    assert_eq!(all, 3.0, "db-1 once, db-0 twice:\n{text}");
+    assert_eq!(
+        all,
+        3.0,
+        "db-1 once, db-0 twice:\n{text}\n{}",
+        pod_writes(env)
+    );
     ctl.kill().await;
     let _ctl = Controller::spawn(env);
     let back = replace(&env.client, "db-2", false).await;

@@ -54,6 +54,13 @@ impl CurrentKey {
             .map(|k| k.clone())
             .unwrap_or_else(|p| p.into_inner().clone())
     }
+    /// A current key already known (tests).
+    #[cfg(test)]
+    pub fn known(key: Key) -> Self {
+        let k = Self::default();
+        k.set(key);
+        k
+    }
     fn set(&self, key: Key) {
         match self.0.write() {
             Ok(mut k) => *k = Some(key),

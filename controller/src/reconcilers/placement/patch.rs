@@ -90,12 +90,19 @@ fn tightened(
     affinity
 }
 
+/// The release patch: `annotations` set, our gate gone, `affinity` when given. It carries the
+/// cached pod's resourceVersion, a precondition: a cache behind the API server (the pod already
+/// released, or changed since) gets a Conflict instead of a second release built on old state.
 fn release(pod: &CachedPod, affinity: Option<Affinity>, annotations: Value) -> Value {
     let mut spec = json!({"schedulingGates": remaining_gates(pod)});
     if let Some(a) = affinity {
         spec["affinity"] = json!(a);
     }
-    json!({"metadata": {"annotations": annotations}, "spec": spec})
+    let mut metadata = json!({"annotations": annotations});
+    if let Some(rv) = pod.metadata.resource_version.as_deref() {
+        metadata["resourceVersion"] = json!(rv);
+    }
+    json!({"metadata": metadata, "spec": spec})
 }
 
 /// Merge patch pinning the pod to `node` (required affinity on the node's name), carrying its
@@ -228,6 +235,23 @@ mod tests {
             90
         );
         assert_eq!(p["metadata"]["annotations"]["ebb.dev/placement"], "Relaxed");
+    }
+
+    #[test]
+    fn every_release_is_conditional_on_the_cached_resource_version() {
+        let mut pod = gated(json!({}));
+        pod.metadata.resource_version = Some("41".into());
+        let c = RelaxedConstraints::default();
+        for p in [
+            pin(&pod, "n1", "tok"),
+            relax(&pod, &c, "Relaxed", "tok"),
+            unchanged(&pod),
+        ] {
+            assert_eq!(p["metadata"]["resourceVersion"], "41", "{p}");
+        }
+        // A pod without one (never from the API server) gets an unconditional patch.
+        let p = pin(&gated(json!({})), "n1", "tok");
+        assert!(p["metadata"].get("resourceVersion").is_none(), "{p}");
     }
 
     #[test]

@@ -171,6 +171,13 @@ impl Pass<'_> {
                 }
                 false
             }
+            // The cache is behind the API server: the pod was released already (the watch
+            // event of this process's own release not yet in) or changed since. Nothing is
+            // counted; the next pass decides on the pod as it is then.
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tracing::debug!(parent: &span, pod = %name, "the pod changed since the cache saw it; looked at again");
+                true
+            }
             Err(e) => {
                 tracing::warn!(parent: &span, pod = %name, error = %e, "could not release the pod's gate; retrying");
                 true

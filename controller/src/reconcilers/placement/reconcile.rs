@@ -115,7 +115,12 @@ mod tests {
     use std::convert::Infallible;
 
     use axum::http::{Request, Response};
+    use http_body_util::BodyExt;
     use kube::client::Body;
+    use serde_json::Value;
+
+    use crate::cluster::CachedPod;
+    use crate::reconcilers::placement::keys::Key;
     use kube::runtime::events::{Recorder, Reporter};
     use kube::runtime::reflector;
     use serde_json::json;
@@ -164,7 +169,10 @@ mod tests {
     }
 
     fn context(client: kube::Client) -> Context {
-        let stores = empty_stores();
+        context_with(client, empty_stores(), CurrentKey::default())
+    }
+
+    fn context_with(client: kube::Client, stores: Stores, keys: CurrentKey) -> Context {
         let node_states = stores.node_states.clone();
         let reporter = Reporter {
             controller: "ebb-controller".into(),
@@ -177,7 +185,7 @@ mod tests {
             Metrics::new(),
             Recorder::new(client, reporter),
             Leadership::always(),
-            CurrentKey::default(),
+            keys,
             PlacementSettings::default(),
             node_states,
         )
@@ -215,5 +223,106 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// An API server holding one pod at resourceVersion 5: a merge patch of it carrying a
+    /// resourceVersion applies only when that is the pod's (the apiserver's precondition), one
+    /// without applies always; every patch body is recorded. The PlacementHistory's status
+    /// writes are answered with the object, the rest (Events) with 500.
+    fn one_pod_server(ph: Value, patches: Arc<std::sync::Mutex<Vec<Value>>>) -> kube::Client {
+        let rv = Arc::new(std::sync::Mutex::new(5u32));
+        let svc = tower::service_fn(move |req: Request<Body>| {
+            let (ph, patches, rv) = (ph.clone(), patches.clone(), rv.clone());
+            async move {
+                let path = req.uri().path().to_string();
+                let patch = req.method() == axum::http::Method::PATCH;
+                let body = req.into_body().collect().await.unwrap().to_bytes();
+                let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": "Conflict", "code": 409, "message": "the object has been modified"});
+                let (code, out) = if path.contains("placementhistories") {
+                    (200, ph)
+                } else if patch && path.ends_with("/pods/p") {
+                    let body: Value = serde_json::from_slice(&body).unwrap();
+                    patches.lock().unwrap().push(body.clone());
+                    let mut current = rv.lock().unwrap();
+                    match body["metadata"]["resourceVersion"].as_str() {
+                        Some(sent) if sent != current.to_string() => (409, conflict),
+                        _ => {
+                            *current += 1;
+                            let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                                "metadata": {"name": "p", "namespace": "shop", "uid": "u1",
+                                    "resourceVersion": current.to_string()},
+                                "spec": {"containers": [{"name": "c"}]}});
+                            (200, pod)
+                        }
+                    }
+                } else {
+                    (
+                        500,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "InternalError", "code": 500, "message": "down"}),
+                    )
+                };
+                Ok::<_, Infallible>(
+                    Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(Body::from(serde_json::to_vec(&out).unwrap()))
+                        .unwrap(),
+                )
+            }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    /// A cache behind the API server still shows a pod gated after its release: the next pass
+    /// decides the same, but its patch carries the cached resourceVersion and is refused, so
+    /// the pod is released (and counted, and announced) once.
+    #[tokio::test]
+    async fn a_pass_on_a_stale_cache_does_not_release_a_pod_twice() {
+        let ph = placement_history();
+        let patches = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let client = one_pod_server(serde_json::to_value(&ph).unwrap(), patches.clone());
+        let (pods, mut writer) = reflector::store::<CachedPod>();
+        let gated: CachedPod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "shop", "uid": "u1", "resourceVersion": "5",
+                "labels": {"role": "frontend"}},
+            "spec": {"containers": [{"name": "c"}],
+                "schedulingGates": [{"name": ebb_api::names::SCHEDULING_GATE_PLACEMENT}]}
+        }))
+        .unwrap();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(gated));
+        let stores = Stores {
+            pods,
+            ..empty_stores()
+        };
+        let key = Key {
+            id: "k1".into(),
+            secret: vec![7; 32],
+        };
+        let ctx = Arc::new(context_with(client, stores, CurrentKey::known(key)));
+        let ph = Arc::new(ph);
+        // Two passes with the pod's watch event of the release not yet in the cache.
+        for _ in 0..2 {
+            reconcile(ph.clone(), ctx.clone()).await.unwrap();
+        }
+        let text = ctx.metrics.encode();
+        let released: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("ebb_placements_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum();
+        assert_eq!(released, 1.0, "one release counted:\n{text}");
+        assert!(
+            text.contains(
+                "ebb_placement_gate_wait_seconds_count{namespace=\"shop\",placement_history=\"web\"} 1"
+            ),
+            "one gate wait observed:\n{text}"
+        );
+        let sent = patches.lock().unwrap().clone();
+        assert_eq!(sent.len(), 2, "each pass tried the release: {sent:?}");
+        for body in &sent {
+            assert_eq!(body["metadata"]["resourceVersion"], "5", "{body}");
+        }
     }
 }
