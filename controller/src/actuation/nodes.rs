@@ -202,7 +202,7 @@ mod tests {
     use std::convert::Infallible;
     use std::sync::{Arc, Mutex};
 
-    use axum::http::{Method, Request, Response};
+    use axum::http::{Method, Request};
     use http_body_util::BodyExt;
     use kube::client::Body;
     use serde_json::Value;
@@ -238,13 +238,7 @@ mod tests {
                 } else {
                     (200, node)
                 };
-                Ok::<_, Infallible>(
-                    Response::builder()
-                        .status(status)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&out).unwrap()))
-                        .unwrap(),
-                )
+                Ok::<_, Infallible>(crate::testkit::api::json_response(status, &out))
             }
         });
         kube::Client::new(svc, "default")

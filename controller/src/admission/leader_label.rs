@@ -73,7 +73,7 @@ mod tests {
     use std::convert::Infallible;
     use std::sync::{Arc, Mutex};
 
-    use axum::http::{Request, Response};
+    use axum::http::Request;
     use http_body_util::BodyExt;
     use kube::client::Body;
 
@@ -129,13 +129,7 @@ mod tests {
                                "reason": "NotFound", "code": 404, "message": "pods not found"}),
                     ),
                 };
-                Ok::<_, Infallible>(
-                    Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&out).unwrap()))
-                        .unwrap(),
-                )
+                Ok::<_, Infallible>(crate::testkit::api::json_response(code, &out))
             }
         });
         kube::Client::new(svc, "default")

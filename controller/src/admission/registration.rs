@@ -166,7 +166,7 @@ mod tests {
     use std::convert::Infallible;
     use std::sync::{Arc, Mutex};
 
-    use axum::http::{Method, Request, Response};
+    use axum::http::{Method, Request};
     use http_body_util::BodyExt;
     use kube::client::Body;
     use serde_json::Value;
@@ -234,13 +234,7 @@ mod tests {
                         (200, obj.clone())
                     }
                 };
-                Ok::<_, Infallible>(
-                    Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&out).unwrap()))
-                        .unwrap(),
-                )
+                Ok::<_, Infallible>(crate::testkit::api::json_response(code, &out))
             }
         });
         kube::Client::new(svc, "default")

@@ -1,6 +1,7 @@
 //! Short builders of Kubernetes objects for tests and benchmarks (feature `testkit`):
 //! `node("n1").cpu("4").mem("16Gi")`, `pod("web-1").on("n1").cpu("500m").owned_by_rs("web")`.
 
+pub mod api;
 mod node_states;
 mod nodes;
 mod pod_scheduling;

@@ -114,13 +114,14 @@ fn load_state(
 mod tests {
     use std::convert::Infallible;
 
-    use axum::http::{Request, Response};
+    use axum::http::Request;
     use http_body_util::BodyExt;
     use kube::client::Body;
     use serde_json::Value;
 
     use crate::cluster::CachedPod;
     use crate::reconcilers::placement::keys::Key;
+    use crate::testkit::api::failure;
     use kube::runtime::events::{Recorder, Reporter};
     use kube::runtime::reflector;
     use serde_json::json;
@@ -134,15 +135,8 @@ mod tests {
     /// An API server answering every request with 500.
     fn failing_client() -> kube::Client {
         let svc = tower::service_fn(|_req: Request<Body>| async {
-            let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                "reason": "InternalError", "code": 500, "message": "down"});
-            Ok::<_, Infallible>(
-                Response::builder()
-                    .status(500)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&status).unwrap()))
-                    .unwrap(),
-            )
+            let status = failure(500, "InternalError", "down");
+            Ok::<_, Infallible>(crate::testkit::api::json_response(500, &status))
         });
         kube::Client::new(svc, "default")
     }
@@ -237,8 +231,7 @@ mod tests {
                 let path = req.uri().path().to_string();
                 let patch = req.method() == axum::http::Method::PATCH;
                 let body = req.into_body().collect().await.unwrap().to_bytes();
-                let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                    "reason": "Conflict", "code": 409, "message": "the object has been modified"});
+                let conflict = failure(409, "Conflict", "the object has been modified");
                 let (code, out) = if path.contains("placementhistories") {
                     (200, ph)
                 } else if patch && path.ends_with("/pods/p") {
@@ -257,19 +250,9 @@ mod tests {
                         }
                     }
                 } else {
-                    (
-                        500,
-                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                        "reason": "InternalError", "code": 500, "message": "down"}),
-                    )
+                    (500, failure(500, "InternalError", "down"))
                 };
-                Ok::<_, Infallible>(
-                    Response::builder()
-                        .status(code)
-                        .header("content-type", "application/json")
-                        .body(Body::from(serde_json::to_vec(&out).unwrap()))
-                        .unwrap(),
-                )
+                Ok::<_, Infallible>(crate::testkit::api::json_response(code, &out))
             }
         });
         kube::Client::new(svc, "default")
