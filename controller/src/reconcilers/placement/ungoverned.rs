@@ -74,20 +74,20 @@ async fn release(ctx: &Context, pod: &CachedPod, uid: String, waited: Duration) 
     let ns = pod.namespace().unwrap_or_default();
     let api: Api<CachedPod> = Api::namespaced(ctx.client.clone(), &ns);
     let body = patch::unchanged(pod);
-    match api
+    if let Err(e) = api
         .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
         .await
     {
-        Ok(_) => {}
-        // Released already, or changed since the cache saw it: the next sweep looks again.
-        Err(kube::Error::Api(s)) if s.code == 409 => {
-            tracing::debug!(pod = %name, "ungoverned gated pod changed since the cache saw it");
-            return false;
+        match &e {
+            // Released already, or changed since the cache saw it: the next sweep looks again.
+            kube::Error::Api(s) if s.code == 409 => {
+                tracing::debug!(pod = %name, "ungoverned gated pod changed since the cache saw it");
+            }
+            _ => {
+                tracing::warn!(pod = %name, error = %e, "could not release an ungoverned gated pod")
+            }
         }
-        Err(e) => {
-            tracing::warn!(pod = %name, error = %e, "could not release an ungoverned gated pod");
-            return false;
-        }
+        return false;
     }
     count_release(ctx, &ns, uid, waited);
     tracing::info!(pod = %format!("{ns}/{name}"), "gated pod governed by no valid PlacementHistory; released unchanged");
