@@ -48,6 +48,9 @@ pub enum EvictionResult {
     error,
     /// Not sent: a PodDisruptionBudget allowed no more disruptions (counted once per wait).
     deferred,
+    /// Not sent yet: `--max-starting-replacements` replacements of earlier evictions were still
+    /// starting (counted once per wait).
+    paced,
 }
 
 /// How a drain ended.
@@ -244,6 +247,11 @@ pub struct Metrics {
     pub drains_in_progress: Family<PolicyLabels, Gauge>,
     /// Eviction calls sent and not yet answered (bounded by `--max-evictions-in-flight`).
     pub evictions_in_flight: Gauge,
+    /// Replacements of the controller's evictions not Running yet, with the evictions being
+    /// sent (evictions wait at `--max-starting-replacements`).
+    pub replacements_starting: Gauge,
+    /// Evictions whose replacement was not Running within the pacing's wait; no longer counted.
+    pub replacement_start_timeouts: Counter,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
     pub degraded: Family<PolicyReasonLabels, Gauge>,
     pub function_duration: Family<FunctionLabels, HistogramWithExemplars<TraceExemplar>>,
@@ -278,6 +286,8 @@ impl Metrics {
             evictions: Family::<EvictionLabels, Counter>::default(),
             drains_in_progress: Family::<PolicyLabels, Gauge>::default(),
             evictions_in_flight: Gauge::default(),
+            replacements_starting: Gauge::default(),
+            replacement_start_timeouts: Counter::default(),
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
             degraded: Family::<PolicyReasonLabels, Gauge>::default(),
             function_duration: Family::<FunctionLabels, HistogramWithExemplars<TraceExemplar>>::new_with_constructor(|| HistogramWithExemplars::new(exponential_buckets(0.001, 2.0, 16)),),
@@ -338,6 +348,16 @@ impl Metrics {
             "evictions_in_flight",
             "Eviction API calls sent and not yet answered, all policies (at most --max-evictions-in-flight)",
             self.evictions_in_flight.clone(),
+        );
+        r.register(
+            "replacements_starting",
+            "Replacements of the controller's evictions not Running yet, with evictions being sent, all policies (evictions wait at --max-starting-replacements)",
+            self.replacements_starting.clone(),
+        );
+        r.register(
+            "replacement_start_timeouts",
+            "Evictions whose replacement was not Running within 30 s of the eviction; pacing stopped counting them",
+            self.replacement_start_timeouts.clone(),
         );
         r.register(
             "throttled_nodes",

@@ -14,6 +14,7 @@ use ebb_controller::actuation::RecheckInputs;
 use ebb_controller::actuation::budget_gate::{Admission, DisruptionGate};
 use ebb_controller::actuation::drain::EvictionCall;
 use ebb_controller::actuation::evict::{EvictionObserver, Evictor, InFlight, evict_with_retry};
+use ebb_controller::actuation::pacing::Pacer;
 use ebb_controller::actuation::pods::{PodRef, uids_on};
 use ebb_controller::actuation::taints;
 use ebb_controller::actuation::{
@@ -24,6 +25,7 @@ use ebb_controller::metrics::{Metrics, ScaleDownKind};
 use ebb_controller::scaledown::{PlannerConfig, PlannerState};
 use ebb_controller::testkit::{node, pod};
 use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -71,6 +73,7 @@ async fn evict_within(
         client: api.client(),
         gate: &gate,
         in_flight: &InFlight::default(),
+        pacer: &Pacer::off(),
         metrics,
         policy: "p",
         observer: calls,
@@ -199,6 +202,7 @@ async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
         client: api.client(),
         gate: &gate,
         in_flight: &in_flight,
+        pacer: &Pacer::off(),
         metrics: &metrics,
         policy: "p",
         observer: &calls,
@@ -426,6 +430,99 @@ async fn evictions_in_flight_stay_within_the_controllers_bound() {
         0,
         "every slot given back"
     );
+}
+
+/// Drains of two nodes send an eviction only while fewer than `--max-starting-replacements`
+/// replacements of earlier evictions are not Running: a cluster slow to start pods gets no more
+/// Pending replacements than the bound, and every pod still goes.
+#[tokio::test(start_paused = true)]
+async fn evictions_wait_while_the_bound_of_replacements_is_starting() {
+    const LIMIT: usize = 2;
+    // The replacements' node takes this long to start each one.
+    const START: Duration = Duration::from_secs(4);
+    let api = FakeApi::new();
+    for n in ["n1", "n2", "n3"] {
+        api.add_node(node(n).build());
+    }
+    for n in ["n1", "n2"] {
+        for i in 0..3 {
+            let name = format!("{n}-web-{i}");
+            api.add_pod(pod(&name).on(n).owned_by("ReplicaSet", "web").build());
+        }
+    }
+    let metrics = Metrics::new();
+    let (actuator, tracker) = setup_with(&api, metrics.clone());
+    let actuator = actuator.with_max_starting_replacements(LIMIT);
+    let t0 = tokio::time::Instant::now();
+    let drains = futures::future::join_all(
+        ["n1", "n2"].map(|n| start(&actuator, order(&api, n, ScaleDownMode::DrainAndDelete))),
+    );
+    // The ReplicaSet: one replacement on n3 per accepted eviction, Running `START` later.
+    let replica_set = async {
+        let mut created: Vec<tokio::time::Instant> = Vec::new();
+        let mut running = 0;
+        let mut most_starting = 0;
+        loop {
+            let evicted = api
+                .requests("POST", "/eviction")
+                .into_iter()
+                .filter(|l| l.path.contains("-web-"))
+                .count();
+            let now = tokio::time::Instant::now();
+            while created.len() < evicted {
+                let mut p = pod(&format!("web-r{}", created.len()))
+                    .on("n3")
+                    .owned_by("ReplicaSet", "web")
+                    .phase("Pending")
+                    .build();
+                p.metadata.creation_timestamp = Some(Time(jiff::Timestamp::now()));
+                api.add_pod(p);
+                created.push(now);
+            }
+            for (i, at) in created.iter().enumerate().skip(running) {
+                if now.duration_since(*at) < START {
+                    break;
+                }
+                let mut p = pod(&format!("web-r{i}"))
+                    .on("n3")
+                    .owned_by("ReplicaSet", "web")
+                    .build();
+                p.metadata.creation_timestamp = Some(Time(jiff::Timestamp::now()));
+                api.add_pod(p);
+                running = i + 1;
+            }
+            assert!(
+                evicted <= running + LIMIT,
+                "{evicted} evicted with {running} replacements Running: more than {LIMIT} starting"
+            );
+            most_starting = most_starting.max(evicted - running);
+            if running == 6 {
+                return most_starting;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let (handles, most_starting) = tokio::join!(drains, replica_set);
+    for h in handles {
+        assert_eq!(h.await.unwrap(), Outcome::Removed);
+    }
+    assert_eq!(
+        tracker.take_evictions("workers").len(),
+        6,
+        "every pod evicted"
+    );
+    assert_eq!(most_starting, LIMIT, "the bound, and all of it used");
+    // Six replacements started two at a time: three rounds of the node's start time.
+    assert!(t0.elapsed() >= 2 * START, "took {:?}", t0.elapsed());
+    let paced = metrics
+        .evictions
+        .get_or_create(&ebb_controller::metrics::EvictionLabels {
+            policy: "workers".into(),
+            result: ebb_controller::metrics::EvictionResult::paced,
+        })
+        .get();
+    assert!(paced >= 1, "the waits are counted");
+    assert_eq!(metrics.replacement_start_timeouts.get(), 0);
 }
 
 #[tokio::test(start_paused = true)]

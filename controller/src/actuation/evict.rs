@@ -11,6 +11,7 @@ use tracing::Instrument;
 
 use super::budget_gate::{Admission, DisruptionGate, Reservation};
 use super::drain::{EvictionCall, Retry, after_eviction, grace_seconds};
+use super::pacing::{PACING, Pacer, Taken};
 use super::pods::PodRef;
 use crate::metrics::{EvictionLabels, EvictionResult, Metrics};
 
@@ -171,6 +172,8 @@ pub struct Evictor<'a> {
     pub gate: &'a DisruptionGate,
     /// The controller-wide bound on calls in flight.
     pub in_flight: &'a InFlight,
+    /// The controller-wide bound on replacements starting.
+    pub pacer: &'a Pacer,
     pub metrics: &'a Metrics,
     pub policy: &'a str,
     pub observer: &'a dyn EvictionObserver,
@@ -274,6 +277,45 @@ async fn admitted(
     }
 }
 
+/// Waits until fewer than `--max-starting-replacements` replacements of the controller's
+/// evictions are starting (a pod event, a count given back or running out wakes it). The
+/// window starts again each time a count ends: a wave paced by replacements that keep starting
+/// is not stuck. `None` when cancelled or the window closed.
+async fn paced(
+    ev: &Evictor<'_>,
+    pod: &PodRef,
+    settings: &EvictionSettings,
+    cancel: &CancellationToken,
+    window: &mut Window,
+) -> Option<Taken> {
+    let mut turn = ev.pacer.turn();
+    loop {
+        let grace = Duration::from_secs(u64::from(grace_seconds(pod.grace, settings.grace_cap)));
+        if let Some(taken) = turn.take(pod, grace) {
+            return Some(taken);
+        }
+        if window.observe(PACING, ev.pacer.moved()) == Seen::New {
+            tracing::debug!(pod = %pod.key(), starting = ev.pacer.starting(), "eviction waits for replacements to start");
+            ev.metrics
+                .evictions
+                .get_or_create(&EvictionLabels {
+                    policy: ev.policy.to_string(),
+                    result: EvictionResult::paced,
+                })
+                .inc();
+        }
+        let now = tokio::time::Instant::now();
+        let deadline = window.deadline();
+        if now >= deadline {
+            return None;
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = ev.pacer.changed(turn.seen(), settings.retry_interval.min(deadline - now)) => {}
+        }
+    }
+}
+
 /// Evict `pod` once its budgets allow it, retrying 429s and errors every `retry_interval` until
 /// `max_time` (a wait for a budget that lets other evictions through starts it again). True
 /// when the pod is on its way out; false when it gave up or was cancelled.
@@ -289,25 +331,34 @@ pub async fn evict_with_retry(
         let Some(reservation) = admitted(ev, pod, settings, cancel, &mut window).await else {
             return false;
         };
+        // The budgets first, then the replacements starting: a pod its budget holds back takes
+        // no place among the replacements, which other drains' pods could use.
+        let Some(taken) = paced(ev, pod, settings, cancel, &mut window).await else {
+            ev.gate.settle(reservation, false);
+            return false;
+        };
         let Some(slot) = ev
             .in_flight
             .slot(cancel, &ev.metrics.evictions_in_flight)
             .await
         else {
             ev.gate.settle(reservation, false);
+            ev.pacer.settle(taken, false);
             return false;
         };
         // Checked once the slot is taken: the wait for it may have outlasted the Lease.
         if !ev.fence.may_write() {
             ev.gate.settle(reservation, false);
+            ev.pacer.settle(taken, false);
             tracing::warn!(pod = %pod.key(), "not evicting: the Lease may be another replica's");
             return false;
         }
         ev.observer.before_call(pod);
         let call = evict_once(&ev.client, pod, settings.grace_cap).await;
         drop(slot);
-        ev.gate
-            .settle(reservation, matches!(call, EvictionCall::Accepted));
+        let accepted = matches!(call, EvictionCall::Accepted);
+        ev.gate.settle(reservation, accepted);
+        ev.pacer.settle(taken, accepted);
         attempts += 1;
         let result = match &call {
             EvictionCall::Accepted => EvictionResult::evicted,

@@ -6,6 +6,7 @@ pub mod budget_gate;
 pub mod drain;
 pub mod evict;
 pub mod nodes;
+pub mod pacing;
 pub mod pods;
 pub mod recheck;
 pub mod recover;

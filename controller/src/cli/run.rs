@@ -82,6 +82,8 @@ pub struct Settings {
     pub recheck_delay: Duration,
     /// `--max-evictions-in-flight`.
     pub max_evictions_in_flight: usize,
+    /// `--max-starting-replacements`.
+    pub max_starting_replacements: usize,
     /// This replica's name in Events and the Lease.
     pub identity: String,
     /// Policy loops triggered within this time of each other run once ([`DEFAULT_DEBOUNCE`]).
@@ -178,6 +180,7 @@ impl Settings {
                 .then(|| LeaderConfig::new(&args.lease_name, namespace, &identity)),
             recheck_delay: args.recheck_delay.as_duration(),
             max_evictions_in_flight: args.max_evictions_in_flight,
+            max_starting_replacements: args.max_starting_replacements,
             identity,
             debounce: DEFAULT_DEBOUNCE,
             placement: PlacementSettings {
@@ -602,6 +605,7 @@ impl ScaleDown {
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
         .with_max_evictions_in_flight(settings.max_evictions_in_flight)
+        .with_max_starting_replacements(settings.max_starting_replacements)
         .with_remover(remover)
         .with_stop(shared.stop.clone())
         .with_leadership(shared.leadership.clone())

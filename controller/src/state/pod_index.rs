@@ -1,5 +1,5 @@
-//! The cached pods by node, by namespace, by the selectors asked about and those held by a
-//! scheduling gate, kept current by the pod watch: a drain finds its node's pods, the disruption
+//! The cached pods by node, by namespace, by the selectors and controllers asked about and those
+//! held by a scheduling gate, kept current by the pod watch: a drain finds its node's pods, the disruption
 //! gate a budget's pods and the placement sweep the gated pods, without a pass over every pod
 //! (or over every pod of a namespace of tens of thousands).
 //!
@@ -22,7 +22,8 @@ struct Inner {
     by_namespace: HashMap<String, HashSet<ObjectRef<CachedPod>>>,
     /// Where each indexed pod was last seen bound.
     node: HashMap<ObjectRef<CachedPod>, String>,
-    /// By namespace, then by who asked (a budget's `namespace/name`): the pods a selector picks.
+    /// By namespace, then by who asked (a budget's `namespace/name`, or a controller whose pods
+    /// are watched): the pods it picks.
     selections: HashMap<String, HashMap<String, Selection>>,
     /// Pods with at least one scheduling gate (few: a gate is lifted within seconds).
     gated: HashSet<ObjectRef<CachedPod>>,
@@ -39,8 +40,31 @@ fn has_gates(pod: &CachedPod) -> bool {
 /// The pods of one namespace a selector picks: built by one pass over the namespace when first
 /// asked for (or when the selector changed), then kept by every pod event.
 struct Selection {
-    selector: Selector,
+    picks: Picks,
     members: HashSet<ObjectRef<CachedPod>>,
+}
+
+/// Which pods of a namespace a selection holds.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Picks {
+    /// Those whose labels a (budget's) selector matches.
+    Labels(Selector),
+    /// Those whose controlling owner is the `kind` named `name`.
+    ControlledBy { kind: String, name: String },
+}
+
+impl Picks {
+    fn matches(&self, pod: &CachedPod) -> bool {
+        match self {
+            Picks::Labels(s) => s.matches(labels_of(pod)),
+            Picks::ControlledBy { kind, name } => pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.controller == Some(true) && o.kind == *kind && o.name == *name),
+        }
+    }
 }
 
 fn labels_of(pod: &CachedPod) -> &std::collections::BTreeMap<String, String> {
@@ -82,9 +106,8 @@ impl PodIndex {
             inner.gated.remove(&key);
         }
         if let Some(selections) = inner.selections.get_mut(&ns) {
-            let labels = labels_of(pod);
             for s in selections.values_mut() {
-                if s.selector.matches(labels) {
+                if s.picks.matches(pod) {
                     s.members.insert(key.clone());
                 } else {
                     s.members.remove(&key);
@@ -181,11 +204,41 @@ impl PodIndex {
         selector: &Selector,
         pods: &Store<CachedPod>,
     ) -> Vec<Arc<CachedPod>> {
-        let picks = |p: &CachedPod| {
-            p.metadata.namespace.as_deref() == Some(namespace) && selector.matches(labels_of(p))
+        self.picked(namespace, asker, &Picks::Labels(selector.clone()), pods)
+    }
+
+    /// The cached pods of `namespace` whose controlling owner is the `kind` named `name`, as
+    /// [`Self::selected`] keeps them (forget them with [`Self::forget_in`]).
+    pub fn controlled_by(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+        pods: &Store<CachedPod>,
+    ) -> Vec<Arc<CachedPod>> {
+        let picks = Picks::ControlledBy {
+            kind: kind.to_string(),
+            name: name.to_string(),
         };
+        self.picked(namespace, &controlled_asker(kind, name), &picks, pods)
+    }
+
+    /// Forgets the pods of `namespace` controlled by the `kind` named `name`.
+    pub fn forget_controlled(&self, namespace: &str, kind: &str, name: &str) {
+        self.forget_in(namespace, &controlled_asker(kind, name));
+    }
+
+    fn picked(
+        &self,
+        namespace: &str,
+        asker: &str,
+        picks: &Picks,
+        pods: &Store<CachedPod>,
+    ) -> Vec<Arc<CachedPod>> {
+        let keep =
+            |p: &CachedPod| p.metadata.namespace.as_deref() == Some(namespace) && picks.matches(p);
         if !self.fed {
-            return pods.state_filter(|p| picks(p));
+            return pods.state_filter(|p| keep(p));
         }
         let keys: Vec<ObjectRef<CachedPod>> = {
             let mut inner = self.lock();
@@ -193,7 +246,7 @@ impl PodIndex {
                 .selections
                 .get(namespace)
                 .and_then(|s| s.get(asker))
-                .is_some_and(|s| &s.selector == selector);
+                .is_some_and(|s| &s.picks == picks);
             if !current {
                 // Under the index's lock: a pod the watch applies meanwhile is matched by its
                 // own event, after this pass.
@@ -202,7 +255,7 @@ impl PodIndex {
                     .get(namespace)
                     .into_iter()
                     .flatten()
-                    .filter(|k| pods.get(k).is_some_and(|p| picks(&p)))
+                    .filter(|k| pods.get(k).is_some_and(|p| keep(&p)))
                     .cloned()
                     .collect();
                 inner
@@ -212,7 +265,7 @@ impl PodIndex {
                     .insert(
                         asker.to_string(),
                         Selection {
-                            selector: selector.clone(),
+                            picks: picks.clone(),
                             members,
                         },
                     );
@@ -224,7 +277,7 @@ impl PodIndex {
                 .map(|s| s.members.iter().cloned().collect())
                 .unwrap_or_default()
         };
-        let (found, stale) = read(keys, pods, picks);
+        let (found, stale) = read(keys, pods, keep);
         if !stale.is_empty() {
             let mut inner = self.lock();
             if let Some(s) = inner
@@ -240,6 +293,17 @@ impl PodIndex {
         found
     }
 
+    /// Forgets what `asker` selected in `namespace` only.
+    fn forget_in(&self, namespace: &str, asker: &str) {
+        let mut inner = self.lock();
+        if let Some(s) = inner.selections.get_mut(namespace) {
+            s.remove(asker);
+            if s.is_empty() {
+                inner.selections.remove(namespace);
+            }
+        }
+    }
+
     /// Forgets what `asker` (a deleted budget's `namespace/name`) selected.
     pub fn forget_selection(&self, asker: &str) {
         let mut inner = self.lock();
@@ -248,6 +312,11 @@ impl PodIndex {
         }
         inner.selections.retain(|_, s| !s.is_empty());
     }
+}
+
+/// The asker a controller's pods are kept for: no budget's `namespace/name` looks like it.
+fn controlled_asker(kind: &str, name: &str) -> String {
+    format!("controlled-by {kind} {name}")
 }
 
 /// A pod's name and namespace: what a cache lookup needs (`ObjectRef::from_obj` would also copy
@@ -482,5 +551,44 @@ mod tests {
         );
         index.forget_selection("ns/b");
         assert!(index.lock().selections.is_empty());
+    }
+
+    fn controlled(ns: &str, name: &str, kind: &str, owner: &str) -> CachedPod {
+        let mut p = pod(ns, name, Some("n1"));
+        p.metadata.owner_references = Some(vec![
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                kind: kind.into(),
+                name: owner.into(),
+                controller: Some(true),
+                ..Default::default()
+            },
+        ]);
+        p
+    }
+
+    #[test]
+    fn a_controller_selection_follows_owners_and_is_forgotten_per_namespace() {
+        let (reader, mut writer) = store::<CachedPod>();
+        let index = PodIndex::watched();
+        let mut apply = |p: CachedPod| watched_apply(&mut writer, &index, p);
+        apply(controlled("a", "web-1", "ReplicaSet", "web"));
+        apply(controlled("a", "db-0", "StatefulSet", "web"));
+        apply(controlled("b", "web-2", "ReplicaSet", "web"));
+        assert_eq!(
+            names(index.controlled_by("a", "ReplicaSet", "web", &reader)),
+            ["web-1"],
+            "same name, another kind or namespace: not its pods"
+        );
+        index.controlled_by("b", "ReplicaSet", "web", &reader);
+        // Kept by the watch once asked for: a new pod joins, an orphaned one leaves.
+        apply(controlled("a", "web-3", "ReplicaSet", "web"));
+        apply(pod("a", "web-1", Some("n1")));
+        assert_eq!(
+            names(index.controlled_by("a", "ReplicaSet", "web", &reader)),
+            ["web-3"]
+        );
+        index.forget_controlled("a", "ReplicaSet", "web");
+        assert!(!index.lock().selections.contains_key("a"));
+        assert_eq!(index.lock().selections["b"].len(), 1, "namespace b's kept");
     }
 }

@@ -99,6 +99,8 @@ pub struct Actuator {
     gate: DisruptionGate,
     /// The bound on eviction calls in flight, shared by every drain of every policy.
     in_flight: super::evict::InFlight,
+    /// The bound on replacements starting, shared by every drain of every policy.
+    pacer: super::pacing::Pacer,
     remover: Remover,
     tracker: Tracker,
     metrics: Metrics,
@@ -131,6 +133,13 @@ impl Actuator {
             gate: DisruptionGate::new(pods.clone(), pod_changes.clone())
                 .with_index(stores.pod_index.clone()),
             in_flight: Default::default(),
+            pacer: super::pacing::Pacer::new(
+                super::pacing::DEFAULT_MAX_STARTING,
+                pods.clone(),
+                stores.pod_index.clone(),
+                pod_changes.clone(),
+            )
+            .with_metrics(metrics.clone()),
             pods,
             stores,
             pod_changes,
@@ -197,6 +206,19 @@ impl Actuator {
     /// At most `limit` eviction calls in flight at once, all drains together.
     pub fn with_max_evictions_in_flight(mut self, limit: usize) -> Self {
         self.in_flight = super::evict::InFlight::new(limit);
+        self
+    }
+
+    /// At most `limit` replacements of the controller's evictions starting at once, all drains
+    /// together (0: evictions are not paced by their replacements).
+    pub fn with_max_starting_replacements(mut self, limit: usize) -> Self {
+        self.pacer = super::pacing::Pacer::new(
+            limit,
+            self.pods.clone(),
+            self.stores.pod_index.clone(),
+            self.pod_changes.clone(),
+        )
+        .with_metrics(self.metrics.clone());
         self
     }
 
@@ -420,6 +442,7 @@ impl Actuator {
             client: self.client.clone(),
             gate: &self.gate,
             in_flight: &self.in_flight,
+            pacer: &self.pacer,
             metrics: &self.metrics,
             policy: &order.policy,
             observer: &observer,

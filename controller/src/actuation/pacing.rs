@@ -1,0 +1,706 @@
+//! Replacement pacing: an eviction waits while `--max-starting-replacements` replacements of the
+//! controller's evictions are not Running yet, oldest waiter first, all drains together.
+//!
+//! A wave of drains evicts hundreds of pods in a second; their replacements are created at once,
+//! and a cluster that starts pods at a few dozen a second leaves the last of them Pending for
+//! tens of seconds. Paced, the wave evicts as fast as the cluster starts what it moved.
+//!
+//! An eviction of a pod whose controller replaces it (ReplicaSet, StatefulSet, Job,
+//! ReplicationController) counts from its admission until a pod of the same controller that was
+//! not in the cache then, and not one ebb evicted, is Running (each such pod ends one count; no
+//! clock is compared, so a skewed API server's timestamps change nothing), or at most the
+//! evicted pod's grace period (capped by `maxGracefulTermination`: a StatefulSet creates the
+//! replacement once the old pod is gone) and [`STARTING_TTL`]. Replacements that never start (a
+//! namespace's quota, an image gone) hold their counts for that long, never longer, and their
+//! namespace's evictions are then not paced for [`UNPACED_FOR`]: a tenant cannot hold the line
+//! twice. A wait that sees counts end is not stuck.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::{Notify, watch};
+use tokio::time::Instant;
+
+use super::pods::PodRef;
+use crate::cluster::CachedPod;
+use crate::metrics::Metrics;
+use crate::state::pod_index::PodIndex;
+use crate::steering::{OwnerKey, owner_of};
+
+/// Replacements starting at once unless configured otherwise (`--max-starting-replacements`).
+pub const DEFAULT_MAX_STARTING: usize = 50;
+
+/// Longest an eviction counts as starting, once its pod's grace period is over, when its
+/// replacement is not Running.
+pub const STARTING_TTL: Duration = Duration::from_secs(15);
+
+/// How long a namespace whose replacement was waited out is not paced.
+pub const UNPACED_FOR: Duration = Duration::from_secs(600);
+
+/// What a pod's eviction window calls the pacing while it waits for it (no budget's
+/// `namespace/name` has a space).
+pub const PACING: &str = "starting replacements";
+
+/// Shared by every drain of the process. Cheap to clone.
+#[derive(Clone)]
+pub struct Pacer {
+    /// Counts at once; 0: no pacing.
+    limit: usize,
+    pods: Store<CachedPod>,
+    index: PodIndex,
+    changes: watch::Receiver<u64>,
+    metrics: Option<Metrics>,
+    released: Arc<Notify>,
+    inner: Arc<Mutex<Inner>>,
+}
+
+#[derive(Default)]
+struct Inner {
+    owners: HashMap<OwnerKey, Owner>,
+    /// Evictions admitted and not answered yet.
+    sending: usize,
+    /// Accepted evictions whose replacement is not Running yet (all owners).
+    starting: usize,
+    /// Evictions waiting for their turn, by ticket (oldest first).
+    waiting: BTreeSet<u64>,
+    next_ticket: u64,
+    /// The pod-change count at which the owners' pods were last looked at.
+    looked_at: Option<u64>,
+    /// Counts ended since the process started (replacement Running, or waited out).
+    moved: u64,
+    /// Namespaces not paced, until when: one of their replacements was waited out.
+    unpaced: HashMap<String, Instant>,
+}
+
+/// One controller's counts, and its pods by when the pacing first saw them.
+#[derive(Default)]
+struct Owner {
+    /// Each accepted eviction, oldest first.
+    counts: VecDeque<Count>,
+    /// Its evictions let through and not answered yet (the owner is kept meanwhile).
+    sending: usize,
+    /// Its pods seen so far: the generation first seen at, and whether it can end no count
+    /// (ebb evicted it, or it already ended one).
+    seen: HashMap<String, (u64, bool)>,
+    /// The generation the next eviction let through gets; every pod seen before it has a lower
+    /// or equal one.
+    generation: u64,
+}
+
+/// One accepted eviction whose replacement is not Running yet.
+#[derive(Clone, Copy, Debug)]
+struct Count {
+    /// Its generation: a pod first seen at a higher one was not in the cache when the eviction
+    /// was let through, so it can be its replacement.
+    generation: u64,
+    /// When it stops counting if its replacement is not Running by then.
+    until: Instant,
+}
+
+/// An eviction the pacing let through; hand it back with [`Pacer::settle`].
+#[derive(Debug)]
+#[must_use]
+pub struct Taken {
+    /// `None`: not counted (nothing replaces the pod, or no pacing).
+    counted: Option<(OwnerKey, Count)>,
+}
+
+/// One eviction's place in the line; leaving it (drop) gives the place up.
+pub struct Turn<'a> {
+    pacer: &'a Pacer,
+    ticket: Option<u64>,
+    /// The pod-change count when this turn last asked.
+    seen: u64,
+}
+
+impl Pacer {
+    /// At most `limit` counts at once (0: no pacing), read from the pod cache and `index`;
+    /// `changes` ticks on every pod event.
+    pub fn new(
+        limit: usize,
+        pods: Store<CachedPod>,
+        index: PodIndex,
+        changes: watch::Receiver<u64>,
+    ) -> Self {
+        Pacer {
+            limit,
+            pods,
+            index,
+            changes,
+            metrics: None,
+            released: Arc::default(),
+            inner: Arc::default(),
+        }
+    }
+
+    /// Paces nothing: every eviction goes through uncounted.
+    pub fn off() -> Self {
+        let (pods, _) = kube::runtime::reflector::store::<CachedPod>();
+        let (_, changes) = watch::channel(0);
+        Self::new(0, pods, PodIndex::default(), changes)
+    }
+
+    /// Shows the counts in `ebb_replacements_starting` and the waits given up in
+    /// `ebb_replacement_start_timeouts_total`.
+    pub fn with_metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A place in the line for one eviction.
+    pub fn turn(&self) -> Turn<'_> {
+        Turn {
+            pacer: self,
+            ticket: None,
+            seen: 0,
+        }
+    }
+
+    /// Counts ended since the process started: a wait that sees it grow is not stuck.
+    pub fn moved(&self) -> u64 {
+        self.lock().moved
+    }
+
+    /// Counts now (accepted and being sent).
+    pub fn starting(&self) -> usize {
+        let inner = self.lock();
+        inner.starting + inner.sending
+    }
+
+    /// When the oldest count runs out, if any.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.lock()
+            .owners
+            .values()
+            .flat_map(|o| o.counts.iter().map(|c| c.until))
+            .min()
+    }
+
+    /// Waits at most `limit` for something that may let a waiting eviction through: a pod event
+    /// after `seen` (the change count the turn last looked at), a count given back, a count
+    /// running out.
+    pub async fn changed(&self, seen: u64, limit: Duration) {
+        let mut limit = limit;
+        if let Some(at) = self.next_expiry() {
+            limit = limit.min(at.saturating_duration_since(Instant::now()));
+        }
+        let mut changes = self.changes.clone();
+        tokio::select! {
+            _ = changes.wait_for(|v| *v != seen) => {}
+            _ = self.released.notified() => {}
+            _ = tokio::time::sleep(limit) => {}
+        }
+    }
+
+    /// The eviction was answered: an accepted one counts until its replacement runs.
+    pub fn settle(&self, taken: Taken, accepted: bool) {
+        let Some((owner, count)) = taken.counted else {
+            return;
+        };
+        let mut inner = self.lock();
+        inner.sending = inner.sending.saturating_sub(1);
+        let o = inner.owners.entry(owner).or_default();
+        o.sending = o.sending.saturating_sub(1);
+        if accepted {
+            o.counts.push_back(count);
+            inner.starting += 1;
+        } else {
+            self.forget_idle(&mut inner);
+        }
+        self.publish(&inner);
+        drop(inner);
+        if !accepted {
+            self.released.notify_waiters();
+        }
+    }
+
+    /// Ends the counts whose wait is over.
+    fn expire(&self, inner: &mut Inner, now: Instant) {
+        let mut ended = 0usize;
+        inner.unpaced.retain(|_, until| *until > now);
+        let Inner {
+            owners, unpaced, ..
+        } = inner;
+        for (owner, o) in owners.iter_mut() {
+            let before = o.counts.len();
+            o.counts.retain(|c| c.until > now);
+            let gone = before - o.counts.len();
+            if gone > 0 {
+                ended += gone;
+                unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
+                tracing::info!(
+                    owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
+                    replacements = gone,
+                    "replacements not Running {}s after their pods' grace period: no longer waited for, and the namespace's evictions are not paced for {}s",
+                    STARTING_TTL.as_secs(),
+                    UNPACED_FOR.as_secs()
+                );
+            }
+        }
+        if ended > 0 {
+            inner.starting = inner.starting.saturating_sub(ended);
+            inner.moved += ended as u64;
+            if let Some(m) = &self.metrics {
+                m.replacement_start_timeouts.inc_by(ended as u64);
+            }
+            self.forget_idle(inner);
+        }
+    }
+
+    /// Ends a count for each replacement now Running.
+    fn look(&self, inner: &mut Inner) {
+        let mut ended = 0usize;
+        for (owner, o) in &mut inner.owners {
+            if o.counts.is_empty() {
+                continue;
+            }
+            let pods =
+                self.index
+                    .controlled_by(&owner.namespace, &owner.kind, &owner.name, &self.pods);
+            for pod in pods {
+                let Some(oldest) = o.counts.front().map(|c| c.generation) else {
+                    break;
+                };
+                let Some(uid) = pod.metadata.uid.as_deref() else {
+                    continue;
+                };
+                let next = o.generation;
+                let (first_seen, spent) = o.seen.entry(uid.to_string()).or_insert((next, false));
+                // The oldest count has the lowest generation: a pod that can end any count can
+                // end it.
+                if *spent
+                    || *first_seen <= oldest
+                    || pod.metadata.deletion_timestamp.is_some()
+                    || !started(&pod)
+                {
+                    continue;
+                }
+                *spent = true;
+                o.counts.pop_front();
+                ended += 1;
+            }
+        }
+        inner.starting = inner.starting.saturating_sub(ended);
+        inner.moved += ended as u64;
+        self.forget_idle(inner);
+    }
+
+    /// Owners without counts or evictions being sent are forgotten, with the index's watch of
+    /// their pods.
+    fn forget_idle(&self, inner: &mut Inner) {
+        inner.owners.retain(|owner, o| {
+            let keep = !o.counts.is_empty() || o.sending > 0;
+            if !keep {
+                self.index
+                    .forget_controlled(&owner.namespace, &owner.kind, &owner.name);
+            }
+            keep
+        });
+    }
+
+    fn publish(&self, inner: &Inner) {
+        if let Some(m) = &self.metrics {
+            m.replacements_starting
+                .set((inner.starting + inner.sending) as i64);
+        }
+    }
+}
+
+/// Running or finished: the replacement has started.
+fn started(pod: &CachedPod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Running" | "Succeeded" | "Failed")
+    )
+}
+
+impl Turn<'_> {
+    /// Lets `pod`'s eviction, with `grace` (its grace period as sent), through when fewer than
+    /// the limit count, counting the evictions waiting longer than this one; `None`: wait (this
+    /// eviction keeps its place in the line).
+    pub fn take(&mut self, pod: &PodRef, grace: Duration) -> Option<Taken> {
+        let p = self.pacer;
+        let owner = (p.limit > 0)
+            .then(|| {
+                let key = ObjectRef::new(&pod.name).within(&pod.namespace);
+                p.pods
+                    .get(&key)
+                    .filter(|o| o.metadata.uid.as_deref() == Some(pod.uid.as_str()))
+                    .and_then(|o| owner_of(&o))
+            })
+            .flatten();
+        let Some(owner) = owner else {
+            self.leave();
+            return Some(Taken { counted: None });
+        };
+        let version = *p.changes.borrow();
+        self.seen = version;
+        let now = Instant::now();
+        let mut inner = p.lock();
+        p.expire(&mut inner, now);
+        if inner.unpaced.contains_key(&owner.namespace) {
+            drop(inner);
+            self.leave();
+            return Some(Taken { counted: None });
+        }
+        let ticket = self.ticket;
+        let busy = |inner: &Inner| {
+            let ahead = match ticket {
+                Some(t) => inner.waiting.range(..t).count(),
+                None => inner.waiting.len(),
+            };
+            inner.starting + inner.sending + ahead >= p.limit
+        };
+        if busy(&inner) && inner.looked_at != Some(version) {
+            p.look(&mut inner);
+            inner.looked_at = Some(version);
+        }
+        if busy(&inner) {
+            if self.ticket.is_none() {
+                let t = inner.next_ticket;
+                inner.next_ticket += 1;
+                inner.waiting.insert(t);
+                self.ticket = Some(t);
+            }
+            return None;
+        }
+        if let Some(t) = self.ticket.take() {
+            inner.waiting.remove(&t);
+        }
+        inner.sending += 1;
+        // Every pod of the owner in the cache now is seen at this generation at the latest: none
+        // of them is this eviction's replacement.
+        let pods = p
+            .index
+            .controlled_by(&owner.namespace, &owner.kind, &owner.name, &p.pods);
+        let o = inner.owners.entry(owner.clone()).or_default();
+        let generation = o.generation;
+        o.generation += 1;
+        o.sending += 1;
+        for other in pods {
+            if let Some(uid) = other.metadata.uid.as_deref() {
+                o.seen.entry(uid.to_string()).or_insert((generation, false));
+            }
+        }
+        // The evicted pod ends no count, whatever its generation.
+        o.seen.insert(pod.uid.clone(), (generation, true));
+        p.publish(&inner);
+        Some(Taken {
+            counted: Some((
+                owner,
+                Count {
+                    generation,
+                    until: now + grace + STARTING_TTL,
+                },
+            )),
+        })
+    }
+
+    /// The pod-change count this turn last looked at (for [`Pacer::changed`]).
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
+
+    fn leave(&mut self) {
+        if let Some(t) = self.ticket.take() {
+            self.pacer.lock().waiting.remove(&t);
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.leave();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store;
+    use kube::runtime::watcher::Event;
+
+    /// A pod of ReplicaSet `rs` in namespace `ns`, created at `created` (seconds), in `phase`.
+    fn pod(ns: &str, name: &str, rs: &str, created: i64, phase: &str) -> CachedPod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "namespace": ns, "name": name, "uid": format!("{ns}-{name}"),
+                "creationTimestamp": jiff::Timestamp::from_second(created).unwrap().to_string(),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": rs,
+                                     "uid": format!("{ns}-{rs}"), "controller": true}],
+            },
+            "spec": {"containers": [], "nodeName": "n1"},
+            "status": {"phase": phase},
+        }))
+        .unwrap()
+    }
+
+    fn bare(ns: &str, name: &str) -> CachedPod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": ns, "name": name, "uid": format!("{ns}-{name}")},
+            "spec": {"containers": [], "nodeName": "n1"},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap()
+    }
+
+    fn r(p: &CachedPod) -> PodRef {
+        PodRef {
+            namespace: p.metadata.namespace.clone().unwrap(),
+            name: p.metadata.name.clone().unwrap(),
+            uid: p.metadata.uid.clone().unwrap(),
+            grace: None,
+        }
+    }
+
+    struct World {
+        writer: kube::runtime::reflector::store::Writer<CachedPod>,
+        index: PodIndex,
+        tick: watch::Sender<u64>,
+        pacer: Pacer,
+    }
+
+    impl World {
+        fn new(limit: usize) -> Self {
+            let (reader, writer) = store::<CachedPod>();
+            let index = PodIndex::watched();
+            let (tick, changes) = watch::channel(0);
+            let pacer = Pacer::new(limit, reader, index.clone(), changes);
+            World {
+                writer,
+                index,
+                tick,
+                pacer,
+            }
+        }
+
+        fn apply(&mut self, p: &CachedPod) {
+            self.writer.apply_watcher_event(&Event::Apply(p.clone()));
+            self.index.applied(p);
+            self.tick.send_modify(|v| *v += 1);
+        }
+
+        /// Admits and settles `p`'s eviction (accepted) when the pacing lets it through.
+        fn evict(&self, p: &CachedPod) -> bool {
+            let mut turn = self.pacer.turn();
+            match turn.take(&r(p), NO_GRACE) {
+                Some(t) => {
+                    self.pacer.settle(t, true);
+                    true
+                }
+                None => false,
+            }
+        }
+    }
+
+    const NO_GRACE: Duration = Duration::ZERO;
+
+    fn now_s() -> i64 {
+        jiff::Timestamp::now().as_second()
+    }
+
+    #[tokio::test]
+    async fn evictions_wait_at_the_limit_until_replacements_run() {
+        let mut w = World::new(2);
+        let old: Vec<CachedPod> = (0..4)
+            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
+            .collect();
+        for p in &old {
+            w.apply(p);
+        }
+        assert!(w.evict(&old[0]));
+        assert!(w.evict(&old[1]));
+        assert!(
+            !w.evict(&old[2]),
+            "two replacements starting: the third waits"
+        );
+        assert_eq!(w.pacer.starting(), 2);
+        // One replacement is created, Pending: still two starting.
+        let new = pod("a", "web-x", "web", now_s(), "Pending");
+        w.apply(&new);
+        assert!(!w.evict(&old[2]));
+        // It runs: one count ends.
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        assert!(w.evict(&old[2]));
+        assert!(
+            !w.evict(&old[3]),
+            "the same replacement ends one count only"
+        );
+        assert_eq!(w.pacer.moved(), 1);
+    }
+
+    #[tokio::test]
+    async fn pods_nothing_replaces_and_older_pods_end_no_count() {
+        let mut w = World::new(1);
+        let a = pod("a", "web-0", "web", now_s() - 600, "Running");
+        let b = pod("a", "web-1", "web", now_s() - 600, "Running");
+        let c = pod("a", "web-2", "web", now_s() - 600, "Running");
+        let old = pod("a", "web-old", "web", now_s() - 300, "Running");
+        let lone = bare("a", "lone");
+        for p in [&a, &b, &c, &old, &lone] {
+            w.apply(p);
+        }
+        assert!(w.evict(&a));
+        // A bare pod has no replacement to wait for: never held, never counted.
+        assert!(w.evict(&lone));
+        assert_eq!(w.pacer.starting(), 1);
+        // Another pod of the owner, in the cache at the eviction, changes: not its replacement.
+        w.apply(&old);
+        // A Running pod of another ReplicaSet, or of the same name in another namespace.
+        w.apply(&pod("a", "api-0", "api", now_s(), "Running"));
+        w.apply(&pod("b", "web-9", "web", now_s(), "Running"));
+        assert!(!w.evict(&b));
+        // The replacement runs (its creationTimestamp plays no part: an API server's clock
+        // behind ebb's changes nothing).
+        let x = pod("a", "web-x", "web", now_s() - 3600, "Running");
+        w.apply(&x);
+        assert!(w.evict(&b));
+        // The owner had no count left in between: the replacement already Running when b's
+        // eviction went is not b's.
+        w.apply(&x);
+        assert!(!w.evict(&c));
+        assert_eq!(w.pacer.moved(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_oldest_waiter_goes_first() {
+        let mut w = World::new(1);
+        let pods: Vec<CachedPod> = (0..3)
+            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
+            .collect();
+        for p in &pods {
+            w.apply(p);
+        }
+        assert!(w.evict(&pods[0]));
+        let pacer = w.pacer.clone();
+        let mut first = pacer.turn();
+        let mut second = pacer.turn();
+        assert!(first.take(&r(&pods[1]), NO_GRACE).is_none());
+        assert!(second.take(&r(&pods[2]), NO_GRACE).is_none());
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        // The second asks first after the count ended: the first is still ahead of it.
+        assert!(second.take(&r(&pods[2]), NO_GRACE).is_none());
+        let t = first.take(&r(&pods[1]), NO_GRACE).expect("its turn");
+        w.pacer.settle(t, false);
+        // Refused (a budget's 429): the count is given back, the second goes.
+        assert!(second.take(&r(&pods[2]), NO_GRACE).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_leaves_gives_up_its_place() {
+        let mut w = World::new(1);
+        let pods: Vec<CachedPod> = (0..3)
+            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
+            .collect();
+        for p in &pods {
+            w.apply(p);
+        }
+        assert!(w.evict(&pods[0]));
+        {
+            let mut gone = w.pacer.turn();
+            assert!(gone.take(&r(&pods[1]), NO_GRACE).is_none());
+        } // its drain was cancelled
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        assert!(w.evict(&pods[2]), "no one ahead any more");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replacement_that_never_runs_holds_its_count_for_the_ttl_only() {
+        let mut w = World::new(1);
+        let a = pod("quota", "web-0", "web", now_s() - 600, "Running");
+        let b = pod("quota", "web-1", "web", now_s() - 600, "Running");
+        w.apply(&a);
+        w.apply(&b);
+        assert!(w.evict(&a));
+        let expiry = w.pacer.next_expiry().expect("one count");
+        tokio::time::advance(STARTING_TTL - Duration::from_millis(1)).await;
+        assert!(!w.evict(&b), "still within the wait");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(Instant::now() >= expiry);
+        assert!(w.evict(&b), "waited out: no longer counted");
+        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(
+            w.pacer.starting(),
+            0,
+            "b passed uncounted: its namespace is not paced"
+        );
+        // Nor are its next evictions, however many.
+        let more: Vec<CachedPod> = (2..6)
+            .map(|i| {
+                pod(
+                    "quota",
+                    &format!("web-{i}"),
+                    "web",
+                    now_s() - 600,
+                    "Running",
+                )
+            })
+            .collect();
+        for p in &more {
+            w.apply(p);
+        }
+        assert!(more.iter().all(|p| w.evict(p)));
+        assert_eq!(w.pacer.starting(), 0);
+        // Another namespace is still paced.
+        let d = pod("other", "api-0", "api", now_s() - 600, "Running");
+        let d2 = pod("other", "api-1", "api", now_s() - 600, "Running");
+        w.apply(&d);
+        w.apply(&d2);
+        assert!(w.evict(&d));
+        assert!(!w.evict(&d2), "other's count holds the line");
+        w.apply(&pod("other", "api-x", "api", now_s(), "Running"));
+        assert!(w.evict(&d2), "api's replacement runs: a count is free");
+        // Once the time is up the namespace is paced again.
+        tokio::time::advance(UNPACED_FOR).await;
+        let f = pod("quota", "web-10", "web", now_s() - 600, "Running");
+        w.apply(&f);
+        assert!(w.evict(&f), "d2's count ran out");
+        assert_eq!(w.pacer.starting(), 1, "f counts again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_count_waits_out_the_evicted_pods_grace_period_first() {
+        // A StatefulSet creates the replacement only once the old pod is gone: a pod with 30 s
+        // to terminate holds its count 30 s longer before it is given up on.
+        let mut w = World::new(1);
+        let a = pod("db", "db-0", "db", now_s() - 600, "Running");
+        let b = pod("db", "db-1", "db", now_s() - 600, "Running");
+        w.apply(&a);
+        w.apply(&b);
+        let grace = Duration::from_secs(30);
+        let t = w
+            .pacer
+            .turn()
+            .take(&r(&a), grace)
+            .expect("nothing starting");
+        w.pacer.settle(t, true);
+        tokio::time::advance(STARTING_TTL + Duration::from_secs(1)).await;
+        assert!(!w.evict(&b), "the old pod may still be terminating");
+        tokio::time::advance(grace).await;
+        assert!(w.evict(&b), "grace and wait over: no longer counted");
+        assert_eq!(w.pacer.starting(), 0, "its namespace is not paced now");
+    }
+
+    #[tokio::test]
+    async fn no_limit_counts_nothing() {
+        let mut w = World::new(0);
+        let pods: Vec<CachedPod> = (0..5)
+            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
+            .collect();
+        for p in &pods {
+            w.apply(p);
+        }
+        assert!(pods.iter().all(|p| w.evict(p)));
+        assert_eq!(w.pacer.starting(), 0);
+    }
+}
