@@ -255,25 +255,43 @@ async fn admitted(
                 }
                 if seen == Seen::New {
                     tracing::info!(pod = %pod.key(), %pdb, "eviction waits for its disruption budget");
-                    ev.metrics
-                        .evictions
-                        .get_or_create(&EvictionLabels {
-                            policy: ev.policy.to_string(),
-                            result: EvictionResult::deferred,
-                        })
-                        .inc();
+                    count(ev, EvictionResult::deferred);
                 }
             }
         }
-        let now = tokio::time::Instant::now();
-        let deadline = window.deadline();
-        if now >= deadline {
+        if !wait_in(window, settings, cancel, |wait| ev.gate.changed(wait)).await {
             return None;
         }
-        tokio::select! {
-            _ = cancel.cancelled() => return None,
-            _ = ev.gate.changed(settings.retry_interval.min(deadline - now)) => {}
-        }
+    }
+}
+
+/// Counts one eviction call's `result`, or one wait of an eviction held back (once per wait).
+fn count(ev: &Evictor<'_>, result: EvictionResult) {
+    ev.metrics
+        .evictions
+        .get_or_create(&EvictionLabels {
+            policy: ev.policy.to_string(),
+            result,
+        })
+        .inc();
+}
+
+/// Waits for `changed` (given at most `retry_interval` and what is left of the window); false
+/// when cancelled or the window closed.
+async fn wait_in<F: std::future::Future<Output = ()>>(
+    window: &Window,
+    settings: &EvictionSettings,
+    cancel: &CancellationToken,
+    changed: impl FnOnce(Duration) -> F,
+) -> bool {
+    let now = tokio::time::Instant::now();
+    let deadline = window.deadline();
+    if now >= deadline {
+        return false;
+    }
+    tokio::select! {
+        _ = cancel.cancelled() => false,
+        _ = changed(settings.retry_interval.min(deadline - now)) => true,
     }
 }
 
@@ -296,22 +314,15 @@ async fn paced(
         }
         if window.observe(PACING, ev.pacer.moved()) == Seen::New {
             tracing::debug!(pod = %pod.key(), starting = ev.pacer.starting(), "eviction waits for replacements to start");
-            ev.metrics
-                .evictions
-                .get_or_create(&EvictionLabels {
-                    policy: ev.policy.to_string(),
-                    result: EvictionResult::paced,
-                })
-                .inc();
+            count(ev, EvictionResult::paced);
         }
-        let now = tokio::time::Instant::now();
-        let deadline = window.deadline();
-        if now >= deadline {
+        let seen = turn.seen();
+        if !wait_in(window, settings, cancel, |wait| {
+            ev.pacer.changed(seen, wait)
+        })
+        .await
+        {
             return None;
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => return None,
-            _ = ev.pacer.changed(turn.seen(), settings.retry_interval.min(deadline - now)) => {}
         }
     }
 }
@@ -375,13 +386,7 @@ pub async fn evict_with_retry(
         let span = tracing::Span::current();
         span.record("pdb", answer);
         span.record("attempts", u64::from(attempts));
-        ev.metrics
-            .evictions
-            .get_or_create(&EvictionLabels {
-                policy: ev.policy.to_string(),
-                result,
-            })
-            .inc();
+        count(ev, result);
         ev.observer.on_call(pod, &call);
         match after_eviction(
             &call,

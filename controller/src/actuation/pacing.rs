@@ -484,6 +484,17 @@ mod tests {
             }
         }
 
+        /// `n` Running pods of ReplicaSet `web` in namespace `a`, long there, applied.
+        fn webs(&mut self, n: usize) -> Vec<CachedPod> {
+            let pods: Vec<CachedPod> = (0..n)
+                .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
+                .collect();
+            for p in &pods {
+                self.apply(p);
+            }
+            pods
+        }
+
         fn apply(&mut self, p: &CachedPod) {
             self.writer.apply_watcher_event(&Event::Apply(p.clone()));
             self.index.applied(p);
@@ -512,12 +523,7 @@ mod tests {
     #[tokio::test]
     async fn evictions_wait_at_the_limit_until_replacements_run() {
         let mut w = World::new(2);
-        let old: Vec<CachedPod> = (0..4)
-            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
-            .collect();
-        for p in &old {
-            w.apply(p);
-        }
+        let old = w.webs(4);
         assert!(w.evict(&old[0]));
         assert!(w.evict(&old[1]));
         assert!(
@@ -575,12 +581,7 @@ mod tests {
     #[tokio::test]
     async fn the_oldest_waiter_goes_first() {
         let mut w = World::new(1);
-        let pods: Vec<CachedPod> = (0..3)
-            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
-            .collect();
-        for p in &pods {
-            w.apply(p);
-        }
+        let pods = w.webs(3);
         assert!(w.evict(&pods[0]));
         let pacer = w.pacer.clone();
         let mut first = pacer.turn();
@@ -599,12 +600,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_that_leaves_gives_up_its_place() {
         let mut w = World::new(1);
-        let pods: Vec<CachedPod> = (0..3)
-            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
-            .collect();
-        for p in &pods {
-            w.apply(p);
-        }
+        let pods = w.webs(3);
         assert!(w.evict(&pods[0]));
         {
             let mut gone = w.pacer.turn();
@@ -694,12 +690,7 @@ mod tests {
     #[tokio::test]
     async fn no_limit_counts_nothing() {
         let mut w = World::new(0);
-        let pods: Vec<CachedPod> = (0..5)
-            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
-            .collect();
-        for p in &pods {
-            w.apply(p);
-        }
+        let pods = w.webs(5);
         assert!(pods.iter().all(|p| w.evict(p)));
         assert_eq!(w.pacer.starting(), 0);
     }
