@@ -356,7 +356,7 @@ impl Metrics {
         );
         r.register(
             "replacement_start_timeouts",
-            "Evictions whose replacement was not Running within 30 s of the eviction; pacing stopped counting them",
+            "Evictions whose replacement was not Running within 15 s of the eviction; pacing stopped counting them and does not pace their namespace for 10 minutes",
             self.replacement_start_timeouts.clone(),
         );
         r.register(

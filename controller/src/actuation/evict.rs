@@ -308,8 +308,7 @@ async fn paced(
 ) -> Option<Taken> {
     let mut turn = ev.pacer.turn();
     loop {
-        let grace = Duration::from_secs(u64::from(grace_seconds(pod.grace, settings.grace_cap)));
-        if let Some(taken) = turn.take(pod, grace) {
+        if let Some(taken) = turn.take(pod) {
             return Some(taken);
         }
         if window.observe(PACING, ev.pacer.moved()) == Seen::New {

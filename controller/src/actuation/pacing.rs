@@ -5,15 +5,16 @@
 //! and a cluster that starts pods at a few dozen a second leaves the last of them Pending for
 //! tens of seconds. Paced, the wave evicts as fast as the cluster starts what it moved.
 //!
-//! An eviction of a pod whose controller replaces it (ReplicaSet, StatefulSet, Job,
-//! ReplicationController) counts from its admission until a pod of the same controller that was
-//! not in the cache then, and not one ebb evicted, is Running (each such pod ends one count; no
-//! clock is compared, so a skewed API server's timestamps change nothing), or at most the
-//! evicted pod's grace period (capped by `maxGracefulTermination`: a StatefulSet creates the
-//! replacement once the old pod is gone) and [`STARTING_TTL`]. Replacements that never start (a
-//! namespace's quota, an image gone) hold their counts for that long, never longer, and their
-//! namespace's evictions are then not paced for [`UNPACED_FOR`]: a tenant cannot hold the line
-//! twice. A wait that sees counts end is not stuck.
+//! An eviction of a pod whose controller creates its replacement at once, as the eviction is
+//! accepted (ReplicaSet, ReplicationController, Job), counts from its admission until a pod of
+//! the same controller that was not in the cache then, and not one ebb evicted, is Running (each
+//! such pod ends one count; no clock is compared, so a skewed API server's timestamps change
+//! nothing), or [`STARTING_TTL`] at most. A StatefulSet creates its replacement only once the
+//! old pod is gone, after a grace period its tenant sets: its evictions are not counted, nor are
+//! bare pods'. Replacements that never start (a namespace's quota, an image gone) hold their
+//! counts for that long, never longer, and their namespace's evictions are then not paced for
+//! [`UNPACED_FOR`]: a tenant cannot hold the line twice. A wait that sees counts end is not
+//! stuck.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -32,8 +33,7 @@ use crate::steering::{OwnerKey, owner_of};
 /// Replacements starting at once unless configured otherwise (`--max-starting-replacements`).
 pub const DEFAULT_MAX_STARTING: usize = 50;
 
-/// Longest an eviction counts as starting, once its pod's grace period is over, when its
-/// replacement is not Running.
+/// Longest an eviction counts as starting when its replacement is not Running.
 pub const STARTING_TTL: Duration = Duration::from_secs(15);
 
 /// How long a namespace whose replacement was waited out is not paced.
@@ -241,7 +241,7 @@ impl Pacer {
                 tracing::info!(
                     owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
                     replacements = gone,
-                    "replacements not Running {}s after their pods' grace period: no longer waited for, and the namespace's evictions are not paced for {}s",
+                    "replacements not Running {}s after their evictions: no longer waited for, and the namespace's evictions are not paced for {}s",
                     STARTING_TTL.as_secs(),
                     UNPACED_FOR.as_secs()
                 );
@@ -316,6 +316,12 @@ impl Pacer {
     }
 }
 
+/// A controller that creates a pod's replacement as soon as its eviction is accepted (a
+/// StatefulSet waits for the old pod to be gone).
+fn replaced_at_once(kind: &str) -> bool {
+    matches!(kind, "ReplicaSet" | "ReplicationController" | "Job")
+}
+
 /// Running or finished: the replacement has started.
 fn started(pod: &CachedPod) -> bool {
     matches!(
@@ -325,10 +331,9 @@ fn started(pod: &CachedPod) -> bool {
 }
 
 impl Turn<'_> {
-    /// Lets `pod`'s eviction, with `grace` (its grace period as sent), through when fewer than
-    /// the limit count, counting the evictions waiting longer than this one; `None`: wait (this
-    /// eviction keeps its place in the line).
-    pub fn take(&mut self, pod: &PodRef, grace: Duration) -> Option<Taken> {
+    /// Lets `pod`'s eviction through when fewer than the limit count, counting the evictions
+    /// waiting longer than this one; `None`: wait (this eviction keeps its place in the line).
+    pub fn take(&mut self, pod: &PodRef) -> Option<Taken> {
         let p = self.pacer;
         let owner = (p.limit > 0)
             .then(|| {
@@ -337,6 +342,7 @@ impl Turn<'_> {
                     .get(&key)
                     .filter(|o| o.metadata.uid.as_deref() == Some(pod.uid.as_str()))
                     .and_then(|o| owner_of(&o))
+                    .filter(|o| replaced_at_once(&o.kind))
             })
             .flatten();
         let Some(owner) = owner else {
@@ -400,7 +406,7 @@ impl Turn<'_> {
                 owner,
                 Count {
                     generation,
-                    until: now + grace + STARTING_TTL,
+                    until: now + STARTING_TTL,
                 },
             )),
         })
@@ -504,7 +510,7 @@ mod tests {
         /// Admits and settles `p`'s eviction (accepted) when the pacing lets it through.
         fn evict(&self, p: &CachedPod) -> bool {
             let mut turn = self.pacer.turn();
-            match turn.take(&r(p), NO_GRACE) {
+            match turn.take(&r(p)) {
                 Some(t) => {
                     self.pacer.settle(t, true);
                     true
@@ -513,8 +519,6 @@ mod tests {
             }
         }
     }
-
-    const NO_GRACE: Duration = Duration::ZERO;
 
     fn now_s() -> i64 {
         jiff::Timestamp::now().as_second()
@@ -586,15 +590,15 @@ mod tests {
         let pacer = w.pacer.clone();
         let mut first = pacer.turn();
         let mut second = pacer.turn();
-        assert!(first.take(&r(&pods[1]), NO_GRACE).is_none());
-        assert!(second.take(&r(&pods[2]), NO_GRACE).is_none());
+        assert!(first.take(&r(&pods[1])).is_none());
+        assert!(second.take(&r(&pods[2])).is_none());
         w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
         // The second asks first after the count ended: the first is still ahead of it.
-        assert!(second.take(&r(&pods[2]), NO_GRACE).is_none());
-        let t = first.take(&r(&pods[1]), NO_GRACE).expect("its turn");
+        assert!(second.take(&r(&pods[2])).is_none());
+        let t = first.take(&r(&pods[1])).expect("its turn");
         w.pacer.settle(t, false);
         // Refused (a budget's 429): the count is given back, the second goes.
-        assert!(second.take(&r(&pods[2]), NO_GRACE).is_some());
+        assert!(second.take(&r(&pods[2])).is_some());
     }
 
     #[tokio::test]
@@ -604,7 +608,7 @@ mod tests {
         assert!(w.evict(&pods[0]));
         {
             let mut gone = w.pacer.turn();
-            assert!(gone.take(&r(&pods[1]), NO_GRACE).is_none());
+            assert!(gone.take(&r(&pods[1])).is_none());
         } // its drain was cancelled
         w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
         assert!(w.evict(&pods[2]), "no one ahead any more");
@@ -664,27 +668,25 @@ mod tests {
         assert_eq!(w.pacer.starting(), 1, "f counts again");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_count_waits_out_the_evicted_pods_grace_period_first() {
-        // A StatefulSet creates the replacement only once the old pod is gone: a pod with 30 s
-        // to terminate holds its count 30 s longer before it is given up on.
+    #[tokio::test]
+    async fn statefulset_pods_are_not_counted() {
+        // A StatefulSet creates the replacement only once the old pod is gone, after a grace
+        // period its tenant sets (up to maxGracefulTermination): counting it would let the
+        // tenant hold the line that long.
         let mut w = World::new(1);
-        let a = pod("db", "db-0", "db", now_s() - 600, "Running");
-        let b = pod("db", "db-1", "db", now_s() - 600, "Running");
-        w.apply(&a);
-        w.apply(&b);
-        let grace = Duration::from_secs(30);
-        let t = w
-            .pacer
-            .turn()
-            .take(&r(&a), grace)
-            .expect("nothing starting");
-        w.pacer.settle(t, true);
-        tokio::time::advance(STARTING_TTL + Duration::from_secs(1)).await;
-        assert!(!w.evict(&b), "the old pod may still be terminating");
-        tokio::time::advance(grace).await;
-        assert!(w.evict(&b), "grace and wait over: no longer counted");
-        assert_eq!(w.pacer.starting(), 0, "its namespace is not paced now");
+        let mut db = pod("a", "db-0", "db", now_s() - 600, "Running");
+        if let Some(o) = db.metadata.owner_references.as_mut() {
+            o[0].kind = "StatefulSet".into();
+        }
+        w.apply(&db);
+        let webs = w.webs(2);
+        assert!(w.evict(&db));
+        assert_eq!(w.pacer.starting(), 0);
+        assert!(
+            w.evict(&webs[0]),
+            "the StatefulSet's eviction holds no place"
+        );
+        assert!(!w.evict(&webs[1]), "the ReplicaSet's does");
     }
 
     #[tokio::test]

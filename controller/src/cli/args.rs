@@ -68,9 +68,10 @@ pub struct RunArgs {
     #[arg(long, env = "EBB_MAX_EVICTIONS_IN_FLIGHT", default_value_t = crate::actuation::evict::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from))]
     pub max_evictions_in_flight: usize,
     /// Replacements of the controller's evictions starting at once (created and not Running
-    /// yet), all drains together; the next eviction waits. A replacement not Running 15 s after
-    /// its eviction stops counting (and its namespace is not paced for 10 minutes). 0: evictions
-    /// are not paced by their replacements.
+    /// yet), all drains together; the next eviction waits. Counted: evictions of ReplicaSet,
+    /// ReplicationController and Job pods. A replacement not Running 15 s after its eviction
+    /// stops counting (and its namespace is not paced for 10 minutes). 0: evictions are not
+    /// paced by their replacements.
     #[arg(long, env = "EBB_MAX_STARTING_REPLACEMENTS", default_value_t = crate::actuation::pacing::DEFAULT_MAX_STARTING, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16), usize::from))]
     pub max_starting_replacements: usize,
     /// How long a stop (SIGTERM, Ctrl-C) may take: no new drain starts, drains in flight finish
