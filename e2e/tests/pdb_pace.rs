@@ -1,5 +1,7 @@
-//! The pace of a PodDisruptionBudget-paced scale-down: drains follow the budget as replacements
-//! become Ready, not the scan. How fast that is, is measured by the makespan bench.
+//! The pace of a scale-down: drains follow a PodDisruptionBudget as replacements become Ready,
+//! not the scan, and evictions follow the replacements the cluster is still starting
+//! (`--max-starting-replacements`). How fast that is, is measured by the makespan and versus
+//! benches.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -9,7 +11,7 @@ use ebb_e2e::AuditRecord;
 use ebb_e2e::harness::{Backend, wait_for};
 use ebb_e2e::pdb_safety;
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, PodLog, controller_audit_user,
+    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, PodLog, PodSeen, controller_audit_user,
     cpu_seconds, create_policy, fast_policy_spec, merged, node_of, nodes, peak_unavailable,
     running_pods, wait_running,
 };
@@ -39,7 +41,100 @@ fn eviction_span(audit: &[AuditRecord]) -> f64 {
     }
 }
 
+/// The most pods of `seen` (created after `since`) that were created and not Running at the
+/// same time.
+fn most_starting_at_once(seen: &[PodSeen], since: std::time::Instant) -> usize {
+    let mut edges: Vec<(std::time::Instant, i32)> = Vec::new();
+    for p in seen {
+        let Some(first) = p.first_seen.filter(|t| *t > since) else {
+            continue;
+        };
+        edges.push((first, 1));
+        if let Some(running) = p.running_at {
+            edges.push((running, -1));
+        }
+    }
+    // At the same instant a pod Running is counted before one created.
+    edges.sort();
+    let (mut now, mut most) = (0i32, 0i32);
+    for (_, d) in edges {
+        now += d;
+        most = most.max(now);
+    }
+    most as usize
+}
+
 ebb_e2e::on_both_backends! {
+
+/// Evictions follow the replacements still starting: 6 nodes of 4 CPUs, one Deployment of 12
+/// pods (250m, two per node) that become Running 3 s after they are bound, the controller with
+/// `--max-starting-replacements 2`. The pool shrinks to the one node its pods need, and never
+/// more than 2 replacements are created and not Running at once (10 evictions sent at once
+/// would have 10); the bound is used (2 at once at some point).
+async fn evictions_wait_while_the_bound_of_replacements_is_starting(backend) {
+    let c = Cluster::start(backend, 20.0).await.unwrap();
+    let env = &c.env;
+    let (pods, _w) = PodLog::watch(&env.client);
+    let pool = NodeGroup {
+        prefix: "pool-",
+        count: 6,
+        cpu: "4",
+        memory: "16Gi",
+        labels: json!({"pool": "drain"}),
+        taints: json!([]),
+    };
+    c.add_nodes(&pool).await.unwrap();
+    c.add_apps(&Apps {
+        prefix: "web-",
+        replicas: 12,
+        requests: json!({"cpu": "250m", "memory": "64Mi"}),
+        ready_after: Some(Duration::from_secs(3)),
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    wait_running(&env.client, 12).await.unwrap();
+    let mut ctl = Controller::spawn_with(
+        env,
+        CONTROLLER,
+        false,
+        DEFAULT_RECHECK,
+        &["--max-starting-replacements", "2"],
+    )
+    .unwrap();
+    let t0 = std::time::Instant::now();
+    create_policy(
+        &env.client,
+        "pool",
+        merged(fast_policy_spec("drain"), &json!({"maxDrainParallelism": 5, "maxScaleDownParallelism": 5})),
+    )
+    .await
+    .unwrap();
+    let shrunk = wait_for("the pool down to one node", Duration::from_secs(180), || async {
+        let left = nodes(&env.client).await.into_keys().filter(|n| n.starts_with("pool-")).count();
+        (left == 1).then_some(())
+    })
+    .await;
+    if let Err(e) = shrunk {
+        let status = Api::<ScaleDownPolicy>::all(env.client.clone()).get_opt("pool").await.ok().flatten().and_then(|p| p.status);
+        panic!("{e}; status: {}", serde_json::to_string_pretty(&status).unwrap_or_default());
+    }
+    wait_running(&env.client, 12).await.unwrap();
+    let web: Vec<PodSeen> = pods
+        .all()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("default/web-0-"))
+        .map(|(_, p)| p)
+        .collect();
+    let moved = web.iter().filter(|p| p.first_seen.is_some_and(|t| t > t0)).count();
+    assert!(moved >= 10, "the pods of the 5 removed nodes were replaced: {moved}");
+    let most = most_starting_at_once(&web, t0);
+    eprintln!("{moved} replacements, at most {most} starting at once, in {:.1} s", t0.elapsed().as_secs_f64());
+    assert!(most <= 2, "{most} replacements created and not Running at once, over the bound of 2");
+    assert_eq!(most, 2, "the bound is used: two replacements start together");
+    let _ = ctl.kill().await;
+}
+
 
 /// The pace is the budget's, not the scan's: 24 nodes of 4 CPUs, one Deployment of 24 pods
 /// (250m, one per node), a PodDisruptionBudget with maxUnavailable 2, `unneededTime` 5 s and

@@ -9,12 +9,14 @@
 //! accepted (ReplicaSet, ReplicationController, Job), counts from its admission until a pod of
 //! the same controller that was not in the cache then, and not one ebb evicted, is Running (each
 //! such pod ends one count; no clock is compared, so a skewed API server's timestamps change
-//! nothing), or [`STARTING_TTL`] at most. A StatefulSet creates its replacement only once the
-//! old pod is gone, after a grace period its tenant sets: its evictions are not counted, nor are
-//! bare pods'. Replacements that never start (a namespace's quota, an image gone) hold their
-//! counts for that long, never longer, and their namespace's evictions are then not paced for
-//! [`UNPACED_FOR`]: a tenant cannot hold the line twice. A wait that sees counts end is not
-//! stuck.
+//! nothing). A StatefulSet creates its replacement only once the old pod is gone, after a grace
+//! period its tenant sets: its evictions are not counted, nor are bare pods'.
+//!
+//! A count is given up when no replacement of its namespace has started for [`STARTING_TTL`]
+//! (a namespace's quota, an image gone: its replacements never start, where a cluster that is
+//! only slow keeps starting some), or [`LONGEST_START`] after its eviction at most; its
+//! namespace's evictions are then not paced for [`UNPACED_FOR`]. A tenant holds the line with
+//! its own evictions only, that long at most, once. A wait that sees counts end is not stuck.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,8 +35,11 @@ use crate::steering::{OwnerKey, owner_of};
 /// Replacements starting at once unless configured otherwise (`--max-starting-replacements`).
 pub const DEFAULT_MAX_STARTING: usize = 50;
 
-/// Longest an eviction counts as starting when its replacement is not Running.
+/// How long a count is kept while no replacement of its namespace starts.
 pub const STARTING_TTL: Duration = Duration::from_secs(15);
+
+/// Longest an eviction counts as starting, whatever its namespace's replacements do.
+pub const LONGEST_START: Duration = Duration::from_secs(120);
 
 /// How long a namespace whose replacement was waited out is not paced.
 pub const UNPACED_FOR: Duration = Duration::from_secs(600);
@@ -72,6 +77,8 @@ struct Inner {
     moved: u64,
     /// Namespaces not paced, until when: one of their replacements was waited out.
     unpaced: HashMap<String, Instant>,
+    /// By namespace with counts, when a replacement of it last ended a count.
+    progress: HashMap<String, Instant>,
 }
 
 /// One controller's counts, and its pods by when the pacing first saw them.
@@ -95,8 +102,16 @@ struct Count {
     /// Its generation: a pod first seen at a higher one was not in the cache when the eviction
     /// was let through, so it can be its replacement.
     generation: u64,
-    /// When it stops counting if its replacement is not Running by then.
-    until: Instant,
+    /// When the eviction was let through.
+    admitted: Instant,
+}
+
+impl Count {
+    /// When it is given up, if its namespace's replacements last started at `progress`.
+    fn deadline(&self, progress: Option<Instant>) -> Instant {
+        let since = progress.map_or(self.admitted, |p| p.max(self.admitted));
+        (since + STARTING_TTL).min(self.admitted + LONGEST_START)
+    }
 }
 
 /// An eviction the pacing let through; hand it back with [`Pacer::settle`].
@@ -111,6 +126,8 @@ pub struct Taken {
 pub struct Turn<'a> {
     pacer: &'a Pacer,
     ticket: Option<u64>,
+    /// The evicted pod's controller, once looked up (`Some(None)`: not one that counts).
+    owner: Option<Option<OwnerKey>>,
     /// The pod-change count when this turn last asked.
     seen: u64,
 }
@@ -162,6 +179,7 @@ impl Pacer {
         Turn {
             pacer: self,
             ticket: None,
+            owner: None,
             seen: 0,
         }
     }
@@ -177,13 +195,45 @@ impl Pacer {
         inner.starting + inner.sending
     }
 
-    /// When the oldest count runs out, if any.
+    /// When the first count is given up, if none of its namespace's replacements starts.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.lock()
-            .owners
-            .values()
-            .flat_map(|o| o.counts.iter().map(|c| c.until))
-            .min()
+        next_deadline(&self.lock())
+    }
+
+    /// The pods of `owner` the pacing has not looked at since they last changed: each one is
+    /// given the generation it was first seen at, and each Running one that can ends the oldest
+    /// count it may be the replacement of. Returns the counts ended.
+    fn observe(&self, owner: &OwnerKey, o: &mut Owner) -> usize {
+        let pods =
+            self.index
+                .controlled_changes(&owner.namespace, &owner.kind, &owner.name, &self.pods);
+        let mut ended = 0;
+        for pod in pods {
+            let Some(uid) = pod.metadata.uid.as_deref() else {
+                continue;
+            };
+            let next = o.generation;
+            let (first_seen, spent) = match o.seen.get_mut(uid) {
+                Some(entry) => entry,
+                None => o.seen.entry(uid.to_string()).or_insert((next, false)),
+            };
+            // The oldest count has the lowest generation: a pod that can end any count can end
+            // it.
+            let Some(oldest) = o.counts.front().map(|c| c.generation) else {
+                continue;
+            };
+            if *spent
+                || *first_seen <= oldest
+                || pod.metadata.deletion_timestamp.is_some()
+                || !started(&pod)
+            {
+                continue;
+            }
+            *spent = true;
+            o.counts.pop_front();
+            ended += 1;
+        }
+        ended
     }
 
     /// Waits at most `limit` for something that may let a waiting eviction through: a pod event
@@ -226,14 +276,21 @@ impl Pacer {
 
     /// Ends the counts whose wait is over.
     fn expire(&self, inner: &mut Inner, now: Instant) {
-        let mut ended = 0usize;
         inner.unpaced.retain(|_, until| *until > now);
+        if next_deadline(inner).is_none_or(|d| d > now) {
+            return;
+        }
+        let mut ended = 0usize;
         let Inner {
-            owners, unpaced, ..
+            owners,
+            unpaced,
+            progress,
+            ..
         } = inner;
         for (owner, o) in owners.iter_mut() {
             let before = o.counts.len();
-            o.counts.retain(|c| c.until > now);
+            let last = progress.get(&owner.namespace).copied();
+            o.counts.retain(|c| c.deadline(last) > now);
             let gone = before - o.counts.len();
             if gone > 0 {
                 ended += gone;
@@ -241,8 +298,9 @@ impl Pacer {
                 tracing::info!(
                     owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
                     replacements = gone,
-                    "replacements not Running {}s after their evictions: no longer waited for, and the namespace's evictions are not paced for {}s",
+                    "replacements not Running, and none of the namespace's started for {}s (or {}s since the eviction): no longer waited for, and the namespace's evictions are not paced for {}s",
                     STARTING_TTL.as_secs(),
+                    LONGEST_START.as_secs(),
                     UNPACED_FOR.as_secs()
                 );
             }
@@ -257,37 +315,15 @@ impl Pacer {
         }
     }
 
-    /// Ends a count for each replacement now Running.
+    /// Ends a count for each replacement now Running (looking only at the pods that changed).
     fn look(&self, inner: &mut Inner) {
+        let now = Instant::now();
         let mut ended = 0usize;
         for (owner, o) in &mut inner.owners {
-            if o.counts.is_empty() {
-                continue;
-            }
-            let pods =
-                self.index
-                    .controlled_by(&owner.namespace, &owner.kind, &owner.name, &self.pods);
-            for pod in pods {
-                let Some(oldest) = o.counts.front().map(|c| c.generation) else {
-                    break;
-                };
-                let Some(uid) = pod.metadata.uid.as_deref() else {
-                    continue;
-                };
-                let next = o.generation;
-                let (first_seen, spent) = o.seen.entry(uid.to_string()).or_insert((next, false));
-                // The oldest count has the lowest generation: a pod that can end any count can
-                // end it.
-                if *spent
-                    || *first_seen <= oldest
-                    || pod.metadata.deletion_timestamp.is_some()
-                    || !started(&pod)
-                {
-                    continue;
-                }
-                *spent = true;
-                o.counts.pop_front();
-                ended += 1;
+            let n = self.observe(owner, o);
+            if n > 0 {
+                inner.progress.insert(owner.namespace.clone(), now);
+                ended += n;
             }
         }
         inner.starting = inner.starting.saturating_sub(ended);
@@ -306,6 +342,10 @@ impl Pacer {
             }
             keep
         });
+        let Inner {
+            owners, progress, ..
+        } = inner;
+        progress.retain(|ns, _| owners.keys().any(|o| &o.namespace == ns));
     }
 
     fn publish(&self, inner: &Inner) {
@@ -314,6 +354,18 @@ impl Pacer {
                 .set((inner.starting + inner.sending) as i64);
         }
     }
+}
+
+/// When the first count is given up, if none of its namespace's replacements starts.
+fn next_deadline(inner: &Inner) -> Option<Instant> {
+    inner
+        .owners
+        .iter()
+        .flat_map(|(owner, o)| {
+            let last = inner.progress.get(&owner.namespace).copied();
+            o.counts.iter().map(move |c| c.deadline(last))
+        })
+        .min()
 }
 
 /// A controller that creates a pod's replacement as soon as its eviction is accepted (a
@@ -335,16 +387,18 @@ impl Turn<'_> {
     /// waiting longer than this one; `None`: wait (this eviction keeps its place in the line).
     pub fn take(&mut self, pod: &PodRef) -> Option<Taken> {
         let p = self.pacer;
-        let owner = (p.limit > 0)
-            .then(|| {
+        let owner = self
+            .owner
+            .get_or_insert_with(|| {
                 let key = ObjectRef::new(&pod.name).within(&pod.namespace);
-                p.pods
-                    .get(&key)
+                (p.limit > 0)
+                    .then(|| p.pods.get(&key))
+                    .flatten()
                     .filter(|o| o.metadata.uid.as_deref() == Some(pod.uid.as_str()))
                     .and_then(|o| owner_of(&o))
                     .filter(|o| replaced_at_once(&o.kind))
             })
-            .flatten();
+            .clone();
         let Some(owner) = owner else {
             self.leave();
             return Some(Taken { counted: None });
@@ -385,28 +439,30 @@ impl Turn<'_> {
         }
         inner.sending += 1;
         // Every pod of the owner in the cache now is seen at this generation at the latest: none
-        // of them is this eviction's replacement.
-        let pods = p
-            .index
-            .controlled_by(&owner.namespace, &owner.kind, &owner.name, &p.pods);
+        // of them is this eviction's replacement. A controller followed anew is read whole.
+        if !inner.owners.contains_key(&owner) {
+            p.index
+                .forget_controlled(&owner.namespace, &owner.kind, &owner.name);
+        }
         let o = inner.owners.entry(owner.clone()).or_default();
+        let ended = p.observe(&owner, o);
         let generation = o.generation;
         o.generation += 1;
         o.sending += 1;
-        for other in pods {
-            if let Some(uid) = other.metadata.uid.as_deref() {
-                o.seen.entry(uid.to_string()).or_insert((generation, false));
-            }
-        }
         // The evicted pod ends no count, whatever its generation.
         o.seen.insert(pod.uid.clone(), (generation, true));
+        if ended > 0 {
+            inner.progress.insert(owner.namespace.clone(), now);
+        }
+        inner.starting = inner.starting.saturating_sub(ended);
+        inner.moved += ended as u64;
         p.publish(&inner);
         Some(Taken {
             counted: Some((
                 owner,
                 Count {
                     generation,
-                    until: now + STARTING_TTL,
+                    admitted: now,
                 },
             )),
         })
@@ -666,6 +722,59 @@ mod tests {
         w.apply(&f);
         assert!(w.evict(&f), "d2's count ran out");
         assert_eq!(w.pacer.starting(), 1, "f counts again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_namespace_whose_replacements_keep_starting_keeps_its_counts() {
+        // A slow cluster, not a stuck namespace: counts stay while replacements start.
+        let mut w = World::new(2);
+        let webs = w.webs(4);
+        assert!(w.evict(&webs[0]));
+        assert!(w.evict(&webs[1]));
+        tokio::time::advance(Duration::from_secs(10)).await;
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        assert!(w.evict(&webs[2]), "a replacement ran: a place is free");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(
+            !w.evict(&webs[3]),
+            "20 s after its eviction web-1's count is kept: the namespace started one 10 s ago"
+        );
+        assert_eq!(w.pacer.moved(), 1);
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(w.evict(&webs[3]), "15 s without a start: given up");
+        assert_eq!(w.pacer.moved(), 3, "web-1's and web-2's counts");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn progress_keeps_a_count_for_the_longest_start_at_most() {
+        let mut w = World::new(2);
+        // ReplicaSet db's replacement never runs; web's keep running, every 10 s.
+        let stuck = pod("a", "db-0", "db", now_s() - 600, "Running");
+        w.apply(&stuck);
+        let webs = w.webs(13);
+        assert!(w.evict(&stuck));
+        let step = Duration::from_secs(10);
+        for (i, web) in webs.iter().take(11).enumerate() {
+            assert!(w.evict(web), "a place is free after {} s", i * 10);
+            tokio::time::advance(step).await;
+            w.apply(&pod("a", &format!("web-r{i}"), "web", now_s(), "Running"));
+        }
+        // 110 s: the next eviction sees web-10's replacement Running.
+        assert!(w.evict(&webs[11]));
+        assert_eq!(w.pacer.moved(), 11);
+        tokio::time::advance(LONGEST_START - 11 * step - Duration::from_secs(1)).await;
+        assert!(
+            !w.evict(&webs[12]),
+            "db's count is kept 119 s: its namespace keeps starting replacements"
+        );
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(w.evict(&webs[12]), "at 120 s db's count is given up");
+        assert_eq!(w.pacer.moved(), 12);
+        assert_eq!(
+            w.pacer.starting(),
+            1,
+            "web-11's count; web-12 went uncounted: the namespace is no longer paced"
+        );
     }
 
     #[tokio::test]

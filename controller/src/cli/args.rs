@@ -69,9 +69,9 @@ pub struct RunArgs {
     pub max_evictions_in_flight: usize,
     /// Replacements of the controller's evictions starting at once (created and not Running
     /// yet), all drains together; the next eviction waits. Counted: evictions of ReplicaSet,
-    /// ReplicationController and Job pods. A replacement not Running 15 s after its eviction
-    /// stops counting (and its namespace is not paced for 10 minutes). 0: evictions are not
-    /// paced by their replacements.
+    /// ReplicationController and Job pods. A count is given up when none of its namespace's
+    /// replacements started for 15 s, or 2 minutes after its eviction (and its namespace is not
+    /// paced for 10 minutes). 0: evictions are not paced by their replacements.
     #[arg(long, env = "EBB_MAX_STARTING_REPLACEMENTS", default_value_t = crate::actuation::pacing::DEFAULT_MAX_STARTING, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16), usize::from))]
     pub max_starting_replacements: usize,
     /// How long a stop (SIGTERM, Ctrl-C) may take: no new drain starts, drains in flight finish

@@ -42,6 +42,9 @@ fn has_gates(pod: &CachedPod) -> bool {
 struct Selection {
     picks: Picks,
     members: HashSet<ObjectRef<CachedPod>>,
+    /// Members the watch applied since [`PodIndex::controlled_changes`] last took them (kept
+    /// only for the selections it reads).
+    changed: Option<HashSet<ObjectRef<CachedPod>>>,
 }
 
 /// Which pods of a namespace a selection holds.
@@ -109,6 +112,9 @@ impl PodIndex {
             for s in selections.values_mut() {
                 if s.picks.matches(pod) {
                     s.members.insert(key.clone());
+                    if let Some(changed) = s.changed.as_mut() {
+                        changed.insert(key.clone());
+                    }
                 } else {
                     s.members.remove(&key);
                 }
@@ -204,23 +210,52 @@ impl PodIndex {
         selector: &Selector,
         pods: &Store<CachedPod>,
     ) -> Vec<Arc<CachedPod>> {
-        self.picked(namespace, asker, &Picks::Labels(selector.clone()), pods)
+        self.picked(
+            namespace,
+            asker,
+            &Picks::Labels(selector.clone()),
+            pods,
+            false,
+        )
     }
 
-    /// The cached pods of `namespace` whose controlling owner is the `kind` named `name`, as
-    /// [`Self::selected`] keeps them (forget them with [`Self::forget_in`]).
-    pub fn controlled_by(
+    /// The cached pods of `namespace` controlled by the `kind` named `name` that the watch
+    /// applied since the last call: all of them at the first call (and the first after
+    /// [`Self::forget_controlled`]), then only those that changed, so that a reader who follows
+    /// a controller's pods does not walk all of them on every event. An index nobody feeds
+    /// answers all of them every time.
+    pub fn controlled_changes(
         &self,
         namespace: &str,
         kind: &str,
         name: &str,
         pods: &Store<CachedPod>,
     ) -> Vec<Arc<CachedPod>> {
+        let asker = controlled_asker(kind, name);
         let picks = Picks::ControlledBy {
             kind: kind.to_string(),
             name: name.to_string(),
         };
-        self.picked(namespace, &controlled_asker(kind, name), &picks, pods)
+        if self.fed {
+            let mut inner = self.lock();
+            let kept = inner
+                .selections
+                .get_mut(namespace)
+                .and_then(|s| s.get_mut(&asker))
+                .filter(|s| s.picks == picks)
+                .and_then(|s| s.changed.as_mut())
+                .map(std::mem::take);
+            drop(inner);
+            if let Some(changed) = kept {
+                let keep = |p: &CachedPod| {
+                    p.metadata.namespace.as_deref() == Some(namespace) && picks.matches(p)
+                };
+                // A pod deleted since is not returned (its deletion took it out of the members,
+                // not out of the changes).
+                return read(changed.into_iter().collect(), pods, keep).0;
+            }
+        }
+        self.picked(namespace, &asker, &picks, pods, true)
     }
 
     /// Forgets the pods of `namespace` controlled by the `kind` named `name`.
@@ -228,12 +263,15 @@ impl PodIndex {
         self.forget_in(namespace, &controlled_asker(kind, name));
     }
 
+    /// What `picks` picks in `namespace` for `asker`, building the selection when it is not
+    /// current; `track`: a selection built here records its changes from now on.
     fn picked(
         &self,
         namespace: &str,
         asker: &str,
         picks: &Picks,
         pods: &Store<CachedPod>,
+        track: bool,
     ) -> Vec<Arc<CachedPod>> {
         let keep =
             |p: &CachedPod| p.metadata.namespace.as_deref() == Some(namespace) && picks.matches(p);
@@ -267,6 +305,7 @@ impl PodIndex {
                         Selection {
                             picks: picks.clone(),
                             members,
+                            changed: track.then(HashSet::new),
                         },
                     );
             }
@@ -574,17 +613,29 @@ mod tests {
         apply(controlled("a", "web-1", "ReplicaSet", "web"));
         apply(controlled("a", "db-0", "StatefulSet", "web"));
         apply(controlled("b", "web-2", "ReplicaSet", "web"));
+        apply(controlled("a", "web-4", "ReplicaSet", "web"));
         assert_eq!(
-            names(index.controlled_by("a", "ReplicaSet", "web", &reader)),
-            ["web-1"],
-            "same name, another kind or namespace: not its pods"
+            names(index.controlled_changes("a", "ReplicaSet", "web", &reader)),
+            ["web-1", "web-4"],
+            "all at first; same name, another kind or namespace: not its pods"
         );
-        index.controlled_by("b", "ReplicaSet", "web", &reader);
-        // Kept by the watch once asked for: a new pod joins, an orphaned one leaves.
+        assert!(
+            index
+                .controlled_changes("a", "ReplicaSet", "web", &reader)
+                .is_empty(),
+            "nothing changed since"
+        );
+        index.controlled_changes("b", "ReplicaSet", "web", &reader);
+        // Kept by the watch once asked for: a new pod joins, an orphaned one leaves, a deleted
+        // one is not returned; only what changed is.
         apply(controlled("a", "web-3", "ReplicaSet", "web"));
         apply(pod("a", "web-1", Some("n1")));
+        apply(controlled("a", "web-5", "ReplicaSet", "web"));
+        let gone = controlled("a", "web-5", "ReplicaSet", "web");
+        writer.apply_watcher_event(&Event::Delete(gone.clone()));
+        index.deleted(&gone);
         assert_eq!(
-            names(index.controlled_by("a", "ReplicaSet", "web", &reader)),
+            names(index.controlled_changes("a", "ReplicaSet", "web", &reader)),
             ["web-3"]
         );
         index.forget_controlled("a", "ReplicaSet", "web");
