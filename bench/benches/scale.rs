@@ -176,6 +176,8 @@ struct Figures {
     first_loop: Duration,
     /// From the start to the controller's `caches synced` log line.
     synced: Option<Duration>,
+    /// From the start to its `acting` log line (start-up recovery done, reconcilers acting).
+    acting: Option<Duration>,
     loops: Vec<i64>,
     phases: BTreeMap<String, f64>,
     rss_kib: u64,
@@ -477,12 +479,20 @@ fn print_figures(
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let secs = |d: Option<Duration>| {
+        d.map_or("(not seen)".to_string(), |d| {
+            format!("{:.1} s", d.as_secs_f64())
+        })
+    };
+    println!(
+        "  start-up: caches synced {}, acting {} (start-up recovery done), first loop seen {:.1} s after the start",
+        secs(f.synced),
+        secs(f.acting),
+        f.first_loop.as_secs_f64()
+    );
     println!(
         "scale {nodes} nodes, {pods} pods: caches synced {}, first loop {:.1} s, loop median {median} ms, max {max} ms, peak RSS {} MiB, steady RSS {} MiB, {:.1} KiB/pod, requests/loop {:.1}",
-        f.synced.map_or("(not seen)".to_string(), |d| format!(
-            "{:.1} s",
-            d.as_secs_f64()
-        )),
+        secs(f.synced),
         f.first_loop.as_secs_f64(),
         f.rss_kib / 1024,
         f.steady_rss_kib / 1024,
@@ -541,14 +551,15 @@ async fn measure(
     let mut cpu_start = None;
     let mut profile = None;
     let started = Instant::now();
-    // When the controller logs that its caches are synced (polled from its captured output).
-    let synced = {
+    // When the controller logs that its caches are synced, and that it acts (polled from its
+    // captured output).
+    let seen_in_log = |line: fn(&str) -> bool| {
         let log = log.clone();
         tokio::spawn(async move {
             while started.elapsed() < Duration::from_secs(1800) {
                 let seen = log
                     .lock()
-                    .map(|l| l.iter().any(|x| x.contains("caches synced")))
+                    .map(|l| l.iter().any(|x| line(x)))
                     .unwrap_or(false);
                 if seen {
                     return Some(started.elapsed());
@@ -558,6 +569,8 @@ async fn measure(
             None
         })
     };
+    let synced = seen_in_log(|x| x.contains("caches synced"));
+    let acting = seen_in_log(|x| x.trim_end().ends_with(" acting"));
     create_policy(
         &client,
         "scale",
@@ -616,12 +629,8 @@ async fn measure(
     Ok(Figures {
         first_loop: first_loop.unwrap_or_default(),
         // Seen long before the last loop; a controller that never logs it gives none.
-        synced: if synced.is_finished() {
-            synced.await.ok().flatten()
-        } else {
-            synced.abort();
-            None
-        },
+        synced: seen_by_now(synced).await,
+        acting: seen_by_now(acting).await,
         loops: durations,
         phases: phase_means(&metrics),
         rss_kib: peak_rss_kib(pid)?,
@@ -630,6 +639,16 @@ async fn measure(
         requests_by_kind,
         cpu,
     })
+}
+
+/// When a log line was seen, if it was by now (a controller that never logs it gives none).
+async fn seen_by_now(task: tokio::task::JoinHandle<Option<Duration>>) -> Option<Duration> {
+    if task.is_finished() {
+        task.await.ok().flatten()
+    } else {
+        task.abort();
+        None
+    }
 }
 
 /// The controller's loop count and summed seconds once its next loop (after `count`) is seen,

@@ -556,7 +556,7 @@ async fn until_exit(leader: Option<&mut Leader>, stop: &CancellationToken) -> Ex
 }
 
 /// What wakes every policy besides its own events: node changes, budgets allowing more, and
-/// (from the actuator) finished drains.
+/// (from the actuator) finished drains; and starting to act.
 struct Wakes {
     node_changes: tokio::sync::mpsc::Receiver<()>,
     budget_rises: tokio::sync::mpsc::Receiver<()>,
@@ -637,8 +637,14 @@ impl ScaleDown {
         let finished = futures::stream::poll_fn(move |cx| finished_rx.poll_recv(cx)).map(|_| ());
         // A budget allowing more starts the drains waiting for it within the wake interval.
         let rises = futures::stream::poll_fn(move |cx| budget_rises.poll_recv(cx));
+        // Starting to act (after start-up recovery, or taking over) runs every policy at once:
+        // a loop that found this replica not acting yet waits for no follower requeue.
+        let acting = shared.leadership.started_acting();
         let wake = throttle(
-            futures::stream::select(futures::stream::select(node_changes, finished), rises),
+            futures::stream::select(
+                futures::stream::select(node_changes, finished),
+                futures::stream::select(rises, acting),
+            ),
             WAKE_INTERVAL,
         );
         let ctrl_stop = shared.stop.clone();

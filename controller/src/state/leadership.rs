@@ -5,6 +5,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
+use futures::Stream;
+use tokio::sync::watch;
+
 /// No deadline: leader election off, or the fence not armed yet.
 const NO_DEADLINE: u64 = u64::MAX;
 
@@ -15,6 +18,9 @@ pub struct Leadership(Arc<Inner>);
 
 struct Inner {
     acting: AtomicBool,
+    /// The acting flag as a channel: reconcilers wake when this replica starts acting, not at
+    /// their next requeue.
+    acting_tx: watch::Sender<bool>,
     /// Milliseconds after `base` until which this replica may still write (the fence), or
     /// [`NO_DEADLINE`].
     valid_until_ms: AtomicU64,
@@ -25,6 +31,7 @@ impl Default for Leadership {
     fn default() -> Self {
         Leadership(Arc::new(Inner {
             acting: AtomicBool::new(false),
+            acting_tx: watch::Sender::new(false),
             valid_until_ms: AtomicU64::new(NO_DEADLINE),
             base: Instant::now(),
         }))
@@ -51,6 +58,25 @@ impl Leadership {
     /// Starts (after start-up recovery) or stops acting: reconcilers and the webhook.
     pub fn set(&self, leader: bool) {
         self.0.acting.store(leader, Ordering::SeqCst);
+        self.0.acting_tx.send_replace(leader);
+    }
+
+    /// A unit each time this replica starts acting (after start-up recovery, or on taking
+    /// over from another leader), and one at once when it acts already: a reconciler that
+    /// found it not acting re-runs then instead of at its follower requeue.
+    pub fn started_acting(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let mut rx = self.0.acting_tx.subscribe();
+        if *rx.borrow() {
+            rx.mark_changed();
+        }
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                rx.changed().await.ok()?;
+                if *rx.borrow_and_update() {
+                    return Some(((), rx));
+                }
+            }
+        })
     }
 
     /// Acting, and within the fence.
@@ -79,6 +105,7 @@ impl Leadership {
     /// Deposed: nothing more may be written, at once.
     pub fn fence_now(&self) {
         self.0.acting.store(false, Ordering::SeqCst);
+        self.0.acting_tx.send_replace(false);
         self.0.valid_until_ms.store(0, Ordering::SeqCst);
     }
 
@@ -106,5 +133,30 @@ mod tests {
         let clone = l.clone();
         clone.fence_now();
         assert!(!l.may_write() && !l.is_leader(), "every clone is fenced");
+    }
+
+    #[tokio::test]
+    async fn starting_to_act_wakes_each_time_and_stopping_does_not() {
+        use futures::StreamExt;
+        let l = Leadership::default();
+        let mut starts = std::pin::pin!(l.started_acting());
+        let wait = Duration::from_millis(200);
+        l.set(false);
+        let seen = tokio::time::timeout(wait, starts.next()).await;
+        assert!(seen.is_err(), "not acting is no start");
+        l.clone().set(true);
+        let seen = tokio::time::timeout(wait, starts.next()).await;
+        assert_eq!(seen.ok(), Some(Some(())), "a clone starts it");
+        l.fence_now();
+        let seen = tokio::time::timeout(wait, starts.next()).await;
+        assert!(seen.is_err(), "deposed is no start");
+        l.set(true);
+        let seen = tokio::time::timeout(wait, starts.next()).await;
+        assert_eq!(seen.ok(), Some(Some(())), "acting again");
+        let mut late = std::pin::pin!(l.started_acting());
+        let seen = tokio::time::timeout(wait, late.next()).await;
+        assert_eq!(seen.ok(), Some(Some(())), "acting before the call");
+        let seen = tokio::time::timeout(wait, late.next()).await;
+        assert!(seen.is_err(), "once");
     }
 }

@@ -120,10 +120,12 @@ async fn run_controller(
     ctx: Arc<Context>,
     stop: CancellationToken,
 ) {
-    let wake = futures::stream::unfold(pod_changes, |mut rx| async move {
+    let pods = futures::stream::unfold(pod_changes, |mut rx| async move {
         rx.changed().await.ok()?;
         Some(((), rx))
     });
+    // Starting to act re-runs every PlacementHistory at once (not at the follower requeue).
+    let wake = futures::stream::select(pods, ctx.leadership.started_acting());
     controller
         .reconcile_all_on(wake)
         .graceful_shutdown_on(async move { stop.cancelled().await })
