@@ -352,6 +352,7 @@ async fn start_controller(
         placement: Default::default(),
         removal: Default::default(),
         initial_list: Default::default(),
+        pod_encoding: Default::default(),
         shutdown_timeout: ebb_controller::cli::run::DEFAULT_SHUTDOWN_TIMEOUT,
         steering: None,
     };

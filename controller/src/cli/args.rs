@@ -152,6 +152,10 @@ pub struct RunArgs {
     /// Kubernetes 1.34+), `list` (paged LIST calls), or `auto` (stream on 1.34 and newer).
     #[arg(long, env = "EBB_INITIAL_LIST", value_enum, default_value_t = crate::state::lists::InitialList::Auto)]
     pub initial_list: crate::state::lists::InitialList,
+    /// How the pod cache asks for pods: `protobuf` (JSON where the API server answers only
+    /// JSON; a third cheaper for the API server to list) or `json` (kube's watcher, as before).
+    #[arg(long, env = "EBB_POD_ENCODING", value_enum, default_value_t = crate::state::pod_stream::PodEncoding::Protobuf)]
+    pub pod_encoding: crate::state::pod_stream::PodEncoding,
 }
 
 /// An `https://` URL, as the API server calls webhooks.

@@ -25,6 +25,7 @@ use crate::reconcilers::scaledown::{Context, error_policy, reconcile};
 use crate::state::lease::{Leader, LeaderConfig};
 use crate::state::lists::InitialList;
 use crate::state::machine_caches::ProviderSources;
+use crate::state::pod_stream::PodEncoding;
 use crate::state::wakes::throttle;
 use crate::state::{Leadership, stores};
 use crate::steering::Steering;
@@ -94,6 +95,8 @@ pub struct Settings {
     pub removal: RemovalSettings,
     /// How the caches take their first list.
     pub initial_list: InitialList,
+    /// How the pod cache asks for pods (`--pod-encoding`).
+    pub pod_encoding: PodEncoding,
     /// How long a stop (SIGTERM) may take: drains in flight finish or roll back, the Lease is
     /// released ([`DEFAULT_SHUTDOWN_TIMEOUT`]). Keep it [`SHUTDOWN_MARGIN`] below the pod's
     /// `terminationGracePeriodSeconds`.
@@ -197,6 +200,7 @@ impl Settings {
                 karpenter: args.karpenter,
             },
             initial_list: args.initial_list,
+            pod_encoding: args.pod_encoding,
             shutdown_timeout: args.shutdown_timeout.as_duration(),
             steering: args.steering.then(|| SteeringSettings {
                 port: args.steering_port,
@@ -296,8 +300,15 @@ pub async fn serve(
     // The webhook asks this `Steering`, drains open its slots, the pod watch reports landings.
     let steering = Steering::default().with_metrics(metrics.clone());
     let lists = settings.initial_list.resolve(&clients.api).await;
-    let Some(watches) =
-        sync_caches(&clients.api, &sources, lists, &steering, &readiness, &stop).await?
+    let Some(watches) = sync_caches(
+        &clients.api,
+        &sources,
+        (lists, settings.pod_encoding),
+        &steering,
+        &readiness,
+        &stop,
+    )
+    .await?
     else {
         return Ok(Exit::Stopped);
     };
@@ -467,7 +478,7 @@ async fn serve_http(
 async fn sync_caches(
     client: &kube::Client,
     sources: &ProviderSources,
-    lists: InitialList,
+    (lists, pods): (InitialList, PodEncoding),
     steering: &Steering,
     readiness: &Readiness,
     stop: &CancellationToken,
@@ -477,15 +488,21 @@ async fn sync_caches(
     // `Steering::observe`).
     let model = std::sync::Arc::new(crate::state::shared_model::SharedModel::default());
     steering.set_model(model.clone());
-    let watches =
-        stores::start_seeing_pods(client.clone(), sources, lists, model, move |p| match p {
+    let watches = stores::start_seeing_pods(
+        client.clone(),
+        sources,
+        lists,
+        pods,
+        model,
+        move |p| match p {
             stores::PodSeen::Applied(p) => {
                 seen.observe(p);
             }
             stores::PodSeen::Deleted(p) => seen.observe_deleted(p),
-        })
-        .await;
-    tracing::info!(initial_list = ?lists, "waiting for the caches to sync");
+        },
+    )
+    .await;
+    tracing::info!(initial_list = ?lists, pod_encoding = ?pods, "waiting for the caches to sync");
     tokio::select! {
         synced = watches.stores.wait_synced() => synced.context("a cache stopped before it synced")?,
         _ = stop.cancelled() => {

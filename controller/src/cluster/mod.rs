@@ -4,6 +4,7 @@
 
 pub mod build;
 pub mod cached_pod;
+pub mod cached_pod_pb;
 pub mod incremental;
 pub mod live;
 pub mod machines;
@@ -24,5 +25,7 @@ pub use steered::SteeredPods;
 pub use types::{ClassId, NodeId, NodeInfo, PodId, PodInfo, Resources};
 pub use undo::UndoLog;
 
+#[cfg(test)]
+pub(crate) mod cached_pod_pb_tests;
 #[cfg(test)]
 pub(crate) mod live_tests;

@@ -7,6 +7,8 @@ pub mod lease;
 pub mod lists;
 pub mod machine_caches;
 pub mod pod_index;
+pub mod pod_stream;
+pub mod pod_wire;
 pub mod shared_model;
 pub mod stores;
 pub mod trim;
@@ -15,6 +17,8 @@ pub mod wakes;
 pub use leadership::Leadership;
 pub use stores::Stores;
 
+#[cfg(test)]
+mod pod_stream_tests;
 #[cfg(test)]
 mod shared_model_tests;
 #[cfg(test)]

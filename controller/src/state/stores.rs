@@ -8,7 +8,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::cluster::CachedPod;
 use ebb_api::names;
 use ebb_api::nodestate::NodeState;
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{
@@ -26,6 +26,7 @@ use tokio::task::JoinHandle;
 use super::ended_pods::EndedPods;
 use super::lists::InitialList;
 use super::machine_caches::{ProviderSources, ProviderStores};
+use super::pod_stream::{self, PodEncoding};
 use super::shared_model::{Caches, Catchup, OwnerKind, SharedModel};
 use super::trim::Trim;
 use crate::cluster::ClusterObjects;
@@ -93,8 +94,21 @@ where
         + Sync
         + 'static,
 {
+    reflect_events(watcher(api, lists.config()), kind, on_event)
+}
+
+/// [`reflect`] over watcher events from `events` (kube's `watcher` or another source of the
+/// same events): the same backoff, trimming and cache.
+fn reflect_events<K>(
+    events: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+    kind: &'static str,
+    on_event: impl Fn(Changed<'_, K>) + Send + 'static,
+) -> (Store<K>, JoinHandle<()>)
+where
+    K: Resource<DynamicType = ()> + Trim + Clone + std::fmt::Debug + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store::<K>();
-    let stream = watcher(api, lists.config())
+    let stream = events
         .default_backoff()
         .modify(|o| {
             o.trim();
@@ -225,16 +239,18 @@ pub enum PodSeen<'a> {
 
 /// The pod watch: shows `on_pod` every pod applied or deleted (before the model reads it, so
 /// what `on_pod` tells the model is in the same change), marks the model, ticks `changes`.
+#[allow(clippy::too_many_arguments)]
 fn watch_pods(
     client: kube::Client,
     lists: InitialList,
+    encoding: PodEncoding,
     model: Arc<SharedModel>,
     ended: Arc<EndedPods>,
     index: super::pod_index::PodIndex,
     changes: watch::Sender<u64>,
     on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
 ) -> (Store<CachedPod>, JoinHandle<()>) {
-    reflect(Api::<CachedPod>::all(client), lists, "Pod", move |c| {
+    let on_event = move |c: Changed<'_, CachedPod>| {
         match &c {
             Changed::Applied(p) => {
                 index.applied(p);
@@ -256,7 +272,15 @@ fn watch_pods(
         }
         mark(&model, &c, SharedModel::pod_changed);
         changes.send_modify(|v| *v = v.wrapping_add(1));
-    })
+    };
+    match encoding {
+        PodEncoding::Json => reflect(Api::<CachedPod>::all(client), lists, "Pod", on_event),
+        PodEncoding::Protobuf => {
+            let events =
+                pod_stream::watch(client, lists, Default::default()).map_err(watcher::Error::from);
+            reflect_events(events, "Pod", on_event)
+        }
+    }
 }
 
 fn watch_budgets(
@@ -324,15 +348,25 @@ pub async fn start(
     providers: &ProviderSources,
     lists: InitialList,
 ) -> Watches {
-    start_seeing_pods(client, providers, lists, Default::default(), |_| {}).await
+    start_seeing_pods(
+        client,
+        providers,
+        lists,
+        PodEncoding::default(),
+        Default::default(),
+        |_| {},
+    )
+    .await
 }
 
 /// [`start`], with `on_pod` seeing every pod the pod watch applies or deletes (after its cache
-/// holds it); `model` is the model the watches keep current.
+/// holds it); `pods` is how the pod watch asks for pods; `model` is the model the watches keep
+/// current.
 pub async fn start_seeing_pods(
     client: kube::Client,
     providers: &ProviderSources,
     lists: InitialList,
+    pods: PodEncoding,
     model: Arc<SharedModel>,
     on_pod: impl Fn(PodSeen<'_>) + Send + 'static,
 ) -> Watches {
@@ -348,6 +382,7 @@ pub async fn start_seeing_pods(
     let (pods, t) = watch_pods(
         client.clone(),
         lists,
+        pods,
         model.clone(),
         ended.clone(),
         pod_index.clone(),
