@@ -341,6 +341,44 @@ async fn streamed_initial_events_end_at_their_bookmark_then_the_watch_resumes() 
 }
 
 #[tokio::test]
+async fn streamed_gone_streams_again_from_the_start() {
+    let (client, seen) = server(vec![
+        ok(
+            PB_WATCH,
+            vec![event("ADDED", &pod("a", "5")), bookmark("6", true)],
+        ),
+        open(PB_WATCH, vec![error_event(410)]),
+        open(
+            PB_WATCH,
+            vec![event("ADDED", &pod("b", "30")), bookmark("31", true)],
+        ),
+    ]);
+    let mut s = std::pin::pin!(pod_stream::watch(
+        client,
+        InitialList::Stream,
+        Arc::default()
+    ));
+    assert_eq!(
+        take(&mut s, 7).await,
+        [
+            "Init",
+            "InitApply a",
+            "InitDone",
+            "Err 410",
+            "Init",
+            "InitApply b",
+            "InitDone"
+        ]
+    );
+    let seen = requests_after(&mut s, &seen, 3).await;
+    assert!(has(&seen[1].0, &["resourceVersion=6"]), "{seen:?}");
+    assert!(
+        has(&seen[2].0, &["sendInitialEvents=true", "resourceVersion=0"]),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test]
 async fn pages_then_a_watch_from_the_lists_version_and_gone_relists() {
     let (client, seen) = server(vec![
         ok(PB, vec![list(&[pod("a", "1")], "", "c1")]),
