@@ -7,7 +7,8 @@
 //! (30) set the size, `EBB_SCALE_LOOPS` (5) how many loops are measured. With
 //! `EBB_SCALE_BASELINE=<path of another ebb-controller>` that binary is measured first on the same
 //! cluster (before figures); `EBB_SCALE_COMPARE_LISTS=1` measures this build with paged lists
-//! (`--initial-list list`) before its default; `EBB_SCALE_DRAIN=0` leaves the drain wave out;
+//! (`--initial-list list`) before its default, `EBB_SCALE_COMPARE_ENCODINGS=1` with its pod cache
+//! in JSON (`--pod-encoding json`); `EBB_SCALE_DRAIN=0` leaves the drain wave out;
 //! `EBB_SCALE_CONTROLLER=<path>` measures that binary as this build (for example the musl build
 //! the images ship) instead of the workspace's release build; `EBB_SCALE_WAVE_SECS` caps the
 //! drain wave (default 300 s and 2 s a drain-pool node). `EBB_SCALE_PERF=<dir>` records a CPU
@@ -363,6 +364,14 @@ async fn run(
         Some(p) => PathBuf::from(p),
         None => workspace_binary("ebb-controller")?,
     };
+    // The pod cache in JSON (kube-runtime's watcher) against protobuf (the default).
+    if env_usize("EBB_SCALE_COMPARE_ENCODINGS", 0)? != 0 {
+        controllers.push((
+            "this build, JSON pods",
+            this.clone(),
+            &["--pod-encoding", "json"],
+        ));
+    }
     if env_usize("EBB_SCALE_COMPARE_LISTS", 0)? != 0 {
         controllers.push((
             "this build, paged lists",
