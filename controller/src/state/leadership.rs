@@ -2,7 +2,7 @@
 //! and its fence (the moment the Lease may have passed to another replica), read before writes.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use futures::Stream;
@@ -17,10 +17,9 @@ const NO_DEADLINE: u64 = u64::MAX;
 pub struct Leadership(Arc<Inner>);
 
 struct Inner {
-    acting: AtomicBool,
-    /// The acting flag as a channel: reconcilers wake when this replica starts acting, not at
+    /// The acting flag, as a channel: reconcilers wake when this replica starts acting, not at
     /// their next requeue.
-    acting_tx: watch::Sender<bool>,
+    acting: watch::Sender<bool>,
     /// Milliseconds after `base` until which this replica may still write (the fence), or
     /// [`NO_DEADLINE`].
     valid_until_ms: AtomicU64,
@@ -30,8 +29,7 @@ struct Inner {
 impl Default for Leadership {
     fn default() -> Self {
         Leadership(Arc::new(Inner {
-            acting: AtomicBool::new(false),
-            acting_tx: watch::Sender::new(false),
+            acting: watch::Sender::new(false),
             valid_until_ms: AtomicU64::new(NO_DEADLINE),
             base: Instant::now(),
         }))
@@ -41,7 +39,7 @@ impl Default for Leadership {
 impl std::fmt::Debug for Leadership {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leadership")
-            .field("acting", &self.0.acting.load(Ordering::SeqCst))
+            .field("acting", &*self.0.acting.borrow())
             .field("may_write", &self.may_write())
             .finish()
     }
@@ -57,15 +55,14 @@ impl Leadership {
 
     /// Starts (after start-up recovery) or stops acting: reconcilers and the webhook.
     pub fn set(&self, leader: bool) {
-        self.0.acting.store(leader, Ordering::SeqCst);
-        self.0.acting_tx.send_replace(leader);
+        self.0.acting.send_replace(leader);
     }
 
     /// A unit each time this replica starts acting (after start-up recovery, or on taking
     /// over from another leader), and one at once when it acts already: a reconciler that
     /// found it not acting re-runs then instead of at its follower requeue.
     pub fn started_acting(&self) -> impl Stream<Item = ()> + Send + 'static {
-        let mut rx = self.0.acting_tx.subscribe();
+        let mut rx = self.0.acting.subscribe();
         if *rx.borrow() {
             rx.mark_changed();
         }
@@ -81,7 +78,7 @@ impl Leadership {
 
     /// Acting, and within the fence.
     pub fn is_leader(&self) -> bool {
-        self.0.acting.load(Ordering::SeqCst) && self.may_write()
+        *self.0.acting.borrow() && self.may_write()
     }
 
     /// Within the fence: the Lease this replica holds cannot have passed to another replica
@@ -104,8 +101,7 @@ impl Leadership {
 
     /// Deposed: nothing more may be written, at once.
     pub fn fence_now(&self) {
-        self.0.acting.store(false, Ordering::SeqCst);
-        self.0.acting_tx.send_replace(false);
+        self.0.acting.send_replace(false);
         self.0.valid_until_ms.store(0, Ordering::SeqCst);
     }
 
