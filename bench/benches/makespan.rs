@@ -346,6 +346,7 @@ async fn start_controller(
         leader: None,
         recheck_delay: ebb_controller::actuation::runner::DEFAULT_RECHECK_DELAY,
         max_evictions_in_flight: ebb_controller::actuation::evict::DEFAULT_MAX_IN_FLIGHT,
+        min_starting_replacements: ebb_controller::actuation::pacing::DEFAULT_MIN_STARTING,
         max_starting_replacements: ebb_controller::actuation::pacing::DEFAULT_MAX_STARTING,
         identity: "bench".into(),
         debounce: ebb_controller::cli::run::DEFAULT_DEBOUNCE,

@@ -248,8 +248,11 @@ pub struct Metrics {
     /// Eviction calls sent and not yet answered (bounded by `--max-evictions-in-flight`).
     pub evictions_in_flight: Gauge,
     /// Replacements of the controller's evictions not Running yet, with the evictions being
-    /// sent (evictions wait at `--max-starting-replacements`).
+    /// sent (evictions wait at `starting_replacements_limit`).
     pub replacements_starting: Gauge,
+    /// The pacing's bound now: from `--min-starting-replacements`, following the cluster's
+    /// start rate, up to `--max-starting-replacements`.
+    pub starting_replacements_limit: Gauge,
     /// Evictions whose replacement was not Running within the pacing's wait; no longer counted.
     pub replacement_start_timeouts: Counter,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
@@ -287,6 +290,7 @@ impl Metrics {
             drains_in_progress: Family::<PolicyLabels, Gauge>::default(),
             evictions_in_flight: Gauge::default(),
             replacements_starting: Gauge::default(),
+            starting_replacements_limit: Gauge::default(),
             replacement_start_timeouts: Counter::default(),
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
             degraded: Family::<PolicyReasonLabels, Gauge>::default(),
@@ -351,8 +355,13 @@ impl Metrics {
         );
         r.register(
             "replacements_starting",
-            "Replacements of the controller's evictions not Running yet, with evictions being sent, all policies (evictions wait at --max-starting-replacements)",
+            "Replacements of the controller's evictions not Running yet, with evictions being sent, all policies (evictions wait at ebb_starting_replacements_limit)",
             self.replacements_starting.clone(),
+        );
+        r.register(
+            "starting_replacements_limit",
+            "Replacements of the controller's evictions allowed to start at once: from --min-starting-replacements, following the rate the cluster starts them at, up to --max-starting-replacements",
+            self.starting_replacements_limit.clone(),
         );
         r.register(
             "replacement_start_timeouts",

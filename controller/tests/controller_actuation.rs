@@ -74,6 +74,7 @@ async fn evict_within(
         gate: &gate,
         in_flight: &InFlight::default(),
         pacer: &Pacer::off(),
+        drain: 0,
         metrics,
         policy: "p",
         observer: calls,
@@ -203,6 +204,7 @@ async fn a_wait_for_a_budget_that_moves_starts_max_pod_eviction_time_again() {
         gate: &gate,
         in_flight: &in_flight,
         pacer: &Pacer::off(),
+        drain: 0,
         metrics: &metrics,
         policy: "p",
         observer: &calls,
@@ -452,7 +454,7 @@ async fn evictions_wait_while_the_bound_of_replacements_is_starting() {
     }
     let metrics = Metrics::new();
     let (actuator, tracker) = setup_with(&api, metrics.clone());
-    let actuator = actuator.with_max_starting_replacements(LIMIT);
+    let actuator = actuator.with_starting_replacements(LIMIT, LIMIT);
     let t0 = tokio::time::Instant::now();
     let drains = futures::future::join_all(
         ["n1", "n2"].map(|n| start(&actuator, order(&api, n, ScaleDownMode::DrainAndDelete))),

@@ -34,6 +34,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_replacement_start_timeouts", "counter"),
     ("ebb_replacements", "counter"),
     ("ebb_replacements_starting", "gauge"),
+    ("ebb_starting_replacements_limit", "gauge"),
     ("ebb_steering_admissions", "counter"),
     ("ebb_throttled_nodes", "gauge"),
     ("ebb_unneeded_nodes", "gauge"),

@@ -174,6 +174,8 @@ pub struct Evictor<'a> {
     pub in_flight: &'a InFlight,
     /// The controller-wide bound on replacements starting.
     pub pacer: &'a Pacer,
+    /// This drain's place in the pacing's line ([`Pacer::drain_place`]).
+    pub drain: u64,
     pub metrics: &'a Metrics,
     pub policy: &'a str,
     pub observer: &'a dyn EvictionObserver,
@@ -295,8 +297,8 @@ async fn wait_in<F: std::future::Future<Output = ()>>(
     }
 }
 
-/// Waits until fewer than `--max-starting-replacements` replacements of the controller's
-/// evictions are starting (a pod event, a count given back or running out wakes it). The
+/// Waits until fewer replacements of the controller's evictions are starting than the pacing's
+/// bound (a pod event, a count given back or running out wakes it). The
 /// window starts again each time a count ends: a wave paced by replacements that keep starting
 /// is not stuck. `None` when cancelled or the window closed.
 async fn paced(
@@ -306,7 +308,7 @@ async fn paced(
     cancel: &CancellationToken,
     window: &mut Window,
 ) -> Option<Taken> {
-    let mut turn = ev.pacer.turn();
+    let mut turn = ev.pacer.turn(ev.drain);
     loop {
         if let Some(taken) = turn.take(pod) {
             return Some(taken);

@@ -12,6 +12,7 @@ pub mod recheck;
 pub mod recover;
 pub mod removal;
 pub mod runner;
+pub mod start_limit;
 pub mod status;
 pub mod taints;
 pub mod tracker;

@@ -1,9 +1,13 @@
-//! Replacement pacing: an eviction waits while `--max-starting-replacements` replacements of the
-//! controller's evictions are not Running yet, oldest waiter first, all drains together.
+//! Replacement pacing: an eviction waits while as many replacements of the controller's
+//! evictions are not Running yet as the bound allows, all drains together, the pods of the drain
+//! that started first first, and of one drain the oldest waiter first.
 //!
 //! A wave of drains evicts hundreds of pods in a second; their replacements are created at once,
 //! and a cluster that starts pods at a few dozen a second leaves the last of them Pending for
-//! tens of seconds. Paced, the wave evicts as fast as the cluster starts what it moved.
+//! tens of seconds. Paced, the wave evicts as fast as the cluster starts what it moved. The bound
+//! starts at `--min-starting-replacements` and follows the rate the cluster starts replacements
+//! at, up to `--max-starting-replacements` ([`StartLimit`]). The drain that started first goes
+//! first: its node is removed as soon as its own pods have moved, not once every drain's have.
 //!
 //! An eviction of a pod whose controller creates its replacement at once, as the eviction is
 //! accepted (ReplicaSet, ReplicationController, Job), counts from its admission until a pod of
@@ -27,13 +31,19 @@ use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use super::pods::PodRef;
+use super::start_limit::StartLimit;
 use crate::cluster::CachedPod;
 use crate::metrics::Metrics;
 use crate::state::pod_index::PodIndex;
 use crate::steering::{OwnerKey, owner_of};
 
-/// Replacements starting at once unless configured otherwise (`--max-starting-replacements`).
-pub const DEFAULT_MAX_STARTING: usize = 50;
+/// The bound on replacements starting at once until the cluster's start rate says more
+/// (`--min-starting-replacements`), and the least it falls to.
+pub const DEFAULT_MIN_STARTING: usize = 50;
+
+/// The most replacements starting at once, whatever the cluster's start rate
+/// (`--max-starting-replacements`).
+pub const DEFAULT_MAX_STARTING: usize = 1000;
 
 /// How long a count is kept while no replacement of its namespace starts.
 pub const STARTING_TTL: Duration = Duration::from_secs(15);
@@ -51,8 +61,8 @@ pub const PACING: &str = "starting replacements";
 /// Shared by every drain of the process. Cheap to clone.
 #[derive(Clone)]
 pub struct Pacer {
-    /// Counts at once; 0: no pacing.
-    limit: usize,
+    /// The most counts at once; 0: no pacing.
+    ceiling: usize,
     pods: Store<CachedPod>,
     index: PodIndex,
     changes: watch::Receiver<u64>,
@@ -61,16 +71,20 @@ pub struct Pacer {
     inner: Arc<Mutex<Inner>>,
 }
 
-#[derive(Default)]
 struct Inner {
     owners: HashMap<OwnerKey, Owner>,
     /// Evictions admitted and not answered yet.
     sending: usize,
     /// Accepted evictions whose replacement is not Running yet (all owners).
     starting: usize,
-    /// Evictions waiting for their turn, by ticket (oldest first).
-    waiting: BTreeSet<u64>,
+    /// Evictions waiting for their turn, by drain (the first started first), then ticket
+    /// (oldest first).
+    waiting: BTreeSet<(u64, u64)>,
     next_ticket: u64,
+    /// The next drain's place in the line.
+    next_drain: u64,
+    /// The bound on counts at once, following the cluster's start rate.
+    bound: StartLimit,
     /// The pod-change count at which the owners' pods were last looked at.
     looked_at: Option<u64>,
     /// Counts ended since the process started (replacement Running, or waited out).
@@ -79,6 +93,40 @@ struct Inner {
     unpaced: HashMap<String, Instant>,
     /// By namespace with counts, when a replacement of it last ended a count.
     progress: HashMap<String, Instant>,
+}
+
+impl Inner {
+    fn new(floor: usize, ceiling: usize) -> Self {
+        Inner {
+            owners: HashMap::new(),
+            sending: 0,
+            starting: 0,
+            waiting: BTreeSet::new(),
+            next_ticket: 0,
+            next_drain: 0,
+            bound: StartLimit::new(floor, ceiling),
+            looked_at: None,
+            moved: 0,
+            unpaced: HashMap::new(),
+            progress: HashMap::new(),
+        }
+    }
+
+    /// Nothing starting and no eviction waiting: the next start meets no queue of the
+    /// controller's making.
+    fn note_if_idle(&mut self) {
+        if self.starting + self.sending == 0 && self.waiting.is_empty() {
+            self.bound.nothing_starting();
+        }
+    }
+
+    /// Removes a ticket from the line; the bound's round ends when the line is empty.
+    fn unqueue(&mut self, ticket: (u64, u64)) {
+        self.waiting.remove(&ticket);
+        if self.waiting.is_empty() {
+            self.bound.not_waiting();
+        }
+    }
 }
 
 /// One controller's counts, and its pods by when the pacing first saw them.
@@ -125,7 +173,9 @@ pub struct Taken {
 /// One eviction's place in the line; leaving it (drop) gives the place up.
 pub struct Turn<'a> {
     pacer: &'a Pacer,
-    ticket: Option<u64>,
+    /// Its drain's place in the line.
+    drain: u64,
+    ticket: Option<(u64, u64)>,
     /// The evicted pod's controller, once looked up (`Some(None)`: not one that counts).
     owner: Option<Option<OwnerKey>>,
     /// The pod-change count when this turn last asked.
@@ -133,22 +183,24 @@ pub struct Turn<'a> {
 }
 
 impl Pacer {
-    /// At most `limit` counts at once (0: no pacing), read from the pod cache and `index`;
-    /// `changes` ticks on every pod event.
+    /// At most `floor` counts at once, more as the cluster's start rate allows, never more than
+    /// `ceiling` (0: no pacing); read from the pod cache and `index`; `changes` ticks on every
+    /// pod event.
     pub fn new(
-        limit: usize,
+        floor: usize,
+        ceiling: usize,
         pods: Store<CachedPod>,
         index: PodIndex,
         changes: watch::Receiver<u64>,
     ) -> Self {
         Pacer {
-            limit,
+            ceiling,
             pods,
             index,
             changes,
             metrics: None,
             released: Arc::default(),
-            inner: Arc::default(),
+            inner: Arc::new(Mutex::new(Inner::new(floor, ceiling))),
         }
     }
 
@@ -156,7 +208,7 @@ impl Pacer {
     pub fn off() -> Self {
         let (pods, _) = kube::runtime::reflector::store::<CachedPod>();
         let (_, changes) = watch::channel(0);
-        Self::new(0, pods, PodIndex::default(), changes)
+        Self::new(0, 0, pods, PodIndex::default(), changes)
     }
 
     /// Shows the counts in `ebb_replacements_starting` and the waits given up in
@@ -166,18 +218,31 @@ impl Pacer {
         self
     }
 
+    /// The bound now (0: no pacing).
     pub fn limit(&self) -> usize {
-        self.limit
+        if self.ceiling == 0 {
+            0
+        } else {
+            self.lock().bound.limit()
+        }
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// A place in the line for one eviction.
-    pub fn turn(&self) -> Turn<'_> {
+    /// A drain's place in the line: its pods go after those of drains that asked before it.
+    pub fn drain_place(&self) -> u64 {
+        let mut inner = self.lock();
+        inner.next_drain += 1;
+        inner.next_drain
+    }
+
+    /// A place in the line for one eviction of the drain at `drain` ([`Pacer::drain_place`]).
+    pub fn turn(&self, drain: u64) -> Turn<'_> {
         Turn {
             pacer: self,
+            drain,
             ticket: None,
             owner: None,
             seen: 0,
@@ -203,7 +268,13 @@ impl Pacer {
     /// The pods of `owner` the pacing has not looked at since they last changed: each one is
     /// given the generation it was first seen at, and each Running one that can ends the oldest
     /// count it may be the replacement of. Returns the counts ended.
-    fn observe(&self, owner: &OwnerKey, o: &mut Owner) -> usize {
+    fn observe(
+        &self,
+        owner: &OwnerKey,
+        o: &mut Owner,
+        bound: &mut StartLimit,
+        now: Instant,
+    ) -> usize {
         let pods =
             self.index
                 .controlled_changes(&owner.namespace, &owner.kind, &owner.name, &self.pods);
@@ -230,7 +301,9 @@ impl Pacer {
                 continue;
             }
             *spent = true;
-            o.counts.pop_front();
+            if let Some(count) = o.counts.pop_front() {
+                bound.started(now.saturating_duration_since(count.admitted));
+            }
             ended += 1;
         }
         ended
@@ -266,6 +339,7 @@ impl Pacer {
             inner.starting += 1;
         } else {
             self.forget_idle(&mut inner);
+            inner.note_if_idle();
         }
         self.publish(&inner);
         drop(inner);
@@ -312,23 +386,30 @@ impl Pacer {
                 m.replacement_start_timeouts.inc_by(ended as u64);
             }
             self.forget_idle(inner);
+            inner.note_if_idle();
         }
     }
 
     /// Ends a count for each replacement now Running (looking only at the pods that changed).
-    fn look(&self, inner: &mut Inner) {
-        let now = Instant::now();
+    fn look(&self, inner: &mut Inner, now: Instant) {
         let mut ended = 0usize;
-        for (owner, o) in &mut inner.owners {
-            let n = self.observe(owner, o);
+        let Inner {
+            owners,
+            bound,
+            progress,
+            ..
+        } = inner;
+        for (owner, o) in owners.iter_mut() {
+            let n = self.observe(owner, o, bound, now);
             if n > 0 {
-                inner.progress.insert(owner.namespace.clone(), now);
+                progress.insert(owner.namespace.clone(), now);
                 ended += n;
             }
         }
         inner.starting = inner.starting.saturating_sub(ended);
         inner.moved += ended as u64;
         self.forget_idle(inner);
+        inner.note_if_idle();
     }
 
     /// Owners without counts or evictions being sent are forgotten, with the index's watch of
@@ -352,6 +433,8 @@ impl Pacer {
         if let Some(m) = &self.metrics {
             m.replacements_starting
                 .set((inner.starting + inner.sending) as i64);
+            m.starting_replacements_limit
+                .set(inner.bound.limit() as i64);
         }
     }
 }
@@ -391,7 +474,7 @@ impl Turn<'_> {
             .owner
             .get_or_insert_with(|| {
                 let key = ObjectRef::new(&pod.name).within(&pod.namespace);
-                (p.limit > 0)
+                (p.ceiling > 0)
                     .then(|| p.pods.get(&key))
                     .flatten()
                     .filter(|o| o.metadata.uid.as_deref() == Some(pod.uid.as_str()))
@@ -414,28 +497,39 @@ impl Turn<'_> {
             return Some(Taken { counted: None });
         }
         let ticket = self.ticket;
+        let drain = self.drain;
         let busy = |inner: &Inner| {
+            // Ahead: the waiters of drains before this one, and the older ones of this drain.
             let ahead = match ticket {
                 Some(t) => inner.waiting.range(..t).count(),
-                None => inner.waiting.len(),
+                None => inner.waiting.range(..(drain.saturating_add(1), 0)).count(),
             };
-            inner.starting + inner.sending + ahead >= p.limit
+            inner.starting + inner.sending + ahead >= inner.bound.limit()
         };
         if busy(&inner) && inner.looked_at != Some(version) {
-            p.look(&mut inner);
+            p.look(&mut inner, now);
             inner.looked_at = Some(version);
         }
+        let grew = inner.bound.tick(now);
         if busy(&inner) {
             if self.ticket.is_none() {
-                let t = inner.next_ticket;
+                let t = (drain, inner.next_ticket);
                 inner.next_ticket += 1;
+                if inner.waiting.is_empty() {
+                    inner.bound.waiting(now);
+                }
                 inner.waiting.insert(t);
                 self.ticket = Some(t);
+            }
+            p.publish(&inner);
+            drop(inner);
+            if grew {
+                p.released.notify_waiters();
             }
             return None;
         }
         if let Some(t) = self.ticket.take() {
-            inner.waiting.remove(&t);
+            inner.unqueue(t);
         }
         inner.sending += 1;
         // Every pod of the owner in the cache now is seen at this generation at the latest: none
@@ -444,8 +538,9 @@ impl Turn<'_> {
             p.index
                 .forget_controlled(&owner.namespace, &owner.kind, &owner.name);
         }
-        let o = inner.owners.entry(owner.clone()).or_default();
-        let ended = p.observe(&owner, o);
+        let Inner { owners, bound, .. } = &mut *inner;
+        let o = owners.entry(owner.clone()).or_default();
+        let ended = p.observe(&owner, o, bound, now);
         let generation = o.generation;
         o.generation += 1;
         o.sending += 1;
@@ -457,6 +552,10 @@ impl Turn<'_> {
         inner.starting = inner.starting.saturating_sub(ended);
         inner.moved += ended as u64;
         p.publish(&inner);
+        drop(inner);
+        if grew {
+            p.released.notify_waiters();
+        }
         Some(Taken {
             counted: Some((
                 owner,
@@ -475,7 +574,7 @@ impl Turn<'_> {
 
     fn leave(&mut self) {
         if let Some(t) = self.ticket.take() {
-            self.pacer.lock().waiting.remove(&t);
+            self.pacer.lock().unqueue(t);
         }
     }
 }
@@ -537,7 +636,7 @@ mod tests {
             let (reader, writer) = store::<CachedPod>();
             let index = PodIndex::watched();
             let (tick, changes) = watch::channel(0);
-            let pacer = Pacer::new(limit, reader, index.clone(), changes);
+            let pacer = Pacer::new(limit, limit, reader, index.clone(), changes);
             World {
                 writer,
                 index,
@@ -565,7 +664,7 @@ mod tests {
 
         /// Admits and settles `p`'s eviction (accepted) when the pacing lets it through.
         fn evict(&self, p: &CachedPod) -> bool {
-            let mut turn = self.pacer.turn();
+            let mut turn = self.pacer.turn(0);
             match turn.take(&r(p)) {
                 Some(t) => {
                     self.pacer.settle(t, true);
@@ -644,8 +743,8 @@ mod tests {
         let pods = w.webs(3);
         assert!(w.evict(&pods[0]));
         let pacer = w.pacer.clone();
-        let mut first = pacer.turn();
-        let mut second = pacer.turn();
+        let mut first = pacer.turn(0);
+        let mut second = pacer.turn(0);
         assert!(first.take(&r(&pods[1])).is_none());
         assert!(second.take(&r(&pods[2])).is_none());
         w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
@@ -658,12 +757,93 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_drain_that_started_first_goes_first() {
+        let mut w = World::new(1);
+        let pods = w.webs(4);
+        let pacer = w.pacer.clone();
+        let (early, late) = (pacer.drain_place(), pacer.drain_place());
+        assert!(early < late);
+        assert!(w.evict(&pods[0]));
+        // The later drain's pod waits first, then the earlier drain's.
+        let mut later = pacer.turn(late);
+        assert!(later.take(&r(&pods[1])).is_none());
+        let mut earlier = pacer.turn(early);
+        assert!(earlier.take(&r(&pods[2])).is_none());
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        assert!(
+            later.take(&r(&pods[1])).is_none(),
+            "the earlier drain's pod is ahead"
+        );
+        let t = earlier.take(&r(&pods[2])).expect("its turn");
+        w.pacer.settle(t, true);
+        // A new pod of the earlier drain is still ahead of the later drain's waiter.
+        w.apply(&pod("a", "web-y", "web", now_s(), "Running"));
+        let mut again = pacer.turn(early);
+        assert!(again.take(&r(&pods[3])).is_some());
+        assert!(later.take(&r(&pods[1])).is_none(), "one place, taken");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_bound_grows_while_replacements_start_as_fast_as_they_are_let_through() {
+        // Floor 2, ceiling 10: each replacement runs 1 s after its eviction, whatever the number.
+        let (reader, mut writer) = store::<CachedPod>();
+        let index = PodIndex::watched();
+        let (tick, changes) = watch::channel(0u64);
+        let pacer = Pacer::new(2, 10, reader, index.clone(), changes);
+        let mut apply = |p: &CachedPod| {
+            writer.apply_watcher_event(&Event::Apply(p.clone()));
+            index.applied(p);
+            tick.send_modify(|v| *v += 1);
+        };
+        let olds: Vec<CachedPod> = (0..200)
+            .map(|i| pod("a", &format!("web-{i}"), "web", now_s() - 600, "Running"))
+            .collect();
+        for p in &olds {
+            apply(p);
+        }
+        let drain = pacer.drain_place();
+        let mut next = olds.iter();
+        let mut waiter: Option<(Turn<'_>, &CachedPod)> = None;
+        let mut pending: Vec<String> = Vec::new();
+        let mut most = 0usize;
+        for second in 0..20 {
+            // Let through all the bound allows, one waiter kept in line.
+            loop {
+                let (mut turn, p) = match waiter.take() {
+                    Some(w) => w,
+                    None => match next.next() {
+                        Some(p) => (pacer.turn(drain), p),
+                        None => break,
+                    },
+                };
+                match turn.take(&r(p)) {
+                    Some(t) => {
+                        pacer.settle(t, true);
+                        pending.push(format!("web-r{second}-{}", pending.len()));
+                    }
+                    None => {
+                        waiter = Some((turn, p));
+                        break;
+                    }
+                }
+            }
+            most = most.max(pacer.starting());
+            tokio::time::advance(Duration::from_secs(1)).await;
+            for name in pending.drain(..) {
+                apply(&pod("a", &name, "web", now_s(), "Running"));
+            }
+        }
+        assert_eq!(pacer.limit(), 10, "the bound reached its ceiling");
+        assert_eq!(most, 10, "and as many started at once");
+    }
+
+    #[tokio::test]
     async fn a_waiter_that_leaves_gives_up_its_place() {
         let mut w = World::new(1);
         let pods = w.webs(3);
         assert!(w.evict(&pods[0]));
         {
-            let mut gone = w.pacer.turn();
+            let mut gone = w.pacer.turn(0);
             assert!(gone.take(&r(&pods[1])).is_none());
         } // its drain was cancelled
         w.apply(&pod("a", "web-x", "web", now_s(), "Running"));

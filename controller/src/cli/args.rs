@@ -68,10 +68,17 @@ pub struct RunArgs {
     #[arg(long, env = "EBB_MAX_EVICTIONS_IN_FLIGHT", default_value_t = crate::actuation::evict::DEFAULT_MAX_IN_FLIGHT, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16).range(1..), usize::from))]
     pub max_evictions_in_flight: usize,
     /// Replacements of the controller's evictions starting at once (created and not Running
-    /// yet), all drains together; the next eviction waits. Counted: evictions of ReplicaSet,
-    /// ReplicationController and Job pods. A count is given up when none of its namespace's
-    /// replacements started for 15 s, or 2 minutes after its eviction (and its namespace is not
-    /// paced for 10 minutes). 0: evictions are not paced by their replacements.
+    /// yet), all drains together, at first and at least; the next eviction waits. Above it the
+    /// bound follows the rate the cluster starts replacements at (1.5 × the starts a second ×
+    /// the shortest start), up to `--max-starting-replacements`. Counted: evictions of
+    /// ReplicaSet, ReplicationController and Job pods. A count is given up when none of its
+    /// namespace's replacements started for 15 s, or 2 minutes after its eviction (and its
+    /// namespace is not paced for 10 minutes).
+    #[arg(long, env = "EBB_MIN_STARTING_REPLACEMENTS", default_value_t = crate::actuation::pacing::DEFAULT_MIN_STARTING, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16), usize::from))]
+    pub min_starting_replacements: usize,
+    /// The most replacements of the controller's evictions starting at once, whatever the
+    /// cluster's start rate (a larger `--min-starting-replacements` is lowered to it). 0:
+    /// evictions are not paced by their replacements.
     #[arg(long, env = "EBB_MAX_STARTING_REPLACEMENTS", default_value_t = crate::actuation::pacing::DEFAULT_MAX_STARTING, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16), usize::from))]
     pub max_starting_replacements: usize,
     /// How long a stop (SIGTERM, Ctrl-C) may take: no new drain starts, drains in flight finish

@@ -83,6 +83,8 @@ pub struct Settings {
     pub recheck_delay: Duration,
     /// `--max-evictions-in-flight`.
     pub max_evictions_in_flight: usize,
+    /// `--min-starting-replacements`.
+    pub min_starting_replacements: usize,
     /// `--max-starting-replacements`.
     pub max_starting_replacements: usize,
     /// This replica's name in Events and the Lease.
@@ -183,6 +185,7 @@ impl Settings {
                 .then(|| LeaderConfig::new(&args.lease_name, namespace, &identity)),
             recheck_delay: args.recheck_delay.as_duration(),
             max_evictions_in_flight: args.max_evictions_in_flight,
+            min_starting_replacements: args.min_starting_replacements,
             max_starting_replacements: args.max_starting_replacements,
             identity,
             debounce: DEFAULT_DEBOUNCE,
@@ -622,7 +625,10 @@ impl ScaleDown {
         .with_budgets(shared.stores.pdbs.clone(), pdb_changes)
         .with_recheck_delay(settings.recheck_delay)
         .with_max_evictions_in_flight(settings.max_evictions_in_flight)
-        .with_max_starting_replacements(settings.max_starting_replacements)
+        .with_starting_replacements(
+            settings.min_starting_replacements,
+            settings.max_starting_replacements,
+        )
         .with_remover(remover)
         .with_stop(shared.stop.clone())
         .with_leadership(shared.leadership.clone())

@@ -134,6 +134,7 @@ impl Actuator {
                 .with_index(stores.pod_index.clone()),
             in_flight: Default::default(),
             pacer: super::pacing::Pacer::new(
+                super::pacing::DEFAULT_MIN_STARTING,
                 super::pacing::DEFAULT_MAX_STARTING,
                 pods.clone(),
                 stores.pod_index.clone(),
@@ -209,11 +210,13 @@ impl Actuator {
         self
     }
 
-    /// At most `limit` replacements of the controller's evictions starting at once, all drains
-    /// together (0: evictions are not paced by their replacements).
-    pub fn with_max_starting_replacements(mut self, limit: usize) -> Self {
+    /// Replacements of the controller's evictions starting at once, all drains together: `min`
+    /// at first and at least, more as the cluster's start rate allows, at most `max` (0:
+    /// evictions are not paced by their replacements).
+    pub fn with_starting_replacements(mut self, min: usize, max: usize) -> Self {
         self.pacer = super::pacing::Pacer::new(
-            limit,
+            min,
+            max,
             self.pods.clone(),
             self.stores.pod_index.clone(),
             self.pod_changes.clone(),
@@ -443,6 +446,7 @@ impl Actuator {
             gate: &self.gate,
             in_flight: &self.in_flight,
             pacer: &self.pacer,
+            drain: self.pacer.drain_place(),
             metrics: &self.metrics,
             policy: &order.policy,
             observer: &observer,
