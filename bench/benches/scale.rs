@@ -420,7 +420,12 @@ async fn run(
             ctrl.kill().await?;
             continue;
         }
-        let wave = drain_wave(env, &drain_nodes).await;
+        let addr = log
+            .lock()
+            .ok()
+            .and_then(|l| metrics_address(&l))
+            .unwrap_or_default();
+        let wave = drain_wave(env, &drain_nodes, &addr).await;
         let rss = peak_rss_kib(ctrl.id().unwrap_or_default()).unwrap_or_default();
         ctrl.kill().await?;
         // The controller's log of the wave, for what a figure alone does not say.
@@ -878,7 +883,11 @@ struct Wave {
 }
 
 /// A DrainAndDelete policy on the drain pool: how fast its nodes go, and the budgets kept.
-async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wave> {
+async fn drain_wave(
+    env: &TestEnv,
+    drain_nodes: &[String],
+    metrics_addr: &str,
+) -> anyhow::Result<Wave> {
     let client = env.client.clone();
     let node_api = Api::<Node>::all(client.clone());
     // The budgets as they stand before the wave: a cluster restored from a saved etcd has no
@@ -931,9 +940,10 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
         if last_progress.elapsed() >= Duration::from_secs(30) {
             last_progress = Instant::now();
             println!(
-                "  wave at {:.0} s: {removed} of {} removed; {}",
+                "  wave at {:.0} s: {removed} of {} removed; {}; {}",
                 started.elapsed().as_secs_f64(),
                 drain_nodes.len(),
+                pacing_progress(metrics_addr).await,
                 policy_progress(&client).await
             );
         }
@@ -961,6 +971,29 @@ async fn drain_wave(env: &TestEnv, drain_nodes: &[String]) -> anyhow::Result<Wav
 }
 
 /// What the drain policy's status says of the wave, and the drain pool's pods by phase.
+/// The pacing's counts and bound, from the controller's /metrics.
+async fn pacing_progress(addr: &str) -> String {
+    let Ok(text) = fetch_metrics(addr, None).await else {
+        return "pacing: /metrics not read".into();
+    };
+    let gauge = |name: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix(name)?
+                    .strip_prefix(' ')?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()
+            })
+            .map_or("?".to_string(), |v| format!("{v}"))
+    };
+    format!(
+        "pacing: {} starting of {}",
+        gauge("ebb_replacements_starting"),
+        gauge("ebb_starting_replacements_limit")
+    )
+}
+
 async fn policy_progress(client: &kube::Client) -> String {
     let policy = Api::<ebb_api::ScaleDownPolicy>::all(client.clone())
         .get_opt("drain")

@@ -132,7 +132,7 @@ impl Inner {
 /// One controller's counts, and its pods by when the pacing first saw them.
 #[derive(Default)]
 struct Owner {
-    /// Each accepted eviction, oldest first.
+    /// Each accepted eviction, by when it was answered.
     counts: VecDeque<Count>,
     /// Its evictions let through and not answered yet (the owner is kept meanwhile).
     sending: usize,
@@ -260,14 +260,34 @@ impl Pacer {
         inner.starting + inner.sending
     }
 
+    /// Ends the counts whose replacement runs or whose wait is over, and shows the counts and
+    /// the bound in the metrics: once a policy loop, so that they are right when no eviction
+    /// asks (a wave over).
+    pub fn refresh(&self) {
+        if self.ceiling == 0 {
+            return;
+        }
+        let version = *self.changes.borrow();
+        let now = Instant::now();
+        let mut inner = self.lock();
+        self.expire(&mut inner, now);
+        if inner.looked_at != Some(version) {
+            self.look(&mut inner, now);
+            inner.looked_at = Some(version);
+        }
+        self.publish(&inner);
+    }
+
     /// When the first count is given up, if none of its namespace's replacements starts.
     pub fn next_expiry(&self) -> Option<Instant> {
         next_deadline(&self.lock())
     }
 
     /// The pods of `owner` the pacing has not looked at since they last changed: each one is
-    /// given the generation it was first seen at, and each Running one that can ends the oldest
-    /// count it may be the replacement of. Returns the counts ended.
+    /// given the generation it was first seen at, and each Running one that can ends a count it
+    /// may be the replacement of: the latest such (a pod seen early can end only early counts,
+    /// so a later pod leaves them to it: replacements that start out of order end every count).
+    /// Returns the counts ended.
     fn observe(
         &self,
         owner: &OwnerKey,
@@ -288,20 +308,22 @@ impl Pacer {
                 Some(entry) => entry,
                 None => o.seen.entry(uid.to_string()).or_insert((next, false)),
             };
-            // The oldest count has the lowest generation: a pod that can end any count can end
-            // it.
-            let Some(oldest) = o.counts.front().map(|c| c.generation) else {
-                continue;
-            };
-            if *spent
-                || *first_seen <= oldest
-                || pod.metadata.deletion_timestamp.is_some()
-                || !started(&pod)
-            {
+            if *spent || pod.metadata.deletion_timestamp.is_some() || !started(&pod) {
                 continue;
             }
+            // Counts of evictions let through before the pod was first seen.
+            let Some(i) = o
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| c.generation < *first_seen)
+                .max_by_key(|(_, c)| c.generation)
+                .map(|(i, _)| i)
+            else {
+                continue;
+            };
             *spent = true;
-            if let Some(count) = o.counts.pop_front() {
+            if let Some(count) = o.counts.remove(i) {
                 bound.started(now.saturating_duration_since(count.admitted));
             }
             ended += 1;
@@ -757,6 +779,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn replacements_that_start_out_of_order_end_every_count() {
+        let mut w = World::new(2);
+        let old = w.webs(4);
+        assert!(w.evict(&old[0]));
+        // web-0's replacement is created, and seen Pending when web-1's eviction goes.
+        w.apply(&pod("a", "web-r0", "web", now_s(), "Pending"));
+        assert!(w.evict(&old[1]));
+        // web-1's replacement runs first: it ends web-1's count, not web-0's (which web-r0,
+        // seen before web-1's eviction, could not end).
+        w.apply(&pod("a", "web-r1", "web", now_s(), "Running"));
+        assert!(w.evict(&old[2]));
+        w.apply(&pod("a", "web-r0", "web", now_s(), "Running"));
+        w.apply(&pod("a", "web-r2", "web", now_s(), "Running"));
+        assert!(w.evict(&old[3]));
+        assert_eq!(w.pacer.moved(), 3, "every replacement ended a count");
+        assert_eq!(w.pacer.starting(), 1, "web-3's count only");
+    }
+
+    #[tokio::test]
     async fn the_drain_that_started_first_goes_first() {
         let mut w = World::new(1);
         let pods = w.webs(4);
@@ -976,6 +1017,21 @@ mod tests {
             "the StatefulSet's eviction holds no place"
         );
         assert!(!w.evict(&webs[1]), "the ReplicaSet's does");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refresh_ends_counts_when_no_eviction_asks() {
+        let mut w = World::new(2);
+        let old = w.webs(2);
+        assert!(w.evict(&old[0]));
+        assert!(w.evict(&old[1]));
+        w.apply(&pod("a", "web-r0", "web", now_s(), "Running"));
+        assert_eq!(w.pacer.starting(), 2, "nothing looked yet");
+        w.pacer.refresh();
+        assert_eq!(w.pacer.starting(), 1, "web-r0 ended a count");
+        tokio::time::advance(STARTING_TTL).await;
+        w.pacer.refresh();
+        assert_eq!(w.pacer.starting(), 0, "the other waited out");
     }
 
     #[tokio::test]

@@ -244,6 +244,11 @@ impl Actuator {
         self
     }
 
+    /// Brings the pacing's counts and metrics up to date (once a policy loop).
+    pub fn refresh_pacing(&self) {
+        self.pacer.refresh();
+    }
+
     pub fn tracker(&self) -> &Tracker {
         &self.tracker
     }

@@ -109,6 +109,7 @@ pub async fn publish_events(
     observed: &Observed,
     planned: &Planned,
 ) {
+    ctx.actuator.refresh_pacing();
     let drains: Vec<Drain> = ctx.actuator.tracker().draining(Some(&observed.name));
     let facts = Facts {
         candidates: planned.candidates.clone(),
