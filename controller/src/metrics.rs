@@ -365,7 +365,7 @@ impl Metrics {
         );
         r.register(
             "replacement_start_timeouts",
-            "Evictions whose replacement was given up on: none of the namespace's replacements started for 15 s, or 2 minutes passed since the eviction; their namespace is not paced for 10 minutes",
+            "Evictions whose replacement was given up on: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction; their namespace is not paced for 10 minutes",
             self.replacement_start_timeouts.clone(),
         );
         r.register(

@@ -17,10 +17,11 @@
 //! period its tenant sets: its evictions are not counted, nor are bare pods'.
 //!
 //! A count is given up when no replacement of its namespace has started for [`STARTING_TTL`]
-//! (a namespace's quota, an image gone: its replacements never start, where a cluster that is
-//! only slow keeps starting some), or [`LONGEST_START`] after its eviction at most; its
-//! namespace's evictions are then not paced for [`UNPACED_FOR`]. A tenant holds the line with
-//! its own evictions only, that long at most, once. A wait that sees counts end is not stuck.
+//! while other replacements did (a namespace's quota, an image gone: its replacements never
+//! start, where a cluster that is only slow starts none, or keeps starting some of every
+//! namespace), or [`LONGEST_START`] after its eviction at most; its namespace's evictions are
+//! then not paced for [`UNPACED_FOR`]. A tenant holds the line with its own evictions only, that
+//! long at most, once. A wait that sees counts end is not stuck.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,7 +46,7 @@ pub const DEFAULT_MIN_STARTING: usize = 50;
 /// (`--max-starting-replacements`).
 pub const DEFAULT_MAX_STARTING: usize = 1000;
 
-/// How long a count is kept while no replacement of its namespace starts.
+/// How long a count is kept while no replacement of its namespace starts and others do.
 pub const STARTING_TTL: Duration = Duration::from_secs(15);
 
 /// Longest an eviction counts as starting, whatever its namespace's replacements do.
@@ -93,6 +94,8 @@ struct Inner {
     unpaced: HashMap<String, Instant>,
     /// By namespace with counts, when a replacement of it last ended a count.
     progress: HashMap<String, Instant>,
+    /// When any replacement last ended a count.
+    last_start: Option<Instant>,
 }
 
 impl Inner {
@@ -109,6 +112,7 @@ impl Inner {
             moved: 0,
             unpaced: HashMap::new(),
             progress: HashMap::new(),
+            last_start: None,
         }
     }
 
@@ -155,10 +159,17 @@ struct Count {
 }
 
 impl Count {
-    /// When it is given up, if its namespace's replacements last started at `progress`.
-    fn deadline(&self, progress: Option<Instant>) -> Instant {
+    /// When it is given up, if its namespace's replacements last started at `progress` and any
+    /// replacement at `last_start`: [`STARTING_TTL`] after its namespace last started one (or
+    /// its eviction) once another has started since, [`LONGEST_START`] after its eviction at
+    /// most. A cluster that starts nothing is slow, not this namespace.
+    fn deadline(&self, progress: Option<Instant>, last_start: Option<Instant>) -> Instant {
         let since = progress.map_or(self.admitted, |p| p.max(self.admitted));
-        (since + STARTING_TTL).min(self.admitted + LONGEST_START)
+        let longest = self.admitted + LONGEST_START;
+        match last_start {
+            Some(other) if other > since => (since + STARTING_TTL).min(longest),
+            _ => longest,
+        }
     }
 }
 
@@ -381,12 +392,13 @@ impl Pacer {
             owners,
             unpaced,
             progress,
+            last_start,
             ..
         } = inner;
         for (owner, o) in owners.iter_mut() {
             let before = o.counts.len();
             let last = progress.get(&owner.namespace).copied();
-            o.counts.retain(|c| c.deadline(last) > now);
+            o.counts.retain(|c| c.deadline(last, *last_start) > now);
             let gone = before - o.counts.len();
             if gone > 0 {
                 ended += gone;
@@ -394,7 +406,7 @@ impl Pacer {
                 tracing::info!(
                     owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
                     replacements = gone,
-                    "replacements not Running, and none of the namespace's started for {}s (or {}s since the eviction): no longer waited for, and the namespace's evictions are not paced for {}s",
+                    "replacements not Running, and none of the namespace's started for {}s while others did (or {}s since the eviction): no longer waited for, and the namespace's evictions are not paced for {}s",
                     STARTING_TTL.as_secs(),
                     LONGEST_START.as_secs(),
                     UNPACED_FOR.as_secs()
@@ -427,6 +439,9 @@ impl Pacer {
                 progress.insert(owner.namespace.clone(), now);
                 ended += n;
             }
+        }
+        if ended > 0 {
+            inner.last_start = Some(now);
         }
         inner.starting = inner.starting.saturating_sub(ended);
         inner.moved += ended as u64;
@@ -468,7 +483,9 @@ fn next_deadline(inner: &Inner) -> Option<Instant> {
         .iter()
         .flat_map(|(owner, o)| {
             let last = inner.progress.get(&owner.namespace).copied();
-            o.counts.iter().map(move |c| c.deadline(last))
+            o.counts
+                .iter()
+                .map(move |c| c.deadline(last, inner.last_start))
         })
         .min()
 }
@@ -570,6 +587,7 @@ impl Turn<'_> {
         o.seen.insert(pod.uid.clone(), (generation, true));
         if ended > 0 {
             inner.progress.insert(owner.namespace.clone(), now);
+            inner.last_start = Some(now);
         }
         inner.starting = inner.starting.saturating_sub(ended);
         inner.moved += ended as u64;
@@ -893,23 +911,43 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_replacement_that_never_runs_holds_its_count_for_the_ttl_only() {
-        let mut w = World::new(1);
+        // Namespace quota's replacements never run; namespace other's do.
+        let mut w = World::new(2);
         let a = pod("quota", "web-0", "web", now_s() - 600, "Running");
         let b = pod("quota", "web-1", "web", now_s() - 600, "Running");
-        w.apply(&a);
-        w.apply(&b);
+        let others: Vec<CachedPod> = (0..4)
+            .map(|i| {
+                pod(
+                    "other",
+                    &format!("api-{i}"),
+                    "api",
+                    now_s() - 600,
+                    "Running",
+                )
+            })
+            .collect();
+        for p in [&a, &b].into_iter().chain(&others) {
+            w.apply(p);
+        }
         assert!(w.evict(&a));
-        let expiry = w.pacer.next_expiry().expect("one count");
-        tokio::time::advance(STARTING_TTL - Duration::from_millis(1)).await;
+        assert!(w.evict(&others[0]));
+        tokio::time::advance(Duration::from_secs(5)).await;
+        w.apply(&pod("other", "api-x", "api", now_s(), "Running"));
+        assert!(
+            w.evict(&others[1]),
+            "api's replacement ran: a place is free"
+        );
+        // quota started none for 15 s while other started one: given up then.
+        tokio::time::advance(STARTING_TTL - Duration::from_secs(5) - Duration::from_millis(1))
+            .await;
         assert!(!w.evict(&b), "still within the wait");
         tokio::time::advance(Duration::from_millis(1)).await;
-        assert!(Instant::now() >= expiry);
         assert!(w.evict(&b), "waited out: no longer counted");
-        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(w.pacer.moved(), 2);
         assert_eq!(
             w.pacer.starting(),
-            0,
-            "b passed uncounted: its namespace is not paced"
+            1,
+            "api-1's count; b passed uncounted: its namespace is not paced"
         );
         // Nor are its next evictions, however many.
         let more: Vec<CachedPod> = (2..6)
@@ -927,22 +965,35 @@ mod tests {
             w.apply(p);
         }
         assert!(more.iter().all(|p| w.evict(p)));
-        assert_eq!(w.pacer.starting(), 0);
-        // Another namespace is still paced.
-        let d = pod("other", "api-0", "api", now_s() - 600, "Running");
-        let d2 = pod("other", "api-1", "api", now_s() - 600, "Running");
-        w.apply(&d);
-        w.apply(&d2);
-        assert!(w.evict(&d));
-        assert!(!w.evict(&d2), "other's count holds the line");
-        w.apply(&pod("other", "api-x", "api", now_s(), "Running"));
-        assert!(w.evict(&d2), "api's replacement runs: a count is free");
+        assert_eq!(w.pacer.starting(), 1);
+        // The other namespace is still paced.
+        assert!(w.evict(&others[2]));
+        assert!(!w.evict(&others[3]), "other's counts hold the line");
         // Once the time is up the namespace is paced again.
         tokio::time::advance(UNPACED_FOR).await;
         let f = pod("quota", "web-10", "web", now_s() - 600, "Running");
         w.apply(&f);
-        assert!(w.evict(&f), "d2's count ran out");
+        assert!(w.evict(&f), "other's counts ran out");
         assert_eq!(w.pacer.starting(), 1, "f counts again");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cluster_that_starts_nothing_keeps_counts_for_the_longest_start() {
+        // The first replacements of a wave take longer than 15 s to start (images pulled, a
+        // cluster under load): slow, not stuck, so the wave stays paced.
+        let mut w = World::new(1);
+        let webs = w.webs(3);
+        assert!(w.evict(&webs[0]));
+        tokio::time::advance(STARTING_TTL * 4).await;
+        assert!(!w.evict(&webs[1]), "no replacement started anywhere: kept");
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        assert!(w.evict(&webs[1]), "it ran after 60 s");
+        assert_eq!(w.pacer.moved(), 1);
+        tokio::time::advance(LONGEST_START - Duration::from_millis(1)).await;
+        assert!(!w.evict(&webs[2]), "web-1's count is kept 2 minutes");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(w.evict(&webs[2]), "and given up then");
+        assert_eq!(w.pacer.moved(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -962,8 +1013,11 @@ mod tests {
         );
         assert_eq!(w.pacer.moved(), 1);
         tokio::time::advance(Duration::from_secs(5)).await;
-        assert!(w.evict(&webs[3]), "15 s without a start: given up");
-        assert_eq!(w.pacer.moved(), 3, "web-1's and web-2's counts");
+        assert!(
+            !w.evict(&webs[3]),
+            "15 s without a start, but none started elsewhere either: a slow cluster"
+        );
+        assert_eq!(w.pacer.moved(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1029,7 +1083,7 @@ mod tests {
         assert_eq!(w.pacer.starting(), 2, "nothing looked yet");
         w.pacer.refresh();
         assert_eq!(w.pacer.starting(), 1, "web-r0 ended a count");
-        tokio::time::advance(STARTING_TTL).await;
+        tokio::time::advance(LONGEST_START).await;
         w.pacer.refresh();
         assert_eq!(w.pacer.starting(), 0, "the other waited out");
     }

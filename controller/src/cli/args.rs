@@ -72,8 +72,8 @@ pub struct RunArgs {
     /// bound follows the rate the cluster starts replacements at (1.5 × the starts a second ×
     /// the shortest start), up to `--max-starting-replacements`. Counted: evictions of
     /// ReplicaSet, ReplicationController and Job pods. A count is given up when none of its
-    /// namespace's replacements started for 15 s, or 2 minutes after its eviction (and its
-    /// namespace is not paced for 10 minutes).
+    /// namespace's replacements started for 15 s while others did, or 2 minutes after its
+    /// eviction (and its namespace is not paced for 10 minutes).
     #[arg(long, env = "EBB_MIN_STARTING_REPLACEMENTS", default_value_t = crate::actuation::pacing::DEFAULT_MIN_STARTING, value_parser = clap::builder::TypedValueParser::map(clap::value_parser!(u16), usize::from))]
     pub min_starting_replacements: usize,
     /// The most replacements of the controller's evictions starting at once, whatever the
