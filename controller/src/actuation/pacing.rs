@@ -124,6 +124,17 @@ impl Inner {
         }
     }
 
+    /// `n` counts of `namespace` ended by replacements that started `now`.
+    fn started(&mut self, namespace: &str, n: usize, now: Instant) {
+        if n == 0 {
+            return;
+        }
+        self.progress.insert(namespace.to_string(), now);
+        self.last_start = Some(now);
+        self.starting = self.starting.saturating_sub(n);
+        self.moved += n as u64;
+    }
+
     /// Removes a ticket from the line; the bound's round ends when the line is empty.
     fn unqueue(&mut self, ticket: (u64, u64)) {
         self.waiting.remove(&ticket);
@@ -282,10 +293,7 @@ impl Pacer {
         let now = Instant::now();
         let mut inner = self.lock();
         self.expire(&mut inner, now);
-        if inner.looked_at != Some(version) {
-            self.look(&mut inner, now);
-            inner.looked_at = Some(version);
-        }
+        self.look_once(&mut inner, version, now);
         self.publish(&inner);
     }
 
@@ -426,27 +434,26 @@ impl Pacer {
 
     /// Ends a count for each replacement now Running (looking only at the pods that changed).
     fn look(&self, inner: &mut Inner, now: Instant) {
-        let mut ended = 0usize;
-        let Inner {
-            owners,
-            bound,
-            progress,
-            ..
-        } = inner;
-        for (owner, o) in owners.iter_mut() {
-            let n = self.observe(owner, o, bound, now);
-            if n > 0 {
-                progress.insert(owner.namespace.clone(), now);
-                ended += n;
-            }
+        let Inner { owners, bound, .. } = &mut *inner;
+        let ended: Vec<(String, usize)> = owners
+            .iter_mut()
+            .map(|(owner, o)| (owner, self.observe(owner, o, bound, now)))
+            .filter(|&(_, n)| n > 0)
+            .map(|(owner, n)| (owner.namespace.clone(), n))
+            .collect();
+        for (namespace, n) in ended {
+            inner.started(&namespace, n, now);
         }
-        if ended > 0 {
-            inner.last_start = Some(now);
-        }
-        inner.starting = inner.starting.saturating_sub(ended);
-        inner.moved += ended as u64;
         self.forget_idle(inner);
         inner.note_if_idle();
+    }
+
+    /// [`Pacer::look`] unless the pods have not changed since the last one.
+    fn look_once(&self, inner: &mut Inner, version: u64, now: Instant) {
+        if inner.looked_at != Some(version) {
+            self.look(inner, now);
+            inner.looked_at = Some(version);
+        }
     }
 
     /// Owners without counts or evictions being sent are forgotten, with the index's watch of
@@ -545,9 +552,8 @@ impl Turn<'_> {
             };
             inner.starting + inner.sending + ahead >= inner.bound.limit()
         };
-        if busy(&inner) && inner.looked_at != Some(version) {
-            p.look(&mut inner, now);
-            inner.looked_at = Some(version);
+        if busy(&inner) {
+            p.look_once(&mut inner, version, now);
         }
         let grew = inner.bound.tick(now);
         if busy(&inner) {
@@ -585,12 +591,7 @@ impl Turn<'_> {
         o.sending += 1;
         // The evicted pod ends no count, whatever its generation.
         o.seen.insert(pod.uid.clone(), (generation, true));
-        if ended > 0 {
-            inner.progress.insert(owner.namespace.clone(), now);
-            inner.last_start = Some(now);
-        }
-        inner.starting = inner.starting.saturating_sub(ended);
-        inner.moved += ended as u64;
+        inner.started(&owner.namespace, ended, now);
         p.publish(&inner);
         drop(inner);
         if grew {
