@@ -32,6 +32,7 @@ const CONTROLLER: &[(&str, &str)] = &[
     ("ebb_reconcile_errors", "counter"),
     ("ebb_removals", "counter"),
     ("ebb_replacement_start_timeouts", "counter"),
+    ("ebb_replacement_waits_kept", "counter"),
     ("ebb_replacements", "counter"),
     ("ebb_replacements_starting", "gauge"),
     ("ebb_starting_replacements_limit", "gauge"),

@@ -313,7 +313,7 @@ async fn paced(
         if let Some(taken) = turn.take(pod) {
             return Some(taken);
         }
-        if window.observe(PACING, ev.pacer.moved()) == Seen::New {
+        if window.observe(PACING, ev.pacer.progress()) == Seen::New {
             tracing::debug!(pod = %pod.key(), starting = ev.pacer.starting(), "eviction waits for replacements to start");
             count(ev, EvictionResult::paced);
         }

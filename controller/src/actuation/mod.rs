@@ -13,6 +13,7 @@ pub mod recover;
 pub mod removal;
 pub mod runner;
 pub mod start_limit;
+pub mod start_wait;
 pub mod status;
 pub mod taints;
 pub mod tracker;

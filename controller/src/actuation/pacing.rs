@@ -19,9 +19,13 @@
 //! A count is given up when no replacement of its namespace has started for [`STARTING_TTL`]
 //! while other replacements did (a namespace's quota, an image gone: its replacements never
 //! start, where a cluster that is only slow starts none, or keeps starting some of every
-//! namespace), or [`LONGEST_START`] after its eviction at most; its namespace's evictions are
-//! then not paced for [`UNPACED_FOR`]. A tenant holds the line with its own evictions only, that
-//! long at most, once. A wait that sees counts end is not stuck.
+//! namespace), or [`LONGEST_START`] after its eviction unless a replacement of its controller
+//! then waits in the cluster's own queues ([`waits_for_the_cluster`]: the control plane stalled,
+//! starting nothing anywhere), which keeps it [`LONGEST_START`] more at a time, up to
+//! [`LONGEST_QUEUED`]. A count given up leaves its namespace's evictions not paced for
+//! [`UNPACED_FOR`]. A tenant holds the line with its own evictions only, [`LONGEST_START`] at
+//! most, once: nothing in its pod specs makes its replacements wait in the cluster's queues. A
+//! wait that sees counts end, or kept, is not stuck.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -33,6 +37,7 @@ use tokio::time::Instant;
 
 use super::pods::PodRef;
 use super::start_limit::StartLimit;
+use super::start_wait::waits_for_the_cluster;
 use crate::cluster::CachedPod;
 use crate::metrics::Metrics;
 use crate::state::pod_index::PodIndex;
@@ -51,6 +56,10 @@ pub const STARTING_TTL: Duration = Duration::from_secs(15);
 
 /// Longest an eviction counts as starting, whatever its namespace's replacements do.
 pub const LONGEST_START: Duration = Duration::from_secs(120);
+
+/// Longest an eviction counts as starting while a replacement of its controller waits in the
+/// cluster's queues.
+pub const LONGEST_QUEUED: Duration = Duration::from_secs(600);
 
 /// How long a namespace whose replacement was waited out is not paced.
 pub const UNPACED_FOR: Duration = Duration::from_secs(600);
@@ -90,6 +99,9 @@ struct Inner {
     looked_at: Option<u64>,
     /// Counts ended since the process started (replacement Running, or waited out).
     moved: u64,
+    /// Times a count was kept past its longest wait, its replacement waiting in the cluster's
+    /// queues.
+    kept: u64,
     /// Namespaces not paced, until when: one of their replacements was waited out.
     unpaced: HashMap<String, Instant>,
     /// By namespace with counts, when a replacement of it last ended a count.
@@ -110,6 +122,7 @@ impl Inner {
             bound: StartLimit::new(floor, ceiling),
             looked_at: None,
             moved: 0,
+            kept: 0,
             unpaced: HashMap::new(),
             progress: HashMap::new(),
             last_start: None,
@@ -167,20 +180,56 @@ struct Count {
     generation: u64,
     /// When the eviction was let through.
     admitted: Instant,
+    /// When it is given up at the latest: [`LONGEST_START`] after `admitted`, later while a
+    /// replacement waits in the cluster's queues.
+    kept_until: Instant,
 }
 
 impl Count {
+    fn new(generation: u64, admitted: Instant) -> Self {
+        Count {
+            generation,
+            admitted,
+            kept_until: admitted + LONGEST_START,
+        }
+    }
+
     /// When it is given up, if its namespace's replacements last started at `progress` and any
     /// replacement at `last_start`: [`STARTING_TTL`] after its namespace last started one (or
-    /// its eviction) once another has started since, [`LONGEST_START`] after its eviction at
-    /// most. A cluster that starts nothing is slow, not this namespace.
+    /// its eviction) once another has started since, `kept_until` at the latest. A cluster that
+    /// starts nothing is slow, not this namespace.
     fn deadline(&self, progress: Option<Instant>, last_start: Option<Instant>) -> Instant {
+        self.tenants_deadline(progress, last_start)
+            .map_or(self.kept_until, |d| d.min(self.kept_until))
+    }
+
+    /// [`STARTING_TTL`] after its namespace last started a replacement (or its eviction), once
+    /// another namespace's has started since.
+    fn tenants_deadline(
+        &self,
+        progress: Option<Instant>,
+        last_start: Option<Instant>,
+    ) -> Option<Instant> {
         let since = progress.map_or(self.admitted, |p| p.max(self.admitted));
-        let longest = self.admitted + LONGEST_START;
-        match last_start {
-            Some(other) if other > since => (since + STARTING_TTL).min(longest),
-            _ => longest,
-        }
+        last_start
+            .filter(|other| *other > since)
+            .map(|_| since + STARTING_TTL)
+    }
+
+    /// Its longest wait is over at `now`, and not the tenant's rule: it is kept
+    /// [`LONGEST_START`] more (up to [`LONGEST_QUEUED`]) if a replacement waits in the cluster's
+    /// queues.
+    fn may_be_kept(
+        &self,
+        progress: Option<Instant>,
+        last_start: Option<Instant>,
+        now: Instant,
+    ) -> bool {
+        self.kept_until <= now
+            && self.admitted + LONGEST_QUEUED > now
+            && self
+                .tenants_deadline(progress, last_start)
+                .is_none_or(|d| d > now)
     }
 }
 
@@ -233,8 +282,9 @@ impl Pacer {
         Self::new(0, 0, pods, PodIndex::default(), changes)
     }
 
-    /// Shows the counts in `ebb_replacements_starting` and the waits given up in
-    /// `ebb_replacement_start_timeouts_total`.
+    /// Shows the counts in `ebb_replacements_starting`, the waits given up in
+    /// `ebb_replacement_start_timeouts_total` and those kept in
+    /// `ebb_replacement_waits_kept_total`.
     pub fn with_metrics(mut self, metrics: Metrics) -> Self {
         self.metrics = Some(metrics);
         self
@@ -271,9 +321,11 @@ impl Pacer {
         }
     }
 
-    /// Counts ended since the process started: a wait that sees it grow is not stuck.
-    pub fn moved(&self) -> u64 {
-        self.lock().moved
+    /// Counts ended since the process started, and times one was kept while its replacement
+    /// waits in the cluster's queues: a wait that sees it grow is not stuck.
+    pub fn progress(&self) -> u64 {
+        let inner = self.lock();
+        inner.moved + inner.kept
     }
 
     /// Counts now (accepted and being sent).
@@ -401,11 +453,32 @@ impl Pacer {
             unpaced,
             progress,
             last_start,
+            kept: kept_total,
             ..
         } = inner;
         for (owner, o) in owners.iter_mut() {
             let before = o.counts.len();
             let last = progress.get(&owner.namespace).copied();
+            if o.counts
+                .iter()
+                .any(|c| c.may_be_kept(last, *last_start, now))
+            {
+                let kept = self.keep_queued(owner, o, last, *last_start, now);
+                *kept_total += kept;
+                if let Some(m) = self.metrics.as_ref().filter(|_| kept > 0) {
+                    m.replacement_waits_kept.inc_by(kept);
+                }
+                if kept > 0 {
+                    tracing::info!(
+                        owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
+                        replacements = kept,
+                        "replacements not Running after {}s wait in the scheduler's queue or for their kubelet: counted {}s more (up to {}s)",
+                        LONGEST_START.as_secs(),
+                        LONGEST_START.as_secs(),
+                        LONGEST_QUEUED.as_secs()
+                    );
+                }
+            }
             o.counts.retain(|c| c.deadline(last, *last_start) > now);
             let gone = before - o.counts.len();
             if gone > 0 {
@@ -414,9 +487,10 @@ impl Pacer {
                 tracing::info!(
                     owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
                     replacements = gone,
-                    "replacements not Running, and none of the namespace's started for {}s while others did (or {}s since the eviction): no longer waited for, and the namespace's evictions are not paced for {}s",
+                    "replacements not Running, and none of the namespace's started for {}s while others did (or {}s since the eviction, none of the controller's waiting in the scheduler's queue or for its kubelet; {}s at most): no longer waited for, and the namespace's evictions are not paced for {}s",
                     STARTING_TTL.as_secs(),
                     LONGEST_START.as_secs(),
+                    LONGEST_QUEUED.as_secs(),
                     UNPACED_FOR.as_secs()
                 );
             }
@@ -430,6 +504,56 @@ impl Pacer {
             self.forget_idle(inner);
             inner.note_if_idle();
         }
+    }
+
+    /// Keeps the counts of `owner` at their longest wait that a replacement waiting in the
+    /// cluster's queues ([`waits_for_the_cluster`]) may stand for, [`LONGEST_START`] more (up to
+    /// [`LONGEST_QUEUED`]). Each such pod stands for one count, the latest it may be the
+    /// replacement of, younger counts included: a wait that outlasts its replacements is given
+    /// up. Returns the counts kept.
+    fn keep_queued(
+        &self,
+        owner: &OwnerKey,
+        o: &mut Owner,
+        progress: Option<Instant>,
+        last_start: Option<Instant>,
+        now: Instant,
+    ) -> u64 {
+        let pods = self
+            .index
+            .controlled(&owner.namespace, &owner.kind, &owner.name, &self.pods);
+        // When each was first seen; a pod not looked at yet is seen now.
+        let mut queued: Vec<u64> = pods
+            .iter()
+            .filter(|p| waits_for_the_cluster(p))
+            .filter_map(|p| match o.seen.get(p.metadata.uid.as_deref()?) {
+                Some(&(generation, spent)) => (!spent).then_some(generation),
+                None => Some(o.generation),
+            })
+            .collect();
+        queued.sort_unstable_by(|a, b| b.cmp(a));
+        let mut latest_first: Vec<usize> = (0..o.counts.len()).collect();
+        latest_first.sort_unstable_by_key(|&i| std::cmp::Reverse(o.counts[i].generation));
+        let (mut next, mut free, mut kept) = (0, 0usize, 0);
+        for i in latest_first {
+            let Some(c) = o.counts.get_mut(i) else {
+                continue;
+            };
+            // The pods first seen after this count's eviction may be its replacement.
+            while queued.get(next).is_some_and(|&g| g > c.generation) {
+                free += 1;
+                next += 1;
+            }
+            if free == 0 {
+                continue;
+            }
+            free -= 1;
+            if c.may_be_kept(progress, last_start, now) {
+                c.kept_until = (now + LONGEST_START).min(c.admitted + LONGEST_QUEUED);
+                kept += 1;
+            }
+        }
+        kept
     }
 
     /// Ends a count for each replacement now Running (looking only at the pods that changed).
@@ -598,13 +722,7 @@ impl Turn<'_> {
             p.released.notify_waiters();
         }
         Some(Taken {
-            counted: Some((
-                owner,
-                Count {
-                    generation,
-                    admitted: now,
-                },
-            )),
+            counted: Some((owner, Count::new(generation, now))),
         })
     }
 
@@ -742,7 +860,7 @@ mod tests {
             !w.evict(&old[3]),
             "the same replacement ends one count only"
         );
-        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(w.pacer.progress(), 1);
     }
 
     #[tokio::test]
@@ -775,7 +893,7 @@ mod tests {
         // eviction went is not b's.
         w.apply(&x);
         assert!(!w.evict(&c));
-        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(w.pacer.progress(), 1);
     }
 
     #[tokio::test]
@@ -812,7 +930,7 @@ mod tests {
         w.apply(&pod("a", "web-r0", "web", now_s(), "Running"));
         w.apply(&pod("a", "web-r2", "web", now_s(), "Running"));
         assert!(w.evict(&old[3]));
-        assert_eq!(w.pacer.moved(), 3, "every replacement ended a count");
+        assert_eq!(w.pacer.progress(), 3, "every replacement ended a count");
         assert_eq!(w.pacer.starting(), 1, "web-3's count only");
     }
 
@@ -944,7 +1062,7 @@ mod tests {
         assert!(!w.evict(&b), "still within the wait");
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(w.evict(&b), "waited out: no longer counted");
-        assert_eq!(w.pacer.moved(), 2);
+        assert_eq!(w.pacer.progress(), 2);
         assert_eq!(
             w.pacer.starting(),
             1,
@@ -989,12 +1107,133 @@ mod tests {
         assert!(!w.evict(&webs[1]), "no replacement started anywhere: kept");
         w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
         assert!(w.evict(&webs[1]), "it ran after 60 s");
-        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(w.pacer.progress(), 1);
         tokio::time::advance(LONGEST_START - Duration::from_millis(1)).await;
         assert!(!w.evict(&webs[2]), "web-1's count is kept 2 minutes");
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(w.evict(&webs[2]), "and given up then");
-        assert_eq!(w.pacer.moved(), 2);
+        assert_eq!(w.pacer.progress(), 2);
+    }
+
+    /// A Pending pod of ReplicaSet `web` in namespace `a` with `spec` and `status`.
+    fn pending(name: &str, spec: serde_json::Value, status: serde_json::Value) -> CachedPod {
+        let mut p = pod("a", name, "web", now_s(), "Pending");
+        p.spec = serde_json::from_value(spec).unwrap();
+        p.status = serde_json::from_value(status).unwrap();
+        p
+    }
+
+    /// Bound by the scheduler, its kubelet not reporting yet (a control plane that stalled).
+    fn bound_not_reported(name: &str) -> CachedPod {
+        pending(
+            name,
+            serde_json::json!({"containers": [], "nodeName": "n1"}),
+            serde_json::json!({"phase": "Pending",
+                "conditions": [{"type": "PodScheduled", "status": "True"}]}),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn counts_whose_replacements_wait_in_the_clusters_queues_are_kept_up_to_the_longest_queued()
+     {
+        // A control plane that stalls (kwok's heartbeats of 5,000 nodes at once, an API server
+        // overloaded) starts nothing for minutes: the wave stays paced, not let loose.
+        let mut w = World::new(2);
+        let webs = w.webs(3);
+        assert!(w.evict(&webs[0]));
+        assert!(w.evict(&webs[1]));
+        w.apply(&bound_not_reported("web-x"));
+        w.apply(&pending(
+            "web-y",
+            serde_json::json!({"containers": []}),
+            serde_json::json!({"phase": "Pending"}),
+        ));
+        tokio::time::advance(LONGEST_START).await;
+        let before = w.pacer.progress();
+        assert!(
+            !w.evict(&webs[2]),
+            "both replacements wait in the cluster's queues: the counts are kept"
+        );
+        assert_eq!(w.pacer.starting(), 2);
+        assert_eq!(
+            w.pacer.progress(),
+            before + 2,
+            "a kept count is progress: the evictions waiting are not stuck"
+        );
+        tokio::time::advance(LONGEST_QUEUED - LONGEST_START - Duration::from_millis(1)).await;
+        assert!(!w.evict(&webs[2]), "kept up to the longest queued");
+        assert_eq!(w.pacer.starting(), 2);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert!(w.evict(&webs[2]), "and given up then");
+        assert_eq!(w.pacer.starting(), 0, "the namespace is not paced now");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replacement_in_the_queue_keeps_one_count_and_a_started_one_ends_it() {
+        let mut w = World::new(2);
+        let webs = w.webs(3);
+        assert!(w.evict(&webs[0]));
+        assert!(w.evict(&webs[1]));
+        w.apply(&bound_not_reported("web-x"));
+        tokio::time::advance(LONGEST_START).await;
+        assert!(
+            w.evict(&webs[2]),
+            "the count no pod in the queue stands for is given up: the namespace is not paced"
+        );
+        assert_eq!(
+            w.pacer.starting(),
+            1,
+            "the other is kept by the pod in the queue"
+        );
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        w.pacer.refresh();
+        assert_eq!(w.pacer.starting(), 0, "and ends when its pod runs");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn replacements_a_tenant_holds_are_given_up_at_the_longest_start() {
+        // The attack: a tenant keeps its replacements Pending by their spec so that its counts
+        // hold the line. None of these waits in the cluster's queues.
+        let held = [
+            pending(
+                "web-sched",
+                serde_json::json!({"containers": [], "schedulerName": "never-runs"}),
+                serde_json::json!({"phase": "Pending"}),
+            ),
+            pending(
+                "web-gated",
+                serde_json::json!({"containers": [], "schedulingGates": [{"name": "hold"}]}),
+                serde_json::json!({"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}),
+            ),
+            pending(
+                "web-nowhere",
+                serde_json::json!({"containers": [], "nodeName": "no-such-node"}),
+                serde_json::json!({"phase": "Pending"}),
+            ),
+            pending(
+                "web-pulling",
+                serde_json::json!({"containers": [], "nodeName": "n1"}),
+                serde_json::json!({"phase": "Pending", "conditions": [
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}),
+            ),
+        ];
+        for h in held {
+            let mut w = World::new(1);
+            let webs = w.webs(2);
+            assert!(w.evict(&webs[0]));
+            w.apply(&h);
+            tokio::time::advance(LONGEST_START - Duration::from_millis(1)).await;
+            assert!(!w.evict(&webs[1]), "{:?}", h.metadata.name);
+            tokio::time::advance(Duration::from_millis(1)).await;
+            assert!(
+                w.evict(&webs[1]),
+                "{:?}: given up at the longest start",
+                h.metadata.name
+            );
+            assert_eq!(w.pacer.progress(), 1, "{:?}", h.metadata.name);
+        }
     }
 
     #[tokio::test(start_paused = true)]
@@ -1012,13 +1251,13 @@ mod tests {
             !w.evict(&webs[3]),
             "20 s after its eviction web-1's count is kept: the namespace started one 10 s ago"
         );
-        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(w.pacer.progress(), 1);
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(
             !w.evict(&webs[3]),
             "15 s without a start, but none started elsewhere either: a slow cluster"
         );
-        assert_eq!(w.pacer.moved(), 1);
+        assert_eq!(w.pacer.progress(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1037,7 +1276,7 @@ mod tests {
         }
         // 110 s: the next eviction sees web-10's replacement Running.
         assert!(w.evict(&webs[11]));
-        assert_eq!(w.pacer.moved(), 11);
+        assert_eq!(w.pacer.progress(), 11);
         tokio::time::advance(LONGEST_START - 11 * step - Duration::from_secs(1)).await;
         assert!(
             !w.evict(&webs[12]),
@@ -1045,7 +1284,7 @@ mod tests {
         );
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(w.evict(&webs[12]), "at 120 s db's count is given up");
-        assert_eq!(w.pacer.moved(), 12);
+        assert_eq!(w.pacer.progress(), 12);
         assert_eq!(
             w.pacer.starting(),
             1,

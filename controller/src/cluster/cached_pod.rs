@@ -9,7 +9,7 @@
 //! | part | kept | read by |
 //! | --- | --- | --- |
 //! | `metadata` | name, namespace, uid, resourceVersion, labels, annotations (not `kubectl`'s last-applied copy), ownerReferences, creationTimestamp, deletionTimestamp | everything that names a pod; annotations: drainability, placement tokens; owners: the model, drains; creation: whether the steering webhook was called for a new pod |
-//! | `spec` | nodeName, affinity, nodeSelector, tolerations, topologySpreadConstraints, schedulingGates, overhead, resources, terminationGracePeriodSeconds | the model's scheduling requirements; placement's patches; evictions (grace) |
+//! | `spec` | nodeName, schedulerName (not the default one's), affinity, nodeSelector, tolerations, topologySpreadConstraints, schedulingGates, overhead, resources, terminationGracePeriodSeconds | the model's scheduling requirements; placement's patches; evictions (grace); the pacing (a replacement in the default scheduler's queue) |
 //! | containers, init containers | name, `resources.requests`, restartPolicy (sidecars), ports that have a hostPort | effective requests, host ports |
 //! | volumes | hostPath, emptyDir and persistentVolumeClaim ones (others dropped) | local storage, volumes pinned to a node |
 //! | `status` | phase, reason, nominatedNodeName, startTime, the conditions Ready, PodScheduled and DisruptionTarget (type, status, reason; PodScheduled's time) | finished and ready pods, budgets' health, nominations, placement's end classification |
@@ -29,6 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use super::build::LAST_APPLIED;
 
+/// The scheduler of pods that name none.
+pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
+
 /// A pod, cut down to what ebb reads (module docs).
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default, rename_all = "camelCase")]
@@ -43,6 +46,8 @@ pub struct CachedPod {
 #[serde(default, rename_all = "camelCase")]
 pub struct PodSpec {
     pub node_name: Option<String>,
+    /// `None` for the default scheduler's pods (the trimmed cache holds no copy of its name).
+    pub scheduler_name: Option<String>,
     pub containers: Vec<Container>,
     pub init_containers: Option<Vec<Container>>,
     pub volumes: Option<Vec<Volume>>,
@@ -155,6 +160,9 @@ impl CachedPod {
     pub fn trim(&mut self) {
         trim_meta(&mut self.metadata);
         if let Some(s) = self.spec.as_mut() {
+            if s.scheduler_name.as_deref() == Some(DEFAULT_SCHEDULER) {
+                s.scheduler_name = None;
+            }
             s.containers.iter_mut().for_each(Container::trim);
             s.init_containers
                 .iter_mut()
@@ -256,6 +264,7 @@ impl From<Pod> for CachedPod {
     fn from(p: Pod) -> Self {
         let spec = p.spec.map(|s| PodSpec {
             node_name: s.node_name,
+            scheduler_name: s.scheduler_name,
             containers: s.containers.into_iter().map(Container::from).collect(),
             init_containers: s
                 .init_containers

@@ -127,6 +127,7 @@ fn meta(m: pmeta::ObjectMeta) -> R<jmeta::ObjectMeta> {
 fn pod_spec(s: pb::PodSpec) -> PodSpec {
     PodSpec {
         node_name: nonempty(s.node_name),
+        scheduler_name: nonempty(s.scheduler_name),
         containers: s.containers.into_iter().map(container).collect(),
         init_containers: list(s.init_containers, container),
         volumes: list(s.volumes, volume),

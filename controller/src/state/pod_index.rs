@@ -258,6 +258,22 @@ impl PodIndex {
         self.picked(namespace, &asker, &picks, pods, true)
     }
 
+    /// All the cached pods of `namespace` controlled by the `kind` named `name`, leaving what
+    /// [`Self::controlled_changes`] answers next as it was (once it was asked).
+    pub fn controlled(
+        &self,
+        namespace: &str,
+        kind: &str,
+        name: &str,
+        pods: &Store<CachedPod>,
+    ) -> Vec<Arc<CachedPod>> {
+        let picks = Picks::ControlledBy {
+            kind: kind.to_string(),
+            name: name.to_string(),
+        };
+        self.picked(namespace, &controlled_asker(kind, name), &picks, pods, true)
+    }
+
     /// Forgets the pods of `namespace` controlled by the `kind` named `name`.
     pub fn forget_controlled(&self, namespace: &str, kind: &str, name: &str) {
         self.forget_in(namespace, &controlled_asker(kind, name));
