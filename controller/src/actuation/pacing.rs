@@ -19,13 +19,13 @@
 //! A count is given up when no replacement of its namespace has started for [`STARTING_TTL`]
 //! while other replacements did (a namespace's quota, an image gone: its replacements never
 //! start, where a cluster that is only slow starts none, or keeps starting some of every
-//! namespace), or [`LONGEST_START`] after its eviction unless a replacement of its controller
-//! then waits in the cluster's own queues ([`waits_for_the_cluster`]: the control plane stalled,
-//! starting nothing anywhere), which keeps it [`LONGEST_START`] more at a time, up to
-//! [`LONGEST_QUEUED`]. A count given up leaves its namespace's evictions not paced for
-//! [`UNPACED_FOR`]. A tenant holds the line with its own evictions only, [`LONGEST_START`] at
-//! most, once: nothing in its pod specs makes its replacements wait in the cluster's queues. A
-//! wait that sees counts end, or kept, is not stuck.
+//! namespace), or [`LONGEST_START`] after its eviction unless the control plane has stalled (a
+//! replacement has waited [`QUEUE_STALL`] in the cluster's own queues, [`waits_for_the_cluster`]:
+//! a control plane that stalls starts nothing anywhere, and its replacements' states show it),
+//! which keeps it [`LONGEST_START`] more at a time, up to [`LONGEST_QUEUED`]. A count given up
+//! leaves its namespace's evictions not paced for [`UNPACED_FOR`]. A tenant holds the line with
+//! its own evictions only, [`LONGEST_START`] at most, once: nothing in its pod specs makes a pod
+//! wait in the cluster's queues. A wait that sees counts end, or kept, is not stuck.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,9 +57,12 @@ pub const STARTING_TTL: Duration = Duration::from_secs(15);
 /// Longest an eviction counts as starting, whatever its namespace's replacements do.
 pub const LONGEST_START: Duration = Duration::from_secs(120);
 
-/// Longest an eviction counts as starting while a replacement of its controller waits in the
-/// cluster's queues.
+/// Longest an eviction counts as starting while the control plane has stalled.
 pub const LONGEST_QUEUED: Duration = Duration::from_secs(600);
+
+/// How long a replacement waits in the cluster's own queues (the default scheduler's, a
+/// kubelet's) before the control plane counts as stalled.
+pub const QUEUE_STALL: Duration = Duration::from_secs(10);
 
 /// How long a namespace whose replacement was waited out is not paced.
 pub const UNPACED_FOR: Duration = Duration::from_secs(600);
@@ -164,12 +167,22 @@ struct Owner {
     counts: VecDeque<Count>,
     /// Its evictions let through and not answered yet (the owner is kept meanwhile).
     sending: usize,
-    /// Its pods seen so far: the generation first seen at, and whether it can end no count
-    /// (ebb evicted it, or it already ended one).
-    seen: HashMap<String, (u64, bool)>,
+    /// Its pods seen so far, by uid.
+    seen: HashMap<String, SeenPod>,
     /// The generation the next eviction let through gets; every pod seen before it has a lower
     /// or equal one.
     generation: u64,
+}
+
+/// A pod of an owner as the pacing first saw it.
+#[derive(Clone, Copy, Debug)]
+struct SeenPod {
+    /// The owner's generation when it was first seen.
+    generation: u64,
+    /// It can end no count: ebb evicted it, or it already ended one.
+    spent: bool,
+    /// When it was first seen (ebb's clock).
+    at: Instant,
 }
 
 /// One accepted eviction whose replacement is not Running yet.
@@ -217,8 +230,7 @@ impl Count {
     }
 
     /// Its longest wait is over at `now`, and not the tenant's rule: it is kept
-    /// [`LONGEST_START`] more (up to [`LONGEST_QUEUED`]) if a replacement waits in the cluster's
-    /// queues.
+    /// [`LONGEST_START`] more (up to [`LONGEST_QUEUED`]) if the control plane has stalled.
     fn may_be_kept(
         &self,
         progress: Option<Instant>,
@@ -375,9 +387,17 @@ impl Pacer {
                 continue;
             };
             let next = o.generation;
-            let (first_seen, spent) = match o.seen.get_mut(uid) {
+            let SeenPod {
+                generation: first_seen,
+                spent,
+                ..
+            } = match o.seen.get_mut(uid) {
                 Some(entry) => entry,
-                None => o.seen.entry(uid.to_string()).or_insert((next, false)),
+                None => o.seen.entry(uid.to_string()).or_insert(SeenPod {
+                    generation: next,
+                    spent: false,
+                    at: now,
+                }),
             };
             if *spent || pod.metadata.deletion_timestamp.is_some() || !started(&pod) {
                 continue;
@@ -448,6 +468,13 @@ impl Pacer {
             return;
         }
         let mut ended = 0usize;
+        // Looked at only when a count reaches its longest wait.
+        let stalled = inner.owners.iter().any(|(owner, o)| {
+            let last = inner.progress.get(&owner.namespace).copied();
+            o.counts
+                .iter()
+                .any(|c| c.may_be_kept(last, inner.last_start, now))
+        }) && self.stalled(&inner.owners, now);
         let Inner {
             owners,
             unpaced,
@@ -459,21 +486,25 @@ impl Pacer {
         for (owner, o) in owners.iter_mut() {
             let before = o.counts.len();
             let last = progress.get(&owner.namespace).copied();
-            if o.counts
-                .iter()
-                .any(|c| c.may_be_kept(last, *last_start, now))
-            {
-                let kept = self.keep_queued(owner, o, last, *last_start, now);
-                *kept_total += kept;
-                if let Some(m) = self.metrics.as_ref().filter(|_| kept > 0) {
-                    m.replacement_waits_kept.inc_by(kept);
+            if stalled {
+                let mut kept = 0;
+                for c in o.counts.iter_mut() {
+                    if c.may_be_kept(last, *last_start, now) {
+                        c.kept_until = (now + LONGEST_START).min(c.admitted + LONGEST_QUEUED);
+                        kept += 1;
+                    }
                 }
                 if kept > 0 {
+                    *kept_total += kept;
+                    if let Some(m) = &self.metrics {
+                        m.replacement_waits_kept.inc_by(kept);
+                    }
                     tracing::info!(
                         owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
                         replacements = kept,
-                        "replacements not Running after {}s wait in the scheduler's queue or for their kubelet: counted {}s more (up to {}s)",
+                        "replacements not Running after {}s, and the control plane stalled (a replacement waited {}s in the scheduler's queue or for its kubelet): counted {}s more, {}s at most",
                         LONGEST_START.as_secs(),
+                        QUEUE_STALL.as_secs(),
                         LONGEST_START.as_secs(),
                         LONGEST_QUEUED.as_secs()
                     );
@@ -487,7 +518,7 @@ impl Pacer {
                 tracing::info!(
                     owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
                     replacements = gone,
-                    "replacements not Running, and none of the namespace's started for {}s while others did (or {}s since the eviction, none of the controller's waiting in the scheduler's queue or for its kubelet; {}s at most): no longer waited for, and the namespace's evictions are not paced for {}s",
+                    "replacements not Running, and none of the namespace's started for {}s while others did (or {}s since the eviction with the control plane not stalled; {}s at most): no longer waited for, and the namespace's evictions are not paced for {}s",
                     STARTING_TTL.as_secs(),
                     LONGEST_START.as_secs(),
                     LONGEST_QUEUED.as_secs(),
@@ -506,54 +537,23 @@ impl Pacer {
         }
     }
 
-    /// Keeps the counts of `owner` at their longest wait that a replacement waiting in the
-    /// cluster's queues ([`waits_for_the_cluster`]) may stand for, [`LONGEST_START`] more (up to
-    /// [`LONGEST_QUEUED`]). Each such pod stands for one count, the latest it may be the
-    /// replacement of, younger counts included: a wait that outlasts its replacements is given
-    /// up. Returns the counts kept.
-    fn keep_queued(
-        &self,
-        owner: &OwnerKey,
-        o: &mut Owner,
-        progress: Option<Instant>,
-        last_start: Option<Instant>,
-        now: Instant,
-    ) -> u64 {
-        let pods = self
-            .index
-            .controlled(&owner.namespace, &owner.kind, &owner.name, &self.pods);
-        // When each was first seen; a pod not looked at yet is seen now.
-        let mut queued: Vec<u64> = pods
+    /// Whether the control plane has stalled: a replacement of a controller with counts has
+    /// waited in the cluster's own queues ([`waits_for_the_cluster`]) for [`QUEUE_STALL`] at
+    /// least, since ebb first saw it (a pod leaves those queues for good once scheduled and
+    /// reported, or once a scheduling attempt fails). Nothing in a pod spec makes a pod wait
+    /// there, so no tenant can make the control plane look stalled.
+    fn stalled(&self, owners: &HashMap<OwnerKey, Owner>, now: Instant) -> bool {
+        owners
             .iter()
-            .filter(|p| waits_for_the_cluster(p))
-            .filter_map(|p| match o.seen.get(p.metadata.uid.as_deref()?) {
-                Some(&(generation, spent)) => (!spent).then_some(generation),
-                None => Some(o.generation),
+            .filter(|(_, o)| !o.counts.is_empty())
+            .any(|(owner, o)| {
+                self.index
+                    .controlled(&owner.namespace, &owner.kind, &owner.name, &self.pods)
+                    .iter()
+                    .filter(|p| waits_for_the_cluster(p))
+                    .filter_map(|p| o.seen.get(p.metadata.uid.as_deref()?))
+                    .any(|s| !s.spent && now.saturating_duration_since(s.at) >= QUEUE_STALL)
             })
-            .collect();
-        queued.sort_unstable_by(|a, b| b.cmp(a));
-        let mut latest_first: Vec<usize> = (0..o.counts.len()).collect();
-        latest_first.sort_unstable_by_key(|&i| std::cmp::Reverse(o.counts[i].generation));
-        let (mut next, mut free, mut kept) = (0, 0usize, 0);
-        for i in latest_first {
-            let Some(c) = o.counts.get_mut(i) else {
-                continue;
-            };
-            // The pods first seen after this count's eviction may be its replacement.
-            while queued.get(next).is_some_and(|&g| g > c.generation) {
-                free += 1;
-                next += 1;
-            }
-            if free == 0 {
-                continue;
-            }
-            free -= 1;
-            if c.may_be_kept(progress, last_start, now) {
-                c.kept_until = (now + LONGEST_START).min(c.admitted + LONGEST_QUEUED);
-                kept += 1;
-            }
-        }
-        kept
     }
 
     /// Ends a count for each replacement now Running (looking only at the pods that changed).
@@ -714,7 +714,14 @@ impl Turn<'_> {
         o.generation += 1;
         o.sending += 1;
         // The evicted pod ends no count, whatever its generation.
-        o.seen.insert(pod.uid.clone(), (generation, true));
+        o.seen.insert(
+            pod.uid.clone(),
+            SeenPod {
+                generation,
+                spent: true,
+                at: now,
+            },
+        );
         inner.started(&owner.namespace, ended, now);
         p.publish(&inner);
         drop(inner);
@@ -1115,17 +1122,30 @@ mod tests {
         assert_eq!(w.pacer.progress(), 2);
     }
 
-    /// A Pending pod of ReplicaSet `web` in namespace `a` with `spec` and `status`.
-    fn pending(name: &str, spec: serde_json::Value, status: serde_json::Value) -> CachedPod {
-        let mut p = pod("a", name, "web", now_s(), "Pending");
+    /// A Pending pod of ReplicaSet `rs` in namespace `ns` with `spec` and `status`.
+    fn pending_of(
+        ns: &str,
+        rs: &str,
+        name: &str,
+        spec: serde_json::Value,
+        status: serde_json::Value,
+    ) -> CachedPod {
+        let mut p = pod(ns, name, rs, now_s(), "Pending");
         p.spec = serde_json::from_value(spec).unwrap();
         p.status = serde_json::from_value(status).unwrap();
         p
     }
 
+    /// A Pending pod of ReplicaSet `web` in namespace `a` with `spec` and `status`.
+    fn pending(name: &str, spec: serde_json::Value, status: serde_json::Value) -> CachedPod {
+        pending_of("a", "web", name, spec, status)
+    }
+
     /// Bound by the scheduler, its kubelet not reporting yet (a control plane that stalled).
-    fn bound_not_reported(name: &str) -> CachedPod {
-        pending(
+    fn bound_not_reported(ns: &str, rs: &str, name: &str) -> CachedPod {
+        pending_of(
+            ns,
+            rs,
             name,
             serde_json::json!({"containers": [], "nodeName": "n1"}),
             serde_json::json!({"phase": "Pending",
@@ -1133,67 +1153,89 @@ mod tests {
         )
     }
 
+    /// Reported by its kubelet, its containers not started: a slow image pull, or a kubelet
+    /// whose next report a stalled API server holds back.
+    fn container_creating(name: &str) -> CachedPod {
+        pending(
+            name,
+            serde_json::json!({"containers": [], "nodeName": "n1"}),
+            serde_json::json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}),
+        )
+    }
+
     #[tokio::test(start_paused = true)]
-    async fn counts_whose_replacements_wait_in_the_clusters_queues_are_kept_up_to_the_longest_queued()
-     {
+    async fn a_stalled_control_plane_keeps_every_count_up_to_the_longest_queued() {
         // A control plane that stalls (kwok's heartbeats of 5,000 nodes at once, an API server
-        // overloaded) starts nothing for minutes: the wave stays paced, not let loose.
-        let mut w = World::new(2);
+        // overloaded) starts nothing for minutes: the wave stays paced, not let loose. One
+        // replacement waiting in its queues shows it, for every namespace's counts.
+        let mut w = World::new(3);
         let webs = w.webs(3);
+        let api = pod("b", "api-0", "api", now_s() - 600, "Running");
+        w.apply(&api);
         assert!(w.evict(&webs[0]));
         assert!(w.evict(&webs[1]));
-        w.apply(&bound_not_reported("web-x"));
-        w.apply(&pending(
-            "web-y",
-            serde_json::json!({"containers": []}),
-            serde_json::json!({"phase": "Pending"}),
-        ));
+        assert!(w.evict(&api));
+        w.apply(&container_creating("web-x"));
+        w.apply(&bound_not_reported("b", "api", "api-x"));
+        w.pacer.refresh();
         tokio::time::advance(LONGEST_START).await;
         let before = w.pacer.progress();
         assert!(
             !w.evict(&webs[2]),
-            "both replacements wait in the cluster's queues: the counts are kept"
+            "api-x has waited for its kubelet 2 minutes: every count is kept"
         );
-        assert_eq!(w.pacer.starting(), 2);
+        assert_eq!(w.pacer.starting(), 3);
         assert_eq!(
             w.pacer.progress(),
-            before + 2,
+            before + 3,
             "a kept count is progress: the evictions waiting are not stuck"
         );
         tokio::time::advance(LONGEST_QUEUED - LONGEST_START - Duration::from_millis(1)).await;
         assert!(!w.evict(&webs[2]), "kept up to the longest queued");
-        assert_eq!(w.pacer.starting(), 2);
+        assert_eq!(w.pacer.starting(), 3);
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(w.evict(&webs[2]), "and given up then");
-        assert_eq!(w.pacer.starting(), 0, "the namespace is not paced now");
+        assert_eq!(w.pacer.starting(), 0, "the namespaces are not paced now");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_replacement_in_the_queue_keeps_one_count_and_a_started_one_ends_it() {
+    async fn a_kept_count_ends_when_a_replacement_runs() {
         let mut w = World::new(2);
         let webs = w.webs(3);
         assert!(w.evict(&webs[0]));
         assert!(w.evict(&webs[1]));
-        w.apply(&bound_not_reported("web-x"));
-        tokio::time::advance(LONGEST_START).await;
-        assert!(
-            w.evict(&webs[2]),
-            "the count no pod in the queue stands for is given up: the namespace is not paced"
-        );
-        assert_eq!(
-            w.pacer.starting(),
-            1,
-            "the other is kept by the pod in the queue"
-        );
-        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        w.apply(&bound_not_reported("a", "web", "web-x"));
+        w.apply(&container_creating("web-y"));
         w.pacer.refresh();
-        assert_eq!(w.pacer.starting(), 0, "and ends when its pod runs");
+        tokio::time::advance(LONGEST_START).await;
+        assert!(!w.evict(&webs[2]), "kept: the control plane stalled");
+        w.apply(&pod("a", "web-y", "web", now_s(), "Running"));
+        assert!(w.evict(&webs[2]), "web-y ran: one count ended");
+        assert_eq!(w.pacer.starting(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_new_to_the_queue_shows_no_stall() {
+        let mut w = World::new(1);
+        let webs = w.webs(2);
+        assert!(w.evict(&webs[0]));
+        tokio::time::advance(LONGEST_START - QUEUE_STALL + Duration::from_secs(1)).await;
+        w.apply(&bound_not_reported("a", "web", "web-x"));
+        w.pacer.refresh();
+        tokio::time::advance(QUEUE_STALL - Duration::from_secs(1)).await;
+        assert!(
+            w.evict(&webs[1]),
+            "web-x waited 9 s only: a scheduler that is busy, not stalled"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn replacements_a_tenant_holds_are_given_up_at_the_longest_start() {
         // The attack: a tenant keeps its replacements Pending by their spec so that its counts
-        // hold the line. None of these waits in the cluster's queues.
+        // hold the line (and would make the control plane look stalled). None of these waits
+        // in the cluster's queues.
         let held = [
             pending(
                 "web-sched",
@@ -1207,23 +1249,30 @@ mod tests {
                     {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}),
             ),
             pending(
+                "web-claim",
+                serde_json::json!({"containers": [], "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "slow-class"}}]}),
+                serde_json::json!({"phase": "Pending"}),
+            ),
+            pending(
+                "web-ephemeral",
+                serde_json::json!({"containers": [], "volumes": [
+                    {"name": "data", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]}),
+                serde_json::json!({"phase": "Pending"}),
+            ),
+            pending(
                 "web-nowhere",
                 serde_json::json!({"containers": [], "nodeName": "no-such-node"}),
                 serde_json::json!({"phase": "Pending"}),
             ),
-            pending(
-                "web-pulling",
-                serde_json::json!({"containers": [], "nodeName": "n1"}),
-                serde_json::json!({"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "True"},
-                    {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}),
-            ),
+            container_creating("web-pulling"),
         ];
         for h in held {
             let mut w = World::new(1);
             let webs = w.webs(2);
             assert!(w.evict(&webs[0]));
             w.apply(&h);
+            w.pacer.refresh();
             tokio::time::advance(LONGEST_START - Duration::from_millis(1)).await;
             assert!(!w.evict(&webs[1]), "{:?}", h.metadata.name);
             tokio::time::advance(Duration::from_millis(1)).await;

@@ -4,16 +4,19 @@
 //! The pacing keeps counting an eviction past its usual longest wait while its replacement waits
 //! there: a control plane that stalls (a burst of node heartbeats, an overloaded API server)
 //! starts nothing for minutes, which a tenant's stuck replacement cannot be mistaken for. What a
-//! tenant can hold a pod in (a scheduling gate, another scheduler, an image that never pulls, an
-//! init container that never ends, a node that does not exist) is never such a wait.
+//! tenant can hold a pod in (a scheduling gate, another scheduler, a claim's volume that is never
+//! provisioned, an image that never pulls, an init container that never ends, a node that does
+//! not exist) is never such a wait.
 
 use crate::cluster::CachedPod;
 use crate::cluster::cached_pod::{DEFAULT_SCHEDULER, PodCondition};
 
 /// A pod not started yet that waits for the cluster, not for its tenant: not being deleted,
 /// Pending, and either
-/// - not bound, for the default scheduler, with no scheduling gate and no failed scheduling
-///   attempt (`PodScheduled=False`: unschedulable, gated, a scheduler error), or
+/// - not bound, for the default scheduler, with no scheduling gate, no volume claim (the
+///   scheduler waits up to 10 minutes for a claim's volume to be provisioned, from a storage
+///   class the tenant picks, before it says anything) and no failed scheduling attempt
+///   (`PodScheduled=False`: unschedulable, gated, a scheduler error), or
 /// - bound by the scheduler (`PodScheduled=True`) to a node whose kubelet has not reported it
 ///   yet (no `Ready` condition, no container that ended): a pod given a `nodeName` that no
 ///   kubelet serves has no `PodScheduled` condition.
@@ -39,6 +42,7 @@ pub fn waits_for_the_cluster(pod: &CachedPod) -> bool {
                 .as_deref()
                 .is_none_or(|s| s == DEFAULT_SCHEDULER)
                 && spec.scheduling_gates.as_ref().is_none_or(Vec::is_empty)
+                && !spec.volumes.iter().flatten().any(|v| v.claims())
                 && scheduled.is_none_or(|s| s == "True")
         }
         Some(_) => {
@@ -109,6 +113,18 @@ mod tests {
                 "unschedulable (quota of a node pool, a selector nothing matches)",
                 json!({"containers": containers()}),
                 json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}),
+            ),
+            (
+                "a volume claim (provisioning a class the tenant picked)",
+                json!({"containers": containers(), "volumes": [
+                    {"name": "d", "persistentVolumeClaim": {"claimName": "c"}}]}),
+                pending.clone(),
+            ),
+            (
+                "an ephemeral volume",
+                json!({"containers": containers(), "volumes": [
+                    {"name": "d", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]}),
+                pending.clone(),
             ),
             (
                 "a nodeName no kubelet serves (no PodScheduled)",

@@ -11,7 +11,7 @@
 //! | `metadata` | name, namespace, uid, resourceVersion, labels, annotations (not `kubectl`'s last-applied copy), ownerReferences, creationTimestamp, deletionTimestamp | everything that names a pod; annotations: drainability, placement tokens; owners: the model, drains; creation: whether the steering webhook was called for a new pod |
 //! | `spec` | nodeName, schedulerName (not the default one's), affinity, nodeSelector, tolerations, topologySpreadConstraints, schedulingGates, overhead, resources, terminationGracePeriodSeconds | the model's scheduling requirements; placement's patches; evictions (grace); the pacing (a replacement in the default scheduler's queue) |
 //! | containers, init containers | name, `resources.requests`, restartPolicy (sidecars), ports that have a hostPort | effective requests, host ports |
-//! | volumes | hostPath, emptyDir and persistentVolumeClaim ones (others dropped) | local storage, volumes pinned to a node |
+//! | volumes | hostPath, emptyDir, persistentVolumeClaim and ephemeral ones (an ephemeral one's template dropped; others dropped) | local storage, volumes pinned to a node; the pacing (claims a pod's scheduling waits for) |
 //! | `status` | phase, reason, nominatedNodeName, startTime, the conditions Ready, PodScheduled and DisruptionTarget (type, status, reason; PodScheduled's time) | finished and ready pods, budgets' health, nominations, placement's end classification |
 //! | container statuses | of terminated containers only: name, ready, `state.terminated` (exitCode, reason, startedAt, finishedAt) | placement's end classification (exit code, OOMKilled, how long it ran) |
 
@@ -88,7 +88,13 @@ pub struct Volume {
     pub host_path: Option<HostPathVolumeSource>,
     pub empty_dir: Option<EmptyDirVolumeSource>,
     pub persistent_volume_claim: Option<PersistentVolumeClaimVolumeSource>,
+    /// A claim created for the pod (its template is not kept).
+    pub ephemeral: Option<Ephemeral>,
 }
+
+/// That a volume is a generic ephemeral one: a claim made for the pod.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
+pub struct Ephemeral {}
 
 impl Volume {
     /// Whether any reader looks at this volume.
@@ -96,6 +102,12 @@ impl Volume {
         self.host_path.is_some()
             || self.empty_dir.is_some()
             || self.persistent_volume_claim.is_some()
+            || self.ephemeral.is_some()
+    }
+
+    /// A claim the pod's scheduling may wait for (bound or provisioned before the pod is).
+    pub fn claims(&self) -> bool {
+        self.persistent_volume_claim.is_some() || self.ephemeral.is_some()
     }
 }
 
@@ -276,6 +288,7 @@ impl From<Pod> for CachedPod {
                         host_path: v.host_path,
                         empty_dir: v.empty_dir,
                         persistent_volume_claim: v.persistent_volume_claim,
+                        ephemeral: v.ephemeral.map(|_| Ephemeral {}),
                     })
                     .collect()
             }),

@@ -19,8 +19,8 @@ use k8s_pb::api::core::v1 as pb;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pmeta;
 
 use super::cached_pod::{
-    CachedPod, Container, ContainerState, ContainerStatus, PodCondition, PodSpec, PodStatus,
-    Requests, Terminated, Volume,
+    CachedPod, Container, ContainerState, ContainerStatus, Ephemeral, PodCondition, PodSpec,
+    PodStatus, Requests, Terminated, Volume,
 };
 
 /// A protobuf pod that has no JSON form.
@@ -197,6 +197,7 @@ fn volume(v: pb::Volume) -> Volume {
                 read_only: nonzero(c.read_only),
             }
         }),
+        ephemeral: source.ephemeral.map(|_| Ephemeral {}),
     }
 }
 
