@@ -255,7 +255,7 @@ pub struct Metrics {
     pub starting_replacements_limit: Gauge,
     /// Evictions whose replacement was not Running within the pacing's wait; no longer counted.
     pub replacement_start_timeouts: Counter,
-    /// Evictions counted past 2 minutes, their replacement waiting in the cluster's queues.
+    /// Evictions counted past 2 minutes because the control plane stalled.
     pub replacement_waits_kept: Counter,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
     pub degraded: Family<PolicyReasonLabels, Gauge>,
@@ -368,12 +368,12 @@ impl Metrics {
         );
         r.register(
             "replacement_start_timeouts",
-            "Evictions whose replacement was given up on: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction with none of its controller's waiting in the scheduler's queue or for its kubelet (10 minutes at most); their namespace is not paced for 10 minutes",
+            "Evictions whose replacement was given up on: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction with the control plane not stalled (10 minutes at most); their namespace is not paced for 10 minutes",
             self.replacement_start_timeouts.clone(),
         );
         r.register(
             "replacement_waits_kept",
-            "Evictions counted 2 minutes more, their replacement not Running yet but waiting in the scheduler's queue or for its kubelet (a control plane that stalled; 10 minutes at most)",
+            "Evictions counted 2 minutes more, their replacement not Running yet, because the control plane stalled (a replacement waited 10 s in the scheduler's queue or for its kubelet); 10 minutes at most",
             self.replacement_waits_kept.clone(),
         );
         r.register(
