@@ -101,6 +101,15 @@ fn cluster_flags(nodes: usize, restored: bool) -> Vec<(&'static str, String)> {
         ),
         // Thousands of node leases to renew and node stages to play from one process.
         ("EBB_K8S_KWOK_PARALLELISM", "16".into()),
+        // kwok renews a lease every quarter of its duration: at the default 40 s, 5,000
+        // nodes are 500 lease writes a second, which took the 2 cores from kwok's pod stages
+        // (replacements ContainerCreating for minutes, 0.5 started a second in a drain wave).
+        // Kubelets renew their own leases on their own machines; here every 5 minutes, well
+        // inside the grace period above.
+        (
+            "EBB_K8S_KWOK_ARGS",
+            "--node-lease-duration-seconds=1200".into(),
+        ),
         ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
         ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
         ("EBB_K8S_TIMEOUT", "300".into()),
