@@ -229,6 +229,24 @@ pub struct ReplacementLabels {
     pub reason: String,
 }
 
+/// Why the pacing stopped waiting for an eviction's replacement (the `reason` label of
+/// `ebb_replacement_start_timeouts`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, EncodeLabelValue)]
+#[allow(non_camel_case_types)]
+pub enum StartTimeoutReason {
+    /// None of its namespace's replacements started for 15 s while others' did.
+    namespace_not_starting,
+    /// 2 minutes after the eviction, the control plane not stalled.
+    longest_start,
+    /// 10 minutes after the eviction, kept that long because the control plane stalled.
+    longest_queued,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StartTimeoutLabels {
+    pub reason: StartTimeoutReason,
+}
+
 /// Exemplar carrying the trace id of the span that was measured.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct TraceExemplar {
@@ -254,7 +272,7 @@ pub struct Metrics {
     /// start rate, up to `--max-starting-replacements`.
     pub starting_replacements_limit: Gauge,
     /// Evictions whose replacement was not Running within the pacing's wait; no longer counted.
-    pub replacement_start_timeouts: Counter,
+    pub replacement_start_timeouts: Family<StartTimeoutLabels, Counter>,
     /// Evictions counted past 2 minutes because the control plane stalled.
     pub replacement_waits_kept: Counter,
     pub throttled: Family<PolicyReasonLabels, Gauge>,
@@ -293,7 +311,7 @@ impl Metrics {
             evictions_in_flight: Gauge::default(),
             replacements_starting: Gauge::default(),
             starting_replacements_limit: Gauge::default(),
-            replacement_start_timeouts: Counter::default(),
+            replacement_start_timeouts: Family::<StartTimeoutLabels, Counter>::default(),
             replacement_waits_kept: Counter::default(),
             throttled: Family::<PolicyReasonLabels, Gauge>::default(),
             degraded: Family::<PolicyReasonLabels, Gauge>::default(),
@@ -368,7 +386,7 @@ impl Metrics {
         );
         r.register(
             "replacement_start_timeouts",
-            "Evictions whose replacement was given up on: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction with the control plane not stalled (10 minutes at most); their namespace is not paced for 10 minutes",
+            "Evictions whose replacement was given up on, by reason: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction with the control plane not stalled (both leave the namespace not paced for 10 minutes), or 10 minutes with the control plane stalled",
             self.replacement_start_timeouts.clone(),
         );
         r.register(

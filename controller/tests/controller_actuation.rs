@@ -524,7 +524,18 @@ async fn evictions_wait_while_the_bound_of_replacements_is_starting() {
         })
         .get();
     assert!(paced >= 1, "the waits are counted");
-    assert_eq!(metrics.replacement_start_timeouts.get(), 0);
+    use ebb_controller::metrics::{StartTimeoutLabels, StartTimeoutReason as R};
+    for reason in [
+        R::namespace_not_starting,
+        R::longest_start,
+        R::longest_queued,
+    ] {
+        let timeouts = metrics
+            .replacement_start_timeouts
+            .get_or_create(&StartTimeoutLabels { reason })
+            .get();
+        assert_eq!(timeouts, 0, "{reason:?}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

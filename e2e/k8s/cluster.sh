@@ -61,6 +61,7 @@
 #   EBB_K8S_CONTROLLER_MANAGER_ARGS, EBB_K8S_SCHEDULER_ARGS, EBB_K8S_KWOK_ARGS
 #   EBB_K8S_KWOK_PARALLELISM workers kwok plays node stages and renews leases with
 #                            (default kwok's 4)
+#   EBB_K8S_KWOK_PROFILE_ADDR 127.0.0.1:PORT: kwok serves /debug/pprof there
 #   EBB_K8S_KWOK_POD_PARALLELISM
 #                            workers kwok plays pod stages with (default kwok's 4). More
 #                            start a bulk of pods sooner, but at 16 kwok played one pod's
@@ -480,9 +481,11 @@ STAGE
     # kwok plays stages with 4 workers each for pods and nodes by default: a bench that makes
     # thousands of pods Running at once raises it.
     local nodes_par=${EBB_K8S_KWOK_PARALLELISM:-} pods_par=${EBB_K8S_KWOK_POD_PARALLELISM:-}
-    if [[ -n $nodes_par || -n $pods_par ]]; then
+    local profile=${EBB_K8S_KWOK_PROFILE_ADDR:-}
+    if [[ -n $nodes_par || -n $pods_par || -n $profile ]]; then
       [[ -z $nodes_par || $nodes_par =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_PARALLELISM must be a positive number"
       [[ -z $pods_par || $pods_par =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_POD_PARALLELISM must be a positive number"
+      [[ -z $profile || $profile =~ ^127\.0\.0\.1:[0-9]+$ ]] || die "EBB_K8S_KWOK_PROFILE_ADDR must be 127.0.0.1:PORT"
       cat <<CONF
 ---
 apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -491,6 +494,12 @@ options:
   podPlayStageParallelism: ${pods_par:-4}
   nodePlayStageParallelism: ${nodes_par:-4}
   nodeLeaseParallelism: ${nodes_par:-4}
+CONF
+      # kwok's /debug/pprof, to see where a busy kwok's CPU goes (go tool pprof).
+      [[ -z $profile ]] || cat <<CONF
+  serverAddress: "$profile"
+  enableDebuggingHandlers: true
+  enableProfilingHandler: true
 CONF
     fi
   } >"$DIR/kwok.yaml"

@@ -23,7 +23,8 @@
 //! replacement has waited [`QUEUE_STALL`] in the cluster's own queues, [`waits_for_the_cluster`]:
 //! a control plane that stalls starts nothing anywhere, and its replacements' states show it),
 //! which keeps it [`LONGEST_START`] more at a time, up to [`LONGEST_QUEUED`]. A count given up
-//! leaves its namespace's evictions not paced for [`UNPACED_FOR`]. A tenant holds the line with
+//! by the first two rules leaves its namespace's evictions not paced for [`UNPACED_FOR`]; one
+//! kept to [`LONGEST_QUEUED`] does not: it waited on the cluster. A tenant holds the line with
 //! its own evictions only, [`LONGEST_START`] at most, once: nothing in its pod specs makes a pod
 //! wait in the cluster's queues. A wait that sees counts end, or kept, is not stuck.
 
@@ -39,7 +40,7 @@ use super::pods::PodRef;
 use super::start_limit::StartLimit;
 use super::start_wait::waits_for_the_cluster;
 use crate::cluster::CachedPod;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StartTimeoutLabels, StartTimeoutReason};
 use crate::state::pod_index::PodIndex;
 use crate::steering::{OwnerKey, owner_of};
 
@@ -227,6 +228,28 @@ impl Count {
         last_start
             .filter(|other| *other > since)
             .map(|_| since + STARTING_TTL)
+    }
+
+    /// Why it is given up at `now`, if it is: its namespace's own replacements not starting
+    /// comes first; a count kept to [`LONGEST_QUEUED`] waited out a stalled control plane.
+    fn given_up(
+        &self,
+        progress: Option<Instant>,
+        last_start: Option<Instant>,
+        now: Instant,
+    ) -> Option<StartTimeoutReason> {
+        if self
+            .tenants_deadline(progress, last_start)
+            .is_some_and(|d| d <= now)
+        {
+            Some(StartTimeoutReason::namespace_not_starting)
+        } else if self.kept_until > now {
+            None
+        } else if self.kept_until >= self.admitted + LONGEST_QUEUED {
+            Some(StartTimeoutReason::longest_queued)
+        } else {
+            Some(StartTimeoutReason::longest_start)
+        }
     }
 
     /// Its longest wait is over at `now`, and not the tenant's rule: it is kept
@@ -510,28 +533,59 @@ impl Pacer {
                     );
                 }
             }
-            o.counts.retain(|c| c.deadline(last, *last_start) > now);
-            let gone = before - o.counts.len();
-            if gone > 0 {
-                ended += gone;
-                unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
-                tracing::info!(
-                    owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
-                    replacements = gone,
-                    "replacements not Running, and none of the namespace's started for {}s while others did (or {}s since the eviction with the control plane not stalled; {}s at most): no longer waited for, and the namespace's evictions are not paced for {}s",
-                    STARTING_TTL.as_secs(),
-                    LONGEST_START.as_secs(),
-                    LONGEST_QUEUED.as_secs(),
-                    UNPACED_FOR.as_secs()
-                );
+            let mut gone: HashMap<StartTimeoutReason, u64> = HashMap::new();
+            o.counts
+                .retain(|c| match c.given_up(last, *last_start, now) {
+                    Some(reason) => {
+                        *gone.entry(reason).or_default() += 1;
+                        false
+                    }
+                    None => true,
+                });
+            debug_assert_eq!(before - o.counts.len(), gone.values().sum::<u64>() as usize);
+            for (reason, n) in gone {
+                ended += n as usize;
+                if let Some(m) = &self.metrics {
+                    m.replacement_start_timeouts
+                        .get_or_create(&StartTimeoutLabels { reason })
+                        .inc_by(n);
+                }
+                let who = format!("{}/{} {}", owner.namespace, owner.kind, owner.name);
+                match reason {
+                    // The cluster's wait, not the namespace's: unpacing it would let the wave
+                    // loose on a control plane that is still catching up.
+                    StartTimeoutReason::longest_queued => tracing::info!(
+                        owner = %who,
+                        replacements = n,
+                        "replacements not Running {}s after their eviction, kept while the control plane stalled: no longer waited for (the namespace stays paced)",
+                        LONGEST_QUEUED.as_secs()
+                    ),
+                    StartTimeoutReason::namespace_not_starting => {
+                        unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
+                        tracing::info!(
+                            owner = %who,
+                            replacements = n,
+                            "replacements not Running, and none of the namespace's started for {}s while others did: no longer waited for, and the namespace's evictions are not paced for {}s",
+                            STARTING_TTL.as_secs(),
+                            UNPACED_FOR.as_secs()
+                        )
+                    }
+                    StartTimeoutReason::longest_start => {
+                        unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
+                        tracing::info!(
+                            owner = %who,
+                            replacements = n,
+                            "replacements not Running {}s after their eviction, the control plane not stalled: no longer waited for, and the namespace's evictions are not paced for {}s",
+                            LONGEST_START.as_secs(),
+                            UNPACED_FOR.as_secs()
+                        )
+                    }
+                }
             }
         }
         if ended > 0 {
             inner.starting = inner.starting.saturating_sub(ended);
             inner.moved += ended as u64;
-            if let Some(m) = &self.metrics {
-                m.replacement_start_timeouts.inc_by(ended as u64);
-            }
             self.forget_idle(inner);
             inner.note_if_idle();
         }
@@ -795,6 +849,7 @@ mod tests {
         index: PodIndex,
         tick: watch::Sender<u64>,
         pacer: Pacer,
+        metrics: Metrics,
     }
 
     impl World {
@@ -802,12 +857,15 @@ mod tests {
             let (reader, writer) = store::<CachedPod>();
             let index = PodIndex::watched();
             let (tick, changes) = watch::channel(0);
-            let pacer = Pacer::new(limit, limit, reader, index.clone(), changes);
+            let metrics = Metrics::new();
+            let pacer = Pacer::new(limit, limit, reader, index.clone(), changes)
+                .with_metrics(metrics.clone());
             World {
                 writer,
                 index,
                 tick,
                 pacer,
+                metrics,
             }
         }
 
@@ -1197,7 +1255,19 @@ mod tests {
         assert_eq!(w.pacer.starting(), 3);
         tokio::time::advance(Duration::from_millis(1)).await;
         assert!(w.evict(&webs[2]), "and given up then");
-        assert_eq!(w.pacer.starting(), 0, "the namespaces are not paced now");
+        assert_eq!(
+            w.pacer.starting(),
+            1,
+            "the wait was the cluster's: the namespace is still paced, web-2 counts"
+        );
+        let timeouts = |reason| {
+            w.metrics
+                .replacement_start_timeouts
+                .get_or_create(&StartTimeoutLabels { reason })
+                .get()
+        };
+        assert_eq!(timeouts(StartTimeoutReason::longest_queued), 3);
+        assert_eq!(timeouts(StartTimeoutReason::longest_start), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1282,6 +1352,20 @@ mod tests {
                 h.metadata.name
             );
             assert_eq!(w.pacer.progress(), 1, "{:?}", h.metadata.name);
+            let timeouts = w
+                .metrics
+                .replacement_start_timeouts
+                .get_or_create(&StartTimeoutLabels {
+                    reason: StartTimeoutReason::longest_start,
+                })
+                .get();
+            assert_eq!(timeouts, 1, "{:?}: no stall to keep it", h.metadata.name);
+            assert_eq!(
+                w.pacer.starting(),
+                0,
+                "{:?}: its namespace is not paced now",
+                h.metadata.name
+            );
         }
     }
 
