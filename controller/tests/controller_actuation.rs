@@ -22,7 +22,6 @@ use ebb_controller::actuation::{
     runner::RECORDED_TIMEOUT,
 };
 use ebb_controller::metrics::{Metrics, ScaleDownKind};
-use ebb_controller::scaledown::{PlannerConfig, PlannerState};
 use ebb_controller::testkit::{node, pod};
 use k8s_openapi::api::core::v1::Taint;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -584,7 +583,7 @@ async fn the_planner_recheck_can_veto_the_drain() {
     // shared model for n1 alone, keeps the node.
     api.add_pod(pod("bare").on("n1").build());
     let mut o = order(&api, "n1", ScaleDownMode::DrainAndDelete);
-    o.recheck = RecheckInputs::new(PlannerConfig::default(), PlannerState::default());
+    o.recheck = RecheckInputs::new(Default::default(), Default::default());
     let outcome = finish(&actuator, o).await;
     assert!(
         matches!(outcome, Outcome::GaveUp(GiveUpReason::NoLongerRemovable(ref w)) if w.to_string().contains("BlockedByPod")),

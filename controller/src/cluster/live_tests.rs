@@ -431,7 +431,7 @@ fn run_plan(
     let cfg = PlannerConfig::default();
     let mut state = PlannerState::default();
     if let Some(p) = evicted {
-        state.record_eviction(p.clone(), now());
+        state.record_eviction(std::sync::Arc::new(p.clone()), now());
     }
     let p = plan(
         s,

@@ -17,10 +17,11 @@ use crate::cluster::snapshot::NameHasher;
 /// and destination are the plan's own strings, shared.
 pub(crate) type HintMap = HashMap<String, HashMap<Arc<str>, Arc<str>, NameHasher>, NameHasher>;
 
-/// A pod the actuator evicted, remembered for `recentEvictionWindow`.
+/// A pod the actuator evicted, remembered for `recentEvictionWindow`. The cache's own copy,
+/// shared: every drain started holds the planner's state, and a wave evicts thousands of pods.
 #[derive(Clone, Debug)]
 pub struct RecentEviction {
-    pub pod: CachedPod,
+    pub pod: Arc<CachedPod>,
     pub evicted_at: Timestamp,
 }
 
@@ -117,7 +118,7 @@ pub struct PlannerState {
 
 impl PlannerState {
     /// The actuator evicted this pod at `at`.
-    pub fn record_eviction(&mut self, pod: CachedPod, at: Timestamp) {
+    pub fn record_eviction(&mut self, pod: Arc<CachedPod>, at: Timestamp) {
         self.recent_evictions.push(RecentEviction {
             pod,
             evicted_at: at,

@@ -118,7 +118,7 @@ fn a_drain_in_flight_keeps_its_disruptions_until_the_replacement_is_ready() {
     // Evicted; the cache still shows the pod running and ready (the watch lags), and the
     // budget's own status is computed from it: the eviction still counts.
     let evicted: CachedPod = web("w1", "a").build();
-    state.record_eviction(evicted, t(0));
+    state.record_eviction(std::sync::Arc::new(evicted), t(0));
     let sel = select_now_draining(&objs, &cfg, &mut state, &["a"]);
     assert!(sel.drain.is_empty(), "{sel:?}");
 

@@ -298,7 +298,7 @@ fn a_deleted_nodes_pods_that_no_longer_fit_block_new_candidates() {
 fn recent_evictions_are_reinjected_until_the_owner_is_whole() {
     let cfg = PlannerConfig::default(); // window 5m
     let mut state = PlannerState::default();
-    state.record_eviction(web("w9", "old", "4").build(), t(0));
+    state.record_eviction(std::sync::Arc::new(web("w9", "old", "4").build()), t(0));
     // The ReplicaSet wants 3, 2 exist: the evicted pod (4 cpu) fills big, n's pod has no room.
     let mut objs = big_and_n("1");
     objs.replica_sets[0].spec.as_mut().unwrap().replicas = Some(3);
@@ -325,7 +325,7 @@ fn recent_evictions_are_reinjected_until_the_owner_is_whole() {
 #[test]
 fn an_evicted_pod_that_fits_nowhere_holds_new_candidates() {
     let mut state = PlannerState::default();
-    state.record_eviction(pod("bare").cpu("50").build(), t(0));
+    state.record_eviction(std::sync::Arc::new(pod("bare").cpu("50").build()), t(0));
     let mut s = build_snapshot(&big_and_n("1")).unwrap();
     let p = run(&mut s, &PlannerConfig::default(), t(1), &mut state);
     assert!(p.pending_reschedule);
@@ -445,7 +445,10 @@ fn a_node_that_received_replacements_stays_while_the_evictions_are_recent() {
     };
     let evicted = || {
         let mut state = PlannerState::default();
-        state.record_eviction(web("w9", "old", "1").build(), evicted_at);
+        state.record_eviction(
+            std::sync::Arc::new(web("w9", "old", "1").build()),
+            evicted_at,
+        );
         state
     };
 

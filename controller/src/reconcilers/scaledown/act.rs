@@ -2,6 +2,7 @@
 //! rolled back, the selected drains started; or, when the policy stops acting, standing down.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ebb_api::{ScaleDownMode, ScaleDownPolicy};
@@ -12,6 +13,7 @@ use super::context::{Context, PolicyMemory};
 use super::observe::Observed;
 use super::orders::{NodeToDrain, drain_kind, drain_order};
 use super::plan_phase::Planned;
+use crate::actuation::RecheckInputs;
 use crate::actuation::taints::{self, EbbTaint, plan_soft_taints};
 use crate::metrics::Function;
 
@@ -140,6 +142,8 @@ async fn start_drains(
         .map(|n| (n, true))
         .chain(sel.drain.iter().map(|n| (n, false)));
     let mut orders = Vec::new();
+    // Made for the first drain, shared by all this loop starts.
+    let mut recheck: Option<RecheckInputs> = None;
     for (node, empty) in starts {
         if observed.overlaps.contains_key(node) || draining.contains(node) {
             continue;
@@ -162,10 +166,13 @@ async fn start_drains(
             destinations,
             resume_from: None,
         };
+        let recheck = recheck.get_or_insert_with(|| {
+            RecheckInputs::new(Arc::new(cfg.clone()), Arc::new(memory.planner.clone()))
+        });
         match drain_order(
             policy,
             cfg,
-            &memory.planner,
+            recheck,
             &planned.providers,
             to_drain,
             cancel.clone(),

@@ -105,7 +105,7 @@ pub async fn observe(
     memory.refused_total = Some(refused);
     for e in std::mem::take(&mut actuation.evicted) {
         if let Some(pod) = e.object {
-            memory.planner.record_eviction((*pod).clone(), e.at);
+            memory.planner.record_eviction(pod, e.at);
         }
     }
     Observed {

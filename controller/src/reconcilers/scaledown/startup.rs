@@ -10,10 +10,10 @@ use kube::ResourceExt;
 use super::context::Context;
 use super::orders::{NodeToDrain, drain_kind, drain_order};
 use super::selection::AllPolicies;
-use crate::actuation::EbbTaint;
 use crate::actuation::pods::{classify, uids_on};
 use crate::actuation::recover::{Resume, recover};
-use crate::scaledown::{PlannerConfig, PlannerState};
+use crate::actuation::{EbbTaint, RecheckInputs};
+use crate::scaledown::PlannerConfig;
 
 /// What start-up recovery did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -105,7 +105,7 @@ async fn resume(
     let order = match drain_order(
         policy,
         &cfg,
-        &PlannerState::default(),
+        &RecheckInputs::new(std::sync::Arc::new(cfg.clone()), Default::default()),
         &ctx.stores.providers.index(),
         to_drain,
         ctx.cancel_token(&r.policy),
