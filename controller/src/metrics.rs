@@ -386,7 +386,7 @@ impl Metrics {
         );
         r.register(
             "replacement_start_timeouts",
-            "Evictions whose replacement was given up on, by reason: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction with the control plane not stalled (both leave the namespace not paced for 10 minutes), or 10 minutes with the control plane stalled",
+            "Evictions whose replacement was given up on, by reason: none of the namespace's replacements started for 15 s while others did, or 2 minutes passed since the eviction with the control plane not stalled (both leave the namespace, or only the controller where the namespace started others meanwhile, not paced for 10 minutes), or 10 minutes with the control plane stalled",
             self.replacement_start_timeouts.clone(),
         );
         r.register(

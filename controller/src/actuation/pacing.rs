@@ -23,8 +23,10 @@
 //! replacement has waited [`QUEUE_STALL`] in the cluster's own queues, [`waits_for_the_cluster`]:
 //! a control plane that stalls starts nothing anywhere, and its replacements' states show it),
 //! which keeps it [`LONGEST_START`] more at a time, up to [`LONGEST_QUEUED`]. A count given up
-//! by the first two rules leaves its namespace's evictions not paced for [`UNPACED_FOR`]; one
-//! kept to [`LONGEST_QUEUED`] does not: it waited on the cluster. A tenant holds the line with
+//! by the first two rules leaves its namespace's evictions not paced for [`UNPACED_FOR`], or
+//! only its controller's where the namespace started other replacements meanwhile (one slow
+//! Deployment among others that move); one kept to [`LONGEST_QUEUED`] leaves everything
+//! paced: it waited on the cluster. A tenant holds the line with
 //! its own evictions only, [`LONGEST_START`] at most, once: nothing in its pod specs makes a pod
 //! wait in the cluster's queues. A wait that sees counts end, or kept, is not stuck.
 
@@ -108,6 +110,9 @@ struct Inner {
     kept: u64,
     /// Namespaces not paced, until when: one of their replacements was waited out.
     unpaced: HashMap<String, Instant>,
+    /// Controllers not paced, until when: one of their replacements was waited out while
+    /// others of their namespace started.
+    unpaced_owners: HashMap<OwnerKey, Instant>,
     /// By namespace with counts, when a replacement of it last ended a count.
     progress: HashMap<String, Instant>,
     /// When any replacement last ended a count.
@@ -128,6 +133,7 @@ impl Inner {
             moved: 0,
             kept: 0,
             unpaced: HashMap::new(),
+            unpaced_owners: HashMap::new(),
             progress: HashMap::new(),
             last_start: None,
         }
@@ -487,6 +493,7 @@ impl Pacer {
     /// Ends the counts whose wait is over.
     fn expire(&self, inner: &mut Inner, now: Instant) {
         inner.unpaced.retain(|_, until| *until > now);
+        inner.unpaced_owners.retain(|_, until| *until > now);
         if next_deadline(inner).is_none_or(|d| d > now) {
             return;
         }
@@ -501,6 +508,7 @@ impl Pacer {
         let Inner {
             owners,
             unpaced,
+            unpaced_owners,
             progress,
             last_start,
             kept: kept_total,
@@ -534,9 +542,16 @@ impl Pacer {
                 }
             }
             let mut gone: HashMap<StartTimeoutReason, u64> = HashMap::new();
+            // Its namespace started other replacements while every count given up at the
+            // longest start waited: the controller's own replacements do not start, not the
+            // namespace's (one slow Deployment among others that move).
+            let mut namespace_moved = true;
             o.counts
                 .retain(|c| match c.given_up(last, *last_start, now) {
                     Some(reason) => {
+                        if reason == StartTimeoutReason::longest_start {
+                            namespace_moved &= last.is_some_and(|p| p > c.admitted);
+                        }
                         *gone.entry(reason).or_default() += 1;
                         false
                     }
@@ -567,6 +582,16 @@ impl Pacer {
                             replacements = n,
                             "replacements not Running, and none of the namespace's started for {}s while others did: no longer waited for, and the namespace's evictions are not paced for {}s",
                             STARTING_TTL.as_secs(),
+                            UNPACED_FOR.as_secs()
+                        )
+                    }
+                    StartTimeoutReason::longest_start if namespace_moved => {
+                        unpaced_owners.insert(owner.clone(), now + UNPACED_FOR);
+                        tracing::info!(
+                            owner = %who,
+                            replacements = n,
+                            "replacements not Running {}s after their eviction, the control plane not stalled, while others of the namespace started: no longer waited for, and this controller's evictions are not paced for {}s",
+                            LONGEST_START.as_secs(),
                             UNPACED_FOR.as_secs()
                         )
                     }
@@ -715,7 +740,8 @@ impl Turn<'_> {
         let now = Instant::now();
         let mut inner = p.lock();
         p.expire(&mut inner, now);
-        if inner.unpaced.contains_key(&owner.namespace) {
+        if inner.unpaced.contains_key(&owner.namespace) || inner.unpaced_owners.contains_key(&owner)
+        {
             drop(inner);
             self.leave();
             return Some(Taken { counted: None });
@@ -1224,6 +1250,54 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_controller_whose_replacements_lag_while_its_namespace_moves_is_let_go_alone() {
+        // One Deployment of a namespace pulls a large image (its replacements ContainerCreating
+        // past 2 minutes) while the namespace's others start: only that controller stops being
+        // paced; the namespace's other evictions still wait for their replacements.
+        let mut w = World::new(10);
+        let webs = w.webs(3);
+        let apis: Vec<CachedPod> = (0..2)
+            .map(|i| pod("a", &format!("api-{i}"), "api", now_s() - 600, "Running"))
+            .collect();
+        for p in &apis {
+            w.apply(p);
+        }
+        assert!(w.evict(&apis[0]));
+        assert!(w.evict(&webs[0]));
+        let pulling = pending_of(
+            "a",
+            "api",
+            "api-x",
+            serde_json::json!({"containers": [], "nodeName": "n1"}),
+            serde_json::json!({"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}]}),
+        );
+        w.apply(&pulling);
+        tokio::time::advance(Duration::from_secs(30)).await;
+        w.apply(&pod("a", "web-x", "web", now_s(), "Running"));
+        w.pacer.refresh();
+        assert_eq!(w.pacer.starting(), 1, "web-x ended web-0's count");
+        tokio::time::advance(LONGEST_START - Duration::from_secs(30)).await;
+        assert!(w.evict(&webs[1]));
+        assert_eq!(
+            w.pacer.starting(),
+            1,
+            "api-0's count given up; web-1's counted: the namespace is still paced"
+        );
+        assert!(w.evict(&apis[1]));
+        assert_eq!(w.pacer.starting(), 1, "api is not paced: api-1 not counted");
+        let timeouts = w
+            .metrics
+            .replacement_start_timeouts
+            .get_or_create(&StartTimeoutLabels {
+                reason: StartTimeoutReason::longest_start,
+            })
+            .get();
+        assert_eq!(timeouts, 1);
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_stalled_control_plane_keeps_every_count_up_to_the_longest_queued() {
         // A control plane that stalls (kwok's heartbeats of 5,000 nodes at once, an API server
         // overloaded) starts nothing for minutes: the wave stays paced, not let loose. One
@@ -1420,9 +1494,13 @@ mod tests {
         assert_eq!(w.pacer.progress(), 12);
         assert_eq!(
             w.pacer.starting(),
-            1,
-            "web-11's count; web-12 went uncounted: the namespace is no longer paced"
+            2,
+            "web-11's and web-12's counts: the namespace moved, only db is no longer paced"
         );
+        let db1 = pod("a", "db-1", "db", now_s() - 600, "Running");
+        w.apply(&db1);
+        assert!(w.evict(&db1), "db is not paced: it passes the full line");
+        assert_eq!(w.pacer.starting(), 2, "db-1 not counted");
     }
 
     #[tokio::test]
