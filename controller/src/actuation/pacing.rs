@@ -565,47 +565,59 @@ impl Pacer {
                         .get_or_create(&StartTimeoutLabels { reason })
                         .inc_by(n);
                 }
-                let who = format!("{}/{} {}", owner.namespace, owner.kind, owner.name);
-                match reason {
-                    // The cluster's wait, not the namespace's: unpacing it would let the wave
-                    // loose on a control plane that is still catching up.
-                    StartTimeoutReason::longest_queued => tracing::info!(
-                        owner = %who,
-                        replacements = n,
-                        "replacements not Running {}s after their eviction, kept while the control plane stalled: no longer waited for (the namespace stays paced)",
-                        LONGEST_QUEUED.as_secs()
+                // What is no longer paced: nothing when the wait was the cluster's (unpacing
+                // would let the wave loose on a control plane still catching up); the
+                // controller when its namespace moved meanwhile; else the namespace.
+                let (namespace, controller, why) = match reason {
+                    StartTimeoutReason::longest_queued => (
+                        false,
+                        false,
+                        format!(
+                            "replacements not Running {}s after their eviction, kept while the control plane stalled: no longer waited for (the namespace stays paced)",
+                            LONGEST_QUEUED.as_secs()
+                        ),
                     ),
-                    StartTimeoutReason::namespace_not_starting => {
-                        unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
-                        tracing::info!(
-                            owner = %who,
-                            replacements = n,
+                    StartTimeoutReason::namespace_not_starting => (
+                        true,
+                        false,
+                        format!(
                             "replacements not Running, and none of the namespace's started for {}s while others did: no longer waited for, and the namespace's evictions are not paced for {}s",
                             STARTING_TTL.as_secs(),
                             UNPACED_FOR.as_secs()
-                        )
-                    }
-                    StartTimeoutReason::longest_start if namespace_moved => {
-                        unpaced_owners.insert(owner.clone(), now + UNPACED_FOR);
-                        tracing::info!(
-                            owner = %who,
-                            replacements = n,
-                            "replacements not Running {}s after their eviction, the control plane not stalled, while others of the namespace started: no longer waited for, and this controller's evictions are not paced for {}s",
+                        ),
+                    ),
+                    StartTimeoutReason::longest_start => (
+                        !namespace_moved,
+                        namespace_moved,
+                        format!(
+                            "replacements not Running {}s after their eviction, the control plane not stalled{}: no longer waited for, and {} evictions are not paced for {}s",
                             LONGEST_START.as_secs(),
+                            if namespace_moved {
+                                ", while others of the namespace started"
+                            } else {
+                                ""
+                            },
+                            if namespace_moved {
+                                "this controller's"
+                            } else {
+                                "the namespace's"
+                            },
                             UNPACED_FOR.as_secs()
-                        )
-                    }
-                    StartTimeoutReason::longest_start => {
-                        unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
-                        tracing::info!(
-                            owner = %who,
-                            replacements = n,
-                            "replacements not Running {}s after their eviction, the control plane not stalled: no longer waited for, and the namespace's evictions are not paced for {}s",
-                            LONGEST_START.as_secs(),
-                            UNPACED_FOR.as_secs()
-                        )
-                    }
+                        ),
+                    ),
+                };
+                if namespace {
+                    unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
                 }
+                if controller {
+                    unpaced_owners.insert(owner.clone(), now + UNPACED_FOR);
+                }
+                tracing::info!(
+                    owner = %format!("{}/{} {}", owner.namespace, owner.kind, owner.name),
+                    replacements = n,
+                    reason = ?reason,
+                    "{why}"
+                );
             }
         }
         if ended > 0 {
@@ -913,6 +925,14 @@ mod tests {
         }
 
         /// Admits and settles `p`'s eviction (accepted) when the pacing lets it through.
+        /// `ebb_replacement_start_timeouts_total` for `reason`.
+        fn timeouts(&self, reason: StartTimeoutReason) -> u64 {
+            self.metrics
+                .replacement_start_timeouts
+                .get_or_create(&StartTimeoutLabels { reason })
+                .get()
+        }
+
         fn evict(&self, p: &CachedPod) -> bool {
             let mut turn = self.pacer.turn(0);
             match turn.take(&r(p)) {
@@ -1287,13 +1307,7 @@ mod tests {
         );
         assert!(w.evict(&apis[1]));
         assert_eq!(w.pacer.starting(), 1, "api is not paced: api-1 not counted");
-        let timeouts = w
-            .metrics
-            .replacement_start_timeouts
-            .get_or_create(&StartTimeoutLabels {
-                reason: StartTimeoutReason::longest_start,
-            })
-            .get();
+        let timeouts = w.timeouts(StartTimeoutReason::longest_start);
         assert_eq!(timeouts, 1);
     }
 
@@ -1334,14 +1348,8 @@ mod tests {
             1,
             "the wait was the cluster's: the namespace is still paced, web-2 counts"
         );
-        let timeouts = |reason| {
-            w.metrics
-                .replacement_start_timeouts
-                .get_or_create(&StartTimeoutLabels { reason })
-                .get()
-        };
-        assert_eq!(timeouts(StartTimeoutReason::longest_queued), 3);
-        assert_eq!(timeouts(StartTimeoutReason::longest_start), 0);
+        assert_eq!(w.timeouts(StartTimeoutReason::longest_queued), 3);
+        assert_eq!(w.timeouts(StartTimeoutReason::longest_start), 0);
     }
 
     #[tokio::test(start_paused = true)]
@@ -1426,13 +1434,7 @@ mod tests {
                 h.metadata.name
             );
             assert_eq!(w.pacer.progress(), 1, "{:?}", h.metadata.name);
-            let timeouts = w
-                .metrics
-                .replacement_start_timeouts
-                .get_or_create(&StartTimeoutLabels {
-                    reason: StartTimeoutReason::longest_start,
-                })
-                .get();
+            let timeouts = w.timeouts(StartTimeoutReason::longest_start);
             assert_eq!(timeouts, 1, "{:?}: no stall to keep it", h.metadata.name);
             assert_eq!(
                 w.pacer.starting(),
