@@ -242,6 +242,16 @@ pub enum StartTimeoutReason {
     longest_queued,
 }
 
+impl StartTimeoutReason {
+    /// Every reason: each one's series is exported at 0 from the start, so a dashboard's
+    /// rate of it reads 0 rather than "no data" until the first give-up.
+    pub const ALL: [Self; 3] = [
+        Self::namespace_not_starting,
+        Self::longest_start,
+        Self::longest_queued,
+    ];
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StartTimeoutLabels {
     pub reason: StartTimeoutReason,
@@ -331,6 +341,11 @@ impl Metrics {
             cost_removed_per_hour: Family::default(),
             cost_kept_per_hour: Family::default(),
         };
+        for reason in StartTimeoutReason::ALL {
+            let _ = m
+                .replacement_start_timeouts
+                .get_or_create(&StartTimeoutLabels { reason });
+        }
         let mut registry = Registry::with_prefix("ebb");
         m.register_all(&mut registry);
         m.registry = Arc::new(registry);
@@ -573,6 +588,20 @@ mod tests {
             crate::reconcilers::scaledown::error::Error::REASONS
                 .contains(&crate::reconcilers::scaledown::error::Error::NoName.reason())
         );
+    }
+
+    #[test]
+    fn every_start_timeout_reason_is_exported_before_its_first_give_up() {
+        let m = Metrics::new();
+        let text = m.encode();
+        for reason in ["namespace_not_starting", "longest_start", "longest_queued"] {
+            assert!(
+                text.contains(&format!(
+                    "ebb_replacement_start_timeouts_total{{reason=\"{reason}\"}} 0"
+                )),
+                "{reason} missing:\n{text}"
+            );
+        }
     }
 
     #[test]
