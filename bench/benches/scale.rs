@@ -53,7 +53,11 @@ const NODES_PER_OWNER: usize = 10;
 /// Concurrent etcd transactions while populating (one owner and its pods each).
 const ETCD_CONCURRENCY: usize = 4;
 /// What `populate` makes; a saved cluster of another version is not reused.
-const POPULATE_VERSION: &str = "p6";
+const POPULATE_VERSION: &str = "p7";
+/// kwok processes, each managing the nodes labelled `ebb.dev/kwok-shard=<k>` (`populate` labels
+/// node `i` with `i % KWOK_SHARDS`): one kwok matches every pod event against its stages in a
+/// single goroutine, which held a 5,000-node wave's replacements ContainerCreating for minutes.
+const KWOK_SHARDS: usize = 4;
 /// The user the controller acts as (the chart's ServiceAccount).
 const CONTROLLER_USER: &str = "system:serviceaccount:ebb-system:ebb-controller";
 
@@ -110,6 +114,7 @@ fn cluster_flags(nodes: usize, restored: bool) -> Vec<(&'static str, String)> {
             "EBB_K8S_KWOK_ARGS",
             "--node-lease-duration-seconds=1200".into(),
         ),
+        ("EBB_K8S_KWOK_SHARDS", KWOK_SHARDS.to_string()),
         ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
         ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
         ("EBB_K8S_TIMEOUT", "300".into()),
@@ -1225,7 +1230,8 @@ async fn populate(env: &TestEnv, nodes: usize, per_node: usize) -> anyhow::Resul
                 json!({"apiVersion": "v1", "kind": "Node",
                     "metadata": {"name": name, "uid": etcd_load::uid(3, i),
                         "creationTimestamp": now,
-                        "labels": {"pool": pool, "type": "kwok", "kubernetes.io/hostname": name},
+                        "labels": {"pool": pool, "type": "kwok", "kubernetes.io/hostname": name,
+                            "ebb.dev/kwok-shard": (i % KWOK_SHARDS).to_string()},
                         "annotations": {"kwok.x-k8s.io/node": "fake"}},
                     "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
                     "status": {"capacity": res, "allocatable": res}}),
@@ -1489,8 +1495,12 @@ fn control_plane_pids(env: &TestEnv) -> Vec<(&'static str, u32)> {
         "kube-controller-manager",
         "kube-scheduler",
         "kwok",
+        "kwok-1",
+        "kwok-2",
+        "kwok-3",
     ]
     .into_iter()
+    .take(5 + KWOK_SHARDS - 1)
     .filter_map(|c| {
         let pid = std::fs::read_to_string(real.dir().join("pids").join(format!("{c}.pid")))
             .ok()?

@@ -61,7 +61,17 @@
 #   EBB_K8S_CONTROLLER_MANAGER_ARGS, EBB_K8S_SCHEDULER_ARGS, EBB_K8S_KWOK_ARGS
 #   EBB_K8S_KWOK_PARALLELISM workers kwok plays node stages and renews leases with
 #                            (default kwok's 4)
-#   EBB_K8S_KWOK_PROFILE_ADDR 127.0.0.1:PORT: kwok serves /debug/pprof there
+#   EBB_K8S_KWOK_PROFILE_ADDR 127.0.0.1:PORT: kwok serves /debug/pprof there (shard K of
+#                            EBB_K8S_KWOK_SHARDS at PORT+K)
+#   EBB_K8S_KWOK_SHARDS      kwok processes (default 1). With N > 1, kwok (shard 0) and
+#                            kwok-1..kwok-N-1 each manage the nodes labelled
+#                            ebb.dev/kwok-shard=<K> and their pods: every kwok reads every
+#                            pod event, but plays stages only for its own nodes' pods, on
+#                            its own goroutines (one kwok matches all pods' events against
+#                            its stages in a single goroutine, which bounds a large cluster's
+#                            pod starts). Nodes `up` and `add-node` create get the label
+#                            (the number in their name, or else a checksum of it, modulo N);
+#                            a bench that writes nodes itself sets it.
 #   EBB_K8S_KWOK_POD_PARALLELISM
 #                            workers kwok plays pod stages with (default kwok's 4). More
 #                            start a bulk of pods sooner, but at 16 kwok played one pod's
@@ -118,8 +128,36 @@ now_ms() { date +%s%3N; }
 
 kubectl_() { "$BIN_DIR/kubectl" --kubeconfig "$DIR/kubeconfig" "$@"; }
 
-bin_of() { # NAME: the binary a component runs (containerd is the system's)
-  if [[ $1 == containerd ]]; then command -v containerd; else echo "$BIN_DIR/$1"; fi
+bin_of() { # NAME: the binary a component runs (containerd is the system's; kwok-K is kwok)
+  case $1 in
+  containerd) command -v containerd ;;
+  kwok-[0-9]*) echo "$BIN_DIR/kwok" ;;
+  *) echo "$BIN_DIR/$1" ;;
+  esac
+}
+
+KWOK_SHARD_LABEL=ebb.dev/kwok-shard
+kwok_shards() { # the number of kwok processes
+  local n=${EBB_K8S_KWOK_SHARDS:-1}
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_SHARDS must be a positive number"
+  echo "$n"
+}
+kwok_extra_shards() { # NAME of each kwok-K recorded in DIR/pids
+  local f
+  for f in "$DIR"/pids/kwok-[0-9]*.pid; do
+    [[ -e $f ]] || continue
+    f=${f##*/}
+    echo "${f%.pid}"
+  done
+}
+shard_of() { # NAME: the kwok shard a node goes to (its number, or a checksum, modulo shards)
+  local n
+  n=$(kwok_shards)
+  if [[ $1 =~ ([0-9]+)$ ]]; then
+    echo $((10#${BASH_REMATCH[1]} % n))
+  else
+    echo $(($(cksum <<<"$1" | cut -d' ' -f1) % n))
+  fi
 }
 
 # ---------------------------------------------------------------- processes
@@ -190,8 +228,9 @@ stop() { # NAME [SIGNAL]: SIGTERM (or SIGNAL), then SIGKILL after 10 s
 }
 
 stop_all() {
-  local i
+  local i name
   real_down
+  for name in $(kwok_extra_shards); do stop "$name"; done
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop "${COMPONENTS[$i]}"; done
 }
 
@@ -208,7 +247,7 @@ fail() { # NAME MESSAGE: show the component's log, stop everything (during up), 
 
 check_started() { # fail if a started component died
   local name
-  for name in "${COMPONENTS[@]}" "${REAL_COMPONENTS[@]}"; do
+  for name in "${COMPONENTS[@]}" $(kwok_extra_shards) "${REAL_COMPONENTS[@]}"; do
     if [[ -f $DIR/pids/$name.pid ]] && ! pid_alive "$name"; then
       fail "$name" "$name exited during startup"
     fi
@@ -359,8 +398,8 @@ EOF
 
 # ---------------------------------------------------------------- kwok
 
-write_kwok_config() {
-  local f d
+write_kwok_config() { # OUT PROFILE_ADDR
+  local out=$1 profile=$2 f d
   [[ -f $STAGE_DIR/.stamp ]] || die "KWOK stages missing in $STAGE_DIR; run $HERE/build.sh"
   {
     # KWOK's node stages (initialize, heartbeat) and general pod stages,
@@ -481,7 +520,6 @@ STAGE
     # kwok plays stages with 4 workers each for pods and nodes by default: a bench that makes
     # thousands of pods Running at once raises it.
     local nodes_par=${EBB_K8S_KWOK_PARALLELISM:-} pods_par=${EBB_K8S_KWOK_POD_PARALLELISM:-}
-    local profile=${EBB_K8S_KWOK_PROFILE_ADDR:-}
     if [[ -n $nodes_par || -n $pods_par || -n $profile ]]; then
       [[ -z $nodes_par || $nodes_par =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_PARALLELISM must be a positive number"
       [[ -z $pods_par || $pods_par =~ ^[1-9][0-9]*$ ]] || die "EBB_K8S_KWOK_POD_PARALLELISM must be a positive number"
@@ -502,10 +540,12 @@ CONF
   enableProfilingHandler: true
 CONF
     fi
-  } >"$DIR/kwok.yaml"
+  } >"$out"
 }
 
 node_yaml() { # NAME
+  local shard=
+  (($(kwok_shards) > 1)) && shard="$KWOK_SHARD_LABEL: \"$(shard_of "$1")\""
   cat <<EOF
 ---
 apiVersion: v1
@@ -517,6 +557,7 @@ metadata:
     node.alpha.kubernetes.io/ttl: "0"
   labels:
     type: kwok
+    $shard
     kubernetes.io/hostname: $1
     kubernetes.io/os: linux
     kubernetes.io/arch: amd64
@@ -618,7 +659,13 @@ cmd_up() {
   write_kubeconfig "$DIR/kube-scheduler.kubeconfig" kube-scheduler system:kube-scheduler
   write_kubeconfig "$DIR/kwok.kubeconfig" kwok kwok-controller
   write_audit_policy
-  write_kwok_config
+  local shards k profile=${EBB_K8S_KWOK_PROFILE_ADDR:-}
+  shards=$(kwok_shards)
+  [[ -z $profile || $profile =~ ^127\.0\.0\.1:[0-9]+$ ]] || die "EBB_K8S_KWOK_PROFILE_ADDR must be 127.0.0.1:PORT"
+  write_kwok_config "$DIR/kwok.yaml" "$profile"
+  for ((k = 1; k < shards; k++)); do
+    write_kwok_config "$DIR/kwok-$k.yaml" "${profile:+127.0.0.1:$((${profile##*:} + k))}"
+  done
   : >"$DIR/audit.log"
 
   # shellcheck disable=SC2086
@@ -681,10 +728,19 @@ cmd_up() {
   # kwok fakes only the nodes annotated kwok.x-k8s.io/node=fake (all but a real node)
   local kwok_nodes=(--manage-all-nodes=true)
   ((real)) && kwok_nodes=(--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake)
-  start kwok --kubeconfig="$DIR/kwok.kubeconfig" --config="$DIR/kwok.yaml" \
-    "${kwok_nodes[@]}" --node-lease-duration-seconds=40 \
-    --disregard-status-with-annotation-selector=ebb.dev/e2e-unmanaged=true \
-    ${EBB_K8S_KWOK_ARGS:-}
+  for ((k = 0; k < shards; k++)); do
+    local name=kwok config=$DIR/kwok.yaml
+    ((k)) && name=kwok-$k config=$DIR/kwok-$k.yaml
+    if ((shards > 1)); then
+      kwok_nodes=(--manage-nodes-with-label-selector="$KWOK_SHARD_LABEL=$k")
+      ((real)) && kwok_nodes+=(--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake)
+    fi
+    # shellcheck disable=SC2086
+    start "$name" --kubeconfig="$DIR/kwok.kubeconfig" --config="$config" \
+      "${kwok_nodes[@]}" --node-lease-duration-seconds=40 \
+      --disregard-status-with-annotation-selector=ebb.dev/e2e-unmanaged=true \
+      ${EBB_K8S_KWOK_ARGS:-}
+  done
 
   local names=() i
   for ((i = 0; i < nodes; i++)); do names+=("kwok-node-$i"); done

@@ -318,12 +318,12 @@ impl Actuator {
         Ok(Some(handle))
     }
 
-    async fn run(self, order: DrainOrder) -> Outcome {
+    async fn run(self, mut order: DrainOrder) -> Outcome {
         let t0 = std::time::Instant::now();
         tracing::info!(resumed = order.resume_from.is_some(), "drain started");
         let mut handed_off = false;
         let began = tokio::time::Instant::now();
-        let outcome = match self.drive(&order, began).await {
+        let outcome = match self.drive(&mut order, began).await {
             Ok(()) => Outcome::Removed,
             Err(reason) => {
                 // A machine handed off is going: its node is never made schedulable again.
@@ -393,8 +393,9 @@ impl Actuator {
 
     /// Tainted: once the watch shows the taint (the scheduler's watch sees it as soon, so no new
     /// pod is placed here after), re-checks that nothing changed under the plan. Returns the
-    /// pods on the node then.
-    async fn rechecked(&self, order: &DrainOrder) -> Result<Vec<Arc<CachedPod>>, GiveUpReason> {
+    /// pods on the node then. The order's planner state is released here: a drain runs for
+    /// minutes after its re-check, and the loop's state it shares is not needed again.
+    async fn rechecked(&self, order: &mut DrainOrder) -> Result<Vec<Arc<CachedPod>>, GiveUpReason> {
         let node = order.node.as_str();
         tokio::select! {
             _ = order.cancel.cancelled() => return Err(GiveUpReason::Cancelled),
@@ -414,7 +415,7 @@ impl Actuator {
         }
         let (stores, inputs, owned) = (
             self.stores.clone(),
-            order.recheck.clone(),
+            order.recheck.take(),
             order.node.clone(),
         );
         let in_flight = self.tracker.in_flight();
@@ -509,10 +510,11 @@ impl Actuator {
 
     async fn drive(
         &self,
-        order: &DrainOrder,
+        order: &mut DrainOrder,
         began: tokio::time::Instant,
     ) -> Result<(), GiveUpReason> {
-        let node = order.node.as_str();
+        let node = order.node.clone();
+        let node = node.as_str();
         if order.resume_from.is_some()
             && order.mode == ScaleDownMode::DrainAndDelete
             && let Some(target) = &order.target
