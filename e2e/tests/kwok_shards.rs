@@ -61,9 +61,7 @@ async fn every_node_of_every_kwok_shard_is_ready_and_starts_its_pods() {
             let running = list
                 .items
                 .iter()
-                .filter(|p| {
-                    p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
-                })
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
                 .count();
             (running == NODES).then_some(())
         },
