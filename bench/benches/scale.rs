@@ -54,10 +54,18 @@ const NODES_PER_OWNER: usize = 10;
 const ETCD_CONCURRENCY: usize = 4;
 /// What `populate` makes; a saved cluster of another version is not reused.
 const POPULATE_VERSION: &str = "p7";
-/// kwok processes, each managing the nodes labelled `ebb.dev/kwok-shard=<k>` (`populate` labels
-/// node `i` with `i % KWOK_SHARDS`): one kwok matches every pod event against its stages in a
-/// single goroutine, which held a 5,000-node wave's replacements ContainerCreating for minutes.
-const KWOK_SHARDS: usize = 4;
+/// kwok processes (`EBB_SCALE_KWOK_SHARDS`, default 1), each managing the nodes labelled
+/// `ebb.dev/kwok-shard=<k>` (`populate` labels node `i` with `i % shards`). Four did not start a
+/// 5,000-node wave's replacements sooner on 2 cores: every kwok reads every pod event, and the
+/// API server closed their pod watches ten times as often as one kwok's.
+fn kwok_shards() -> anyhow::Result<usize> {
+    let n = env_usize("EBB_SCALE_KWOK_SHARDS", 1)?;
+    anyhow::ensure!(
+        (1..=4).contains(&n),
+        "EBB_SCALE_KWOK_SHARDS must be 1 to 4, not {n}"
+    );
+    Ok(n)
+}
 /// The user the controller acts as (the chart's ServiceAccount).
 const CONTROLLER_USER: &str = "system:serviceaccount:ebb-system:ebb-controller";
 
@@ -74,7 +82,7 @@ fn env_usize(name: &str, default: usize) -> anyhow::Result<usize> {
 /// space quota above its 2 GiB default, more requests in flight, the controller's reads in the
 /// audit log, the bulk namespace out of it; kwok's pod workers raised only to populate (not
 /// when the cluster is `restored`).
-fn cluster_flags(nodes: usize, restored: bool) -> Vec<(&'static str, String)> {
+fn cluster_flags(nodes: usize, restored: bool) -> anyhow::Result<Vec<(&'static str, String)>> {
     let inflight = if nodes > 2000 { 1600 } else { 800 };
     let mut flags = vec![
         (
@@ -114,7 +122,7 @@ fn cluster_flags(nodes: usize, restored: bool) -> Vec<(&'static str, String)> {
             "EBB_K8S_KWOK_ARGS",
             "--node-lease-duration-seconds=1200".into(),
         ),
-        ("EBB_K8S_KWOK_SHARDS", KWOK_SHARDS.to_string()),
+        ("EBB_K8S_KWOK_SHARDS", kwok_shards()?.to_string()),
         ("EBB_K8S_AUDIT_READS_OF", CONTROLLER_USER.into()),
         ("EBB_K8S_AUDIT_SKIP_NAMESPACES", NS.into()),
         ("EBB_K8S_TIMEOUT", "300".into()),
@@ -126,7 +134,7 @@ fn cluster_flags(nodes: usize, restored: bool) -> Vec<(&'static str, String)> {
     if !restored {
         flags.push(("EBB_K8S_KWOK_POD_PARALLELISM", "16".into()));
     }
-    flags
+    Ok(flags)
 }
 
 fn main() -> anyhow::Result<()> {
@@ -147,7 +155,7 @@ fn main() -> anyhow::Result<()> {
         // SAFETY: no other thread exists yet; cluster.sh, started later, inherits it.
         unsafe { std::env::set_var("EBB_K8S_ETCD_RESTORE", &snapshot) };
     }
-    for (k, v) in cluster_flags(nodes, restore) {
+    for (k, v) in cluster_flags(nodes, restore)? {
         if std::env::var_os(k).is_none() {
             println!("{k}={v}");
             // SAFETY: no other thread exists yet (the runtime is built below); cluster.sh,
@@ -183,7 +191,10 @@ fn snapshot_dir(nodes: usize, per_node: usize) -> anyhow::Result<PathBuf> {
         .and_then(|p| p.file_name())
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "unknown".into());
-    Ok(root.join(format!("{nodes}x{per_node}-{POPULATE_VERSION}-{plane}")))
+    let shards = kwok_shards()?;
+    Ok(root.join(format!(
+        "{nodes}x{per_node}-{POPULATE_VERSION}-k{shards}-{plane}"
+    )))
 }
 
 /// What one controller run measured.
@@ -919,6 +930,20 @@ async fn drain_wave(
     )
     .await?;
     let want: BTreeSet<&str> = drain_nodes.iter().map(String::as_str).collect();
+    // The drain pool's pods by phase, from a watch: a list of its 15,000 pods every 30 s (69 MB
+    // of JSON, 7.7 s of the API server each at 5,000 nodes) took the CPU kwok's and the other
+    // watchers needed.
+    let (pods, writer) = kube::runtime::reflector::store::<Pod>();
+    let pod_watch = tokio::spawn(
+        kube::runtime::reflector(
+            writer,
+            kube::runtime::watcher(
+                Api::<Pod>::namespaced(client.clone(), DRAIN_NS),
+                kube::runtime::watcher::Config::default(),
+            ),
+        )
+        .for_each(|_| futures::future::ready(())),
+    );
     let mut first = None;
     let mut last_change = Instant::now();
     let mut last_progress = Instant::now();
@@ -958,7 +983,7 @@ async fn drain_wave(
                 started.elapsed().as_secs_f64(),
                 drain_nodes.len(),
                 pacing_progress(metrics_addr).await,
-                policy_progress(&client).await
+                policy_progress(&client, &pods).await
             );
         }
         if started.elapsed() > timeout || last_change.elapsed() > Duration::from_secs(300) {
@@ -971,6 +996,7 @@ async fn drain_wave(
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+    pod_watch.abort();
     let took = if removed == drain_nodes.len() {
         started.elapsed()
     } else {
@@ -1008,7 +1034,10 @@ async fn pacing_progress(addr: &str) -> String {
     )
 }
 
-async fn policy_progress(client: &kube::Client) -> String {
+async fn policy_progress(
+    client: &kube::Client,
+    pods: &kube::runtime::reflector::Store<Pod>,
+) -> String {
     let policy = Api::<ebb_api::ScaleDownPolicy>::all(client.clone())
         .get_opt("drain")
         .await
@@ -1030,23 +1059,21 @@ async fn policy_progress(client: &kube::Client) -> String {
             )
         })
         .collect();
-    let pods = Api::<Pod>::namespaced(client.clone(), DRAIN_NS)
-        .list(&ListParams::default())
-        .await
-        .map(|l| {
-            let mut by = BTreeMap::<String, usize>::new();
-            for p in l.items {
-                let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-                let phase = if p.metadata.deletion_timestamp.is_some() {
-                    format!("{phase}+deleting")
-                } else {
-                    phase
-                };
-                *by.entry(phase).or_default() += 1;
-            }
-            format!("{by:?}")
-        })
-        .unwrap_or_else(|e| format!("(pods not listed: {e})"));
+    let mut by = BTreeMap::<String, usize>::new();
+    for p in pods.state() {
+        let phase = p
+            .status
+            .as_ref()
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_default();
+        let phase = if p.metadata.deletion_timestamp.is_some() {
+            format!("{phase}+deleting")
+        } else {
+            phase
+        };
+        *by.entry(phase).or_default() += 1;
+    }
+    let pods = format!("{by:?}");
     let unremovable: Vec<String> = status["unremovable"]
         .as_array()
         .into_iter()
@@ -1191,6 +1218,7 @@ async fn running(client: &kube::Client, ns: &str) -> usize {
 /// (`pool: scale`) a third light, the others busy (100m). Returns the drain pool's names.
 async fn populate(env: &TestEnv, nodes: usize, per_node: usize) -> anyhow::Result<Vec<String>> {
     let client = &env.client;
+    let shards = kwok_shards()?;
     for ns in [NS, DRAIN_NS] {
         Api::<Namespace>::all(client.clone())
             .create(
@@ -1231,7 +1259,7 @@ async fn populate(env: &TestEnv, nodes: usize, per_node: usize) -> anyhow::Resul
                     "metadata": {"name": name, "uid": etcd_load::uid(3, i),
                         "creationTimestamp": now,
                         "labels": {"pool": pool, "type": "kwok", "kubernetes.io/hostname": name,
-                            "ebb.dev/kwok-shard": (i % KWOK_SHARDS).to_string()},
+                            "ebb.dev/kwok-shard": (i % shards).to_string()},
                         "annotations": {"kwok.x-k8s.io/node": "fake"}},
                     "spec": {"podCIDR": cidr, "podCIDRs": [cidr]},
                     "status": {"capacity": res, "allocatable": res}}),
@@ -1500,7 +1528,7 @@ fn control_plane_pids(env: &TestEnv) -> Vec<(&'static str, u32)> {
         "kwok-3",
     ]
     .into_iter()
-    .take(5 + KWOK_SHARDS - 1)
+    .take(4 + kwok_shards().unwrap_or(1))
     .filter_map(|c| {
         let pid = std::fs::read_to_string(real.dir().join("pids").join(format!("{c}.pid")))
             .ok()?
