@@ -724,7 +724,6 @@ cmd_up() {
     --leader-elect=false --profiling=false \
     ${EBB_K8S_SCHEDULER_ARGS:-}
 
-  # shellcheck disable=SC2086
   # kwok fakes only the nodes annotated kwok.x-k8s.io/node=fake (all but a real node)
   local kwok_nodes=(--manage-all-nodes=true)
   ((real)) && kwok_nodes=(--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake)
