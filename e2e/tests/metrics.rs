@@ -319,11 +319,6 @@ async fn every_controller_metric_is_listed_with_its_type_and_passes_promtool() {
     m.steering_admitted(SteeringAdmission::patched);
     m.reconcile_failed(Reconciler::scaledown, "Status");
     m.replacement("p", ReplacementOutcome::on_plan, "");
-    m.replacement_start_timeouts
-        .get_or_create(&StartTimeoutLabels {
-            reason: StartTimeoutReason::longest_start,
-        })
-        .inc();
     let om = m.encode();
     assert_eq!(types(&om), expected(CONTROLLER), "{om}");
     for (name, _) in CONTROLLER {

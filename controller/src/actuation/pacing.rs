@@ -586,25 +586,21 @@ impl Pacer {
                             UNPACED_FOR.as_secs()
                         ),
                     ),
-                    StartTimeoutReason::longest_start => (
-                        !namespace_moved,
-                        namespace_moved,
+                    StartTimeoutReason::longest_start => (!namespace_moved, namespace_moved, {
+                        let (meanwhile, whose) = if namespace_moved {
+                            (
+                                ", while others of the namespace started",
+                                "this controller's",
+                            )
+                        } else {
+                            ("", "the namespace's")
+                        };
                         format!(
-                            "replacements not Running {}s after their eviction, the control plane not stalled{}: no longer waited for, and {} evictions are not paced for {}s",
+                            "replacements not Running {}s after their eviction, the control plane not stalled{meanwhile}: no longer waited for, and {whose} evictions are not paced for {}s",
                             LONGEST_START.as_secs(),
-                            if namespace_moved {
-                                ", while others of the namespace started"
-                            } else {
-                                ""
-                            },
-                            if namespace_moved {
-                                "this controller's"
-                            } else {
-                                "the namespace's"
-                            },
                             UNPACED_FOR.as_secs()
-                        ),
-                    ),
+                        )
+                    }),
                 };
                 if namespace {
                     unpaced.insert(owner.namespace.clone(), now + UNPACED_FOR);
@@ -924,7 +920,6 @@ mod tests {
             self.tick.send_modify(|v| *v += 1);
         }
 
-        /// Admits and settles `p`'s eviction (accepted) when the pacing lets it through.
         /// `ebb_replacement_start_timeouts_total` for `reason`.
         fn timeouts(&self, reason: StartTimeoutReason) -> u64 {
             self.metrics
@@ -933,6 +928,7 @@ mod tests {
                 .get()
         }
 
+        /// Admits and settles `p`'s eviction (accepted) when the pacing lets it through.
         fn evict(&self, p: &CachedPod) -> bool {
             let mut turn = self.pacer.turn(0);
             match turn.take(&r(p)) {
