@@ -17,9 +17,10 @@
 //!
 //! The last tenth of the nodes (`pool: drain`) hold light pods of their own ReplicaSets (namespace
 //! `scale-drain`, a PodDisruptionBudget of `maxUnavailable: 10%` each); the others (`pool:
-//! scale`, a third of them light) are watched by a DryRun policy. After the loops are measured a
-//! DrainAndDelete policy (`maxDrainParallelism` and `maxScaleDownParallelism` 50) removes the
-//! drain pool; the budgets are replayed from the audit log for violations.
+//! scale`, a third of them light, labelled for kwok to leave alone: they never move) are watched
+//! by a DryRun policy. After the loops are measured a DrainAndDelete policy (`maxDrainParallelism`
+//! and `maxScaleDownParallelism` 50) removes the drain pool; the budgets are replayed from the
+//! audit log for violations.
 //!
 //! Set-up is paid once per size: once every pod runs, etcd's data is saved under
 //! `EBB_SCALE_SNAPSHOTS` (default `~/.cache/ebb-scale`), keyed by the size, the populate
@@ -53,7 +54,7 @@ const NODES_PER_OWNER: usize = 10;
 /// Concurrent etcd transactions while populating (one owner and its pods each).
 const ETCD_CONCURRENCY: usize = 4;
 /// What `populate` makes; a saved cluster of another version is not reused.
-const POPULATE_VERSION: &str = "p7";
+const POPULATE_VERSION: &str = "p9";
 /// kwok processes (`EBB_SCALE_KWOK_SHARDS`, default 1), each managing the nodes labelled
 /// `ebb.dev/kwok-shard=<k>` (`populate` labels node `i` with `i % shards`). Four did not start a
 /// 5,000-node wave's replacements sooner on 2 cores: every kwok reads every pod event, and the
@@ -1160,6 +1161,14 @@ fn drain_violations(
     for x in v.iter().take(5) {
         println!("  violation: {x:?}");
     }
+    if !v.is_empty() {
+        // The cluster's directory goes with it: keep the log the violations were found in.
+        let kept = std::env::temp_dir().join(format!("ebb-scale-audit-{}.log", std::process::id()));
+        match std::fs::copy(&path, &kept) {
+            Ok(_) => println!("  the audit log is kept at {}", kept.display()),
+            Err(e) => println!("  the audit log could not be kept: {e}"),
+        }
+    }
     Ok(v.len())
 }
 
@@ -1460,10 +1469,21 @@ fn pod_object(p: PodOf<'_>) -> Value {
                     format!("k:{{\"ip\":{pod_ip}}}"): {".": {}, "f:ip": {}}},
                 "f:startTime": {}}}}
     ]);
+    // The DryRun pool's pods never move: kwok leaves them alone (its disregard label; a label,
+    // not an annotation, so that the pods stay as the earlier runs measured them). kwok opens
+    // its pod watch at resourceVersion 0, so each time that watch ends (every 5 to 10 minutes,
+    // or when the API server drops it as slow) it is sent every pod again and matches each
+    // against its stages on one goroutine: at 150,000 pods that took minutes, the drain wave's
+    // pods waited behind it, and the replays came faster than kwok got through them.
+    let labels = if p.namespace == NS {
+        json!({"app": app, "ebb.dev/e2e-unmanaged": "true"})
+    } else {
+        json!({"app": app})
+    };
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": p.name, "generateName": format!("{app}-"),
             "namespace": p.namespace, "uid": p.uid, "creationTimestamp": now,
-            "labels": {"app": app}, "managedFields": managed,
+            "labels": labels, "managedFields": managed,
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app,
                 "uid": rs_uid, "controller": true, "blockOwnerDeletion": true}]},
         "spec": spec, "status": status})

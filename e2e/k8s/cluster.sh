@@ -47,9 +47,10 @@
 # images in namespace k8s.io) and EBB_K8S_PAUSE_IMAGE (imported, runnable), and the API
 # server listens on the node's address instead of 127.0.0.1 (the kubeconfigs say which).
 #
-# kwok leaves the status of a node or pod annotated ebb.dev/e2e-unmanaged=true
-# alone: a test marks a node lost by annotating it and writing its Ready
-# condition False (no heartbeat puts it back).
+# kwok leaves the status of a node or pod annotated or labelled
+# ebb.dev/e2e-unmanaged=true alone: a test marks a node lost by annotating it and
+# writing its Ready condition False (no heartbeat puts it back); a bench labels
+# pods that never move and whose status it writes itself.
 #
 # Environment:
 #   EBB_K8S_BIN_DIR          binaries (default: `build.sh --print-bin-dir`)
@@ -738,6 +739,7 @@ cmd_up() {
     start "$name" --kubeconfig="$DIR/kwok.kubeconfig" --config="$config" \
       "${kwok_nodes[@]}" --node-lease-duration-seconds=40 \
       --disregard-status-with-annotation-selector=ebb.dev/e2e-unmanaged=true \
+      --disregard-status-with-label-selector=ebb.dev/e2e-unmanaged=true \
       ${EBB_K8S_KWOK_ARGS:-}
   done
 

@@ -358,6 +358,7 @@ pub struct PodInfo {
     /// `namespace/name`, made once and shared with the plans that move the pod.
     pub shared_key: Arc<str>,
     pub class: ClassId,
+    /// Only those the planner reads (`build::pod::PLANNER_POD_ANNOTATIONS`).
     pub annotations: BTreeMap<String, String>,
     pub owner: Option<OwnerRef>,
     /// Created from the kubelet's static manifests (`kubernetes.io/config.mirror`, a

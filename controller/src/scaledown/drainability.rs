@@ -241,6 +241,34 @@ mod tests {
         classify(&s, p, &rules, &mut PdbTracker::new(&s))
     }
 
+    #[test]
+    fn the_model_keeps_of_a_pods_annotations_only_those_drainability_reads() {
+        let objs = objects(
+            [node("n1").cpu("4")],
+            [pod("web-1")
+                .owned_by_rs("web")
+                .on("n1")
+                .annotation("team", "a")
+                .annotation("prometheus.io/scrape", "true")
+                .annotation(names::CA_ANNOTATION_SAFE_TO_EVICT, "false")
+                .annotation(names::KARPENTER_DO_NOT_DISRUPT, "true")],
+        );
+        let s = build_snapshot(&objs).unwrap();
+        let p = s.pod(
+            s.pod_by_uid(&objs.pods[0].metadata.uid.clone().unwrap())
+                .unwrap(),
+        );
+        let kept: Vec<&str> = p.annotations.keys().map(String::as_str).collect();
+        assert_eq!(
+            kept,
+            vec![
+                names::CA_ANNOTATION_SAFE_TO_EVICT,
+                names::KARPENTER_DO_NOT_DISRUPT
+            ]
+        );
+        assert_eq!(p.annotations[names::CA_ANNOTATION_SAFE_TO_EVICT], "false");
+    }
+
     fn one(p: PodBuilder) -> PodDisposition {
         classify_in(
             objects([node("n1").cpu("4")], [p.on("n1")]),

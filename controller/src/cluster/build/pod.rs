@@ -15,6 +15,26 @@ use crate::cluster::types::{
     TaintEffect, Toleration,
 };
 
+/// The annotations of a pod the planner reads (drainability's). The model keeps only these: the
+/// cache keeps them all for the readers that patch pods, and a second copy of a pod's every
+/// annotation cost about 600 bytes a pod (a map's first entry allocates a whole node).
+pub const PLANNER_POD_ANNOTATIONS: [&str; 3] = [
+    ebb_api::names::ANNOTATION_SAFE_TO_EVICT,
+    ebb_api::names::CA_ANNOTATION_SAFE_TO_EVICT,
+    ebb_api::names::KARPENTER_DO_NOT_DISRUPT,
+];
+
+/// A pod's [`PLANNER_POD_ANNOTATIONS`] (an empty map allocates nothing).
+fn planner_annotations(all: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    let Some(all) = all else {
+        return BTreeMap::new();
+    };
+    PLANNER_POD_ANNOTATIONS
+        .iter()
+        .filter_map(|k| all.get(*k).map(|v| ((*k).to_string(), v.clone())))
+        .collect()
+}
+
 /// What a pod's volumes say: local storage (hostPath, disk emptyDir) and the first claim bound
 /// to a PersistentVolume with node affinity (a local volume).
 #[derive(Default)]
@@ -286,7 +306,7 @@ fn pod_info(
             .flatten()
             .map(|o| o.kind.as_str()),
     );
-    let annotations = super::kept_annotations(meta.annotations.as_ref());
+    let annotations = planner_annotations(meta.annotations.as_ref());
     let terminal = matches!(phase, "Succeeded" | "Failed");
     let terminating = meta.deletion_timestamp.is_some();
     let bound = pod
