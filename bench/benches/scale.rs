@@ -11,7 +11,9 @@
 //! in JSON (`--pod-encoding json`); `EBB_SCALE_DRAIN=0` leaves the drain wave out;
 //! `EBB_SCALE_CONTROLLER=<path>` measures that binary as this build (for example the musl build
 //! the images ship) instead of the workspace's release build; `EBB_SCALE_WAVE_SECS` caps the
-//! drain wave (default 300 s and 2 s a drain-pool node). `EBB_SCALE_PERF=<dir>` records a CPU
+//! drain wave (default 300 s and 2 s a drain-pool node); for the wave kwok is stopped and the
+//! bench plays the drain pool's kubelet (`ebb_bench::kubelet`), `EBB_SCALE_KWOK_WAVE=1` leaves
+//! it to kwok. `EBB_SCALE_PERF=<dir>` records a CPU
 //! profile of each controller over its measured loops (`perf record`, DWARF call graphs) into
 //! `<dir>`.
 //!
@@ -921,6 +923,25 @@ async fn drain_wave(
     let budgets_before = drain_pool_objects::<PodDisruptionBudget>(&client).await?;
     // Its pods likewise: the set-up wrote them to etcd, so the log has no record of them.
     let pods_before = drain_pool_objects::<Pod>(&client).await?;
+    // kwok opens its pod watch at resourceVersion 0: each reopened watch replays every pod, and
+    // at 150,000 pods the replays could loop and leave the wave's pods unplayed for minutes. For
+    // the wave kwok is stopped and the bench plays the kubelet of the drain pool's pods, with
+    // kwok's delays (nodes keep their status: the node monitor's grace period is an hour).
+    // EBB_SCALE_KWOK_WAVE=1 leaves it to kwok.
+    let kubelet = if env_usize("EBB_SCALE_KWOK_WAVE", 0)? == 0 {
+        env.real()
+            .context("stopping kwok needs the real control plane")?
+            .stop_kwok()
+            .await?;
+        println!("  kwok stopped: the bench plays the kubelet of {DRAIN_NS}'s pods");
+        Some(tokio::spawn(ebb_bench::kubelet::run(
+            client.clone(),
+            DRAIN_NS,
+            ebb_bench::kubelet::Pacing::default(),
+        )))
+    } else {
+        None
+    };
     let started = Instant::now();
     create_policy(
         &client,
@@ -998,6 +1019,9 @@ async fn drain_wave(
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     pod_watch.abort();
+    if let Some(k) = kubelet {
+        k.abort();
+    }
     let took = if removed == drain_nodes.len() {
         started.elapsed()
     } else {

@@ -27,6 +27,9 @@
 #                                        starts from that copy (a bench's populated cluster
 #                                        in seconds)
 #   cluster.sh stop-controllers DIR      stop kube-controller-manager (SIGTERM)
+#   cluster.sh stop-kwok DIR             stop kwok (every shard): nodes keep their last status
+#                                        and pods are no longer started or ended, until the
+#                                        node monitor's grace period marks the nodes lost
 #   cluster.sh start-controllers DIR     start it again with the same flags: its caches list
 #                                        everything at once before any controller runs (a
 #                                        bench writes its objects to etcd in between, so no
@@ -859,6 +862,14 @@ cmd_stop_controllers() {
   log "kube-controller-manager stopped"
 }
 
+cmd_stop_kwok() {
+  set_dir "${1:-}"
+  [[ -f $DIR/pids/kwok.cmd ]] || die "no kwok recorded in $DIR (run: $0 up $DIR)"
+  local name
+  for name in $(kwok_extra_shards) kwok; do stop "$name" TERM; done
+  log "kwok stopped"
+}
+
 cmd_start_controllers() {
   set_dir "${1:-}"
   [[ -f $DIR/pids/kube-controller-manager.cmd ]] ||
@@ -894,10 +905,11 @@ main() {
   stop-etcd) cmd_stop_etcd "$@" ;;
   save-etcd) cmd_save_etcd "$@" ;;
   stop-controllers) cmd_stop_controllers "$@" ;;
+  stop-kwok) cmd_stop_kwok "$@" ;;
   start-controllers) cmd_start_controllers "$@" ;;
   down) cmd_down "$@" ;;
   -h | --help | help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' ;;
-  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|save-etcd|stop-controllers|start-controllers|down DIR ... (try --help)" ;;
+  *) die "usage: $0 up|add-node|restart-apiserver|stop-etcd|save-etcd|stop-controllers|stop-kwok|start-controllers|down DIR ... (try --help)" ;;
   esac
 }
 

@@ -628,6 +628,14 @@ impl RealCluster {
         Ok(())
     }
 
+    /// Stops kwok, every shard of it (`cluster.sh stop-kwok`): nodes keep their last status
+    /// and no pod is started or ended until something else plays their kubelet.
+    pub async fn stop_kwok(&self) -> anyhow::Result<()> {
+        let path = self.dir.path().to_string_lossy().into_owned();
+        run_script(&k8s_script("cluster.sh"), &["stop-kwok", &path]).await?;
+        Ok(())
+    }
+
     /// Starts kube-controller-manager again with its flags (`cluster.sh start-controllers`).
     pub async fn start_controllers(&self) -> anyhow::Result<()> {
         let path = self.dir.path().to_string_lossy().into_owned();
