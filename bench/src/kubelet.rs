@@ -148,8 +148,11 @@ pub async fn run(client: kube::Client, namespace: &str, pacing: Pacing) {
                         api.delete(&name, &dp).await.map(|_| ())
                     }
                 };
-                if let Err(e) = res {
-                    eprintln!("  kubelet: {name}: {e}");
+                match res {
+                    // Gone already: the pod garbage collector removes the pods of a deleted node.
+                    Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(e) => eprintln!("  kubelet: {name}: {e}"),
+                    Ok(()) => {}
                 }
             }
             if let Ok(mut b) = busy.lock() {
