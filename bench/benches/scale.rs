@@ -1405,18 +1405,11 @@ async fn populate(env: &TestEnv, nodes: usize, per_node: usize) -> anyhow::Resul
 /// Running at about 7 per second on the 2-core machine. With a pod IP and a started container no
 /// kwok pod stage matches the pod any more; its deletion is still kwok's.
 fn running_status(node: usize, k: usize) -> Value {
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
-    json!({"status": {
-        "phase": "Running",
-        "podIP": format!("10.{}.{}.{}", 64 + node / 256, node % 256, k + 1),
-        "startTime": now,
-        "conditions": [cond("PodScheduled"), cond("Initialized"), cond("ContainersReady"), cond("Ready")],
-        "containerStatuses": [{"name": "c", "image": "fake", "imageID": "", "ready": true,
-            "restartCount": 0, "started": true, "state": {"running": {"startedAt": now}}}]
-    }})
+    ebb_bench::kubelet::running_status(
+        &format!("10.{}.{}.{}", 64 + node / 256, node % 256, k + 1),
+        &[("c", "fake")],
+        jiff::Timestamp::now(),
+    )
 }
 
 /// What a bench pod is made of.
@@ -1460,7 +1453,6 @@ fn pod_object(p: PodOf<'_>) -> Value {
     let mut status = running_status(p.node, p.k)["status"].take();
     status["qosClass"] = json!("Burstable");
     let pod_ip = status["podIP"].clone();
-    status["podIPs"] = json!([{"ip": pod_ip}]);
     let host_ip = format!("10.1.{}.{}", p.node / 256, p.node % 256);
     status["hostIP"] = json!(host_ip);
     status["hostIPs"] = json!([{"ip": host_ip}]);

@@ -46,14 +46,24 @@ pub fn action(pod: &Pod, now: jiff::Timestamp) -> Option<Action> {
 
 /// The status a started pod reports: Running, Ready, its one container started, `ip` its IP.
 pub fn started_status(pod: &Pod, ip: &str, now: jiff::Timestamp) -> Value {
-    let now = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
-    let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
-    let containers: Vec<Value> = pod
+    let containers: Vec<(&str, &str)> = pod
         .spec
         .iter()
         .flat_map(|s| s.containers.iter())
-        .map(|c| {
-            json!({"name": c.name, "image": c.image.clone().unwrap_or_default(), "imageID": "",
+        .map(|c| (c.name.as_str(), c.image.as_deref().unwrap_or_default()))
+        .collect();
+    running_status(ip, &containers, now)
+}
+
+/// The status of a Running, Ready pod at `ip` whose `(name, image)` containers all started at
+/// `now` (also what the bench writes of the pods it sets up).
+pub fn running_status(ip: &str, containers: &[(&str, &str)], now: jiff::Timestamp) -> Value {
+    let now = now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let cond = |t: &str| json!({"type": t, "status": "True", "lastTransitionTime": now});
+    let containers: Vec<Value> = containers
+        .iter()
+        .map(|(name, image)| {
+            json!({"name": name, "image": image, "imageID": "",
                 "ready": true, "restartCount": 0, "started": true,
                 "state": {"running": {"startedAt": now}}})
         })
