@@ -16,18 +16,17 @@
 //! | container statuses | of terminated containers only: name, ready, `state.terminated` (exitCode, reason, startedAt, finishedAt) | placement's end classification (exit code, OOMKilled, how long it ran) |
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Affinity, ContainerPort, EmptyDirVolumeSource, HostPathVolumeSource,
     PersistentVolumeClaimVolumeSource, Pod, PodSchedulingGate, ResourceRequirements, Toleration,
     TopologySpreadConstraint,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 
 use super::build::LAST_APPLIED;
+use super::compact_map::{CompactMap, ResourceList};
 
 /// The scheduler of pods that name none.
 pub const DEFAULT_SCHEDULER: &str = "default-scheduler";
@@ -51,14 +50,15 @@ pub struct PodSpec {
     pub containers: Vec<Container>,
     pub init_containers: Option<Vec<Container>>,
     pub volumes: Option<Vec<Volume>>,
-    pub affinity: Option<Affinity>,
-    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Boxed: most pods have none, and inline it would take 144 bytes of every pod.
+    pub affinity: Option<Box<Affinity>>,
+    pub node_selector: Option<CompactMap<String>>,
     pub tolerations: Option<Vec<Toleration>>,
     pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
     pub scheduling_gates: Option<Vec<PodSchedulingGate>>,
-    pub overhead: Option<BTreeMap<String, Quantity>>,
-    /// Pod-level resources (rare; read whole).
-    pub resources: Option<ResourceRequirements>,
+    pub overhead: Option<ResourceList>,
+    /// Pod-level resources (rare; read whole; boxed, as affinity).
+    pub resources: Option<Box<ResourceRequirements>>,
     pub termination_grace_period_seconds: Option<i64>,
 }
 
@@ -77,7 +77,7 @@ pub struct Container {
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
 #[serde(default)]
 pub struct Requests {
-    pub requests: Option<BTreeMap<String, Quantity>>,
+    pub requests: Option<ResourceList>,
 }
 
 /// A volume that says something about local storage or a claim.
@@ -292,13 +292,13 @@ impl From<Pod> for CachedPod {
                     })
                     .collect()
             }),
-            affinity: s.affinity,
-            node_selector: s.node_selector,
+            affinity: s.affinity.map(Box::new),
+            node_selector: s.node_selector.map(CompactMap::from),
             tolerations: s.tolerations,
             topology_spread_constraints: s.topology_spread_constraints,
             scheduling_gates: s.scheduling_gates,
-            overhead: s.overhead,
-            resources: s.resources,
+            overhead: s.overhead.map(ResourceList::from),
+            resources: s.resources.map(Box::new),
             termination_grace_period_seconds: s.termination_grace_period_seconds,
         });
         let statuses = |v: Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>| {
@@ -352,7 +352,7 @@ impl From<k8s_openapi::api::core::v1::Container> for Container {
         Container {
             name: c.name,
             resources: c.resources.map(|r| Requests {
-                requests: r.requests,
+                requests: r.requests.map(ResourceList::from),
             }),
             restart_policy: c.restart_policy,
             ports: c.ports,

@@ -72,19 +72,19 @@ fn try_list<T, U>(v: Vec<T>, f: impl FnMut(T) -> R<U>) -> R<Option<Vec<U>>> {
     v.into_iter().map(f).collect::<R<Vec<U>>>().map(Some)
 }
 
-/// `omitempty` map of strings.
-fn strings(m: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
-    (!m.is_empty()).then_some(m)
+/// `omitempty` map of strings (a `BTreeMap`, or the cache's `CompactMap`).
+fn strings<C: From<BTreeMap<String, String>>>(m: BTreeMap<String, String>) -> Option<C> {
+    (!m.is_empty()).then(|| C::from(m))
 }
 
 fn quantity(q: k8s_pb::apimachinery::pkg::api::resource::Quantity) -> Quantity {
     Quantity(q.string.unwrap_or_default())
 }
 
-/// `omitempty` resource list.
-fn resources(
+/// `omitempty` resource list (a `BTreeMap`, or the cache's `ResourceList`).
+fn resources<C: FromIterator<(String, Quantity)>>(
     m: BTreeMap<String, k8s_pb::apimachinery::pkg::api::resource::Quantity>,
-) -> Option<BTreeMap<String, Quantity>> {
+) -> Option<C> {
     (!m.is_empty()).then(|| m.into_iter().map(|(k, q)| (k, quantity(q))).collect())
 }
 
@@ -131,7 +131,7 @@ fn pod_spec(s: pb::PodSpec) -> PodSpec {
         containers: s.containers.into_iter().map(container).collect(),
         init_containers: list(s.init_containers, container),
         volumes: list(s.volumes, volume),
-        affinity: s.affinity.map(affinity),
+        affinity: s.affinity.map(|a| Box::new(affinity(a))),
         node_selector: strings(s.node_selector),
         tolerations: list(s.tolerations, |t| json::Toleration {
             key: nonempty(t.key),
@@ -156,7 +156,7 @@ fn pod_spec(s: pb::PodSpec) -> PodSpec {
             name: g.name.unwrap_or_default(),
         }),
         overhead: resources(s.overhead),
-        resources: s.resources.map(requirements),
+        resources: s.resources.map(|r| Box::new(requirements(r))),
         termination_grace_period_seconds: s.termination_grace_period_seconds,
     }
 }

@@ -5,6 +5,7 @@
 pub mod build;
 pub mod cached_pod;
 pub mod cached_pod_pb;
+pub mod compact_map;
 pub mod incremental;
 pub mod live;
 pub mod machines;

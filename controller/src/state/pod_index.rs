@@ -16,17 +16,41 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use crate::actuation::pods::node_of;
 use crate::cluster::types::Selector;
 
+/// A pod's name and namespace, allocated once per pod and shared by every map that names it
+/// (each map then holds a pointer, not its own copy of both strings).
+type Key = Arc<ObjectRef<CachedPod>>;
+
 #[derive(Default)]
 struct Inner {
-    by_node: HashMap<String, HashSet<ObjectRef<CachedPod>>>,
-    by_namespace: HashMap<String, HashSet<ObjectRef<CachedPod>>>,
-    /// Where each indexed pod was last seen bound.
-    node: HashMap<ObjectRef<CachedPod>, String>,
+    by_node: HashMap<Arc<str>, HashSet<Key>>,
+    by_namespace: HashMap<String, HashSet<Key>>,
+    /// Where each indexed pod was last seen bound (the name shared with `by_node`'s key).
+    node: HashMap<Key, Arc<str>>,
     /// By namespace, then by who asked (a budget's `namespace/name`, or a controller whose pods
     /// are watched): the pods it picks.
     selections: HashMap<String, HashMap<String, Selection>>,
     /// Pods with at least one scheduling gate (few: a gate is lifted within seconds).
-    gated: HashSet<ObjectRef<CachedPod>>,
+    gated: HashSet<Key>,
+}
+
+impl Inner {
+    /// The index's key of `pod`: the one its maps share when it is indexed, else a new one.
+    fn key(&self, pod: &CachedPod, ns: &str) -> Key {
+        let fresh = key(pod);
+        self.by_namespace
+            .get(ns)
+            .and_then(|set| set.get(&fresh))
+            .cloned()
+            .unwrap_or_else(|| Arc::new(fresh))
+    }
+
+    /// The shared name of `node` when a pod is indexed on it, else a new one.
+    fn node_name(&self, node: &str) -> Arc<str> {
+        self.by_node
+            .get_key_value(node)
+            .map(|(k, _)| k.clone())
+            .unwrap_or_else(|| Arc::from(node))
+    }
 }
 
 /// Whether a scheduling gate (anyone's) holds the pod.
@@ -41,10 +65,10 @@ fn has_gates(pod: &CachedPod) -> bool {
 /// asked for (or when the selector changed), then kept by every pod event.
 struct Selection {
     picks: Picks,
-    members: HashSet<ObjectRef<CachedPod>>,
+    members: HashSet<Key>,
     /// Members the watch applied since [`PodIndex::controlled_changes`] last took them (kept
     /// only for the selections it reads).
-    changed: Option<HashSet<ObjectRef<CachedPod>>>,
+    changed: Option<HashSet<Key>>,
 }
 
 /// Which pods of a namespace a selection holds.
@@ -99,10 +123,10 @@ impl PodIndex {
 
     /// A pod the watch added or changed (or listed again).
     pub fn applied(&self, pod: &CachedPod) {
-        let key = key(pod);
         let ns = pod.namespace().unwrap_or_default();
-        let node = node_of(pod).map(str::to_string);
         let mut inner = self.lock();
+        let key = inner.key(pod, &ns);
+        let node = node_of(pod).map(|n| inner.node_name(n));
         if has_gates(pod) {
             inner.gated.insert(key.clone());
         } else {
@@ -146,17 +170,18 @@ impl PodIndex {
     /// A pod the watch saw deleted.
     pub fn deleted(&self, pod: &CachedPod) {
         let key = key(pod);
+        let key = &key;
         let ns = pod.namespace().unwrap_or_default();
         let mut inner = self.lock();
         if let Some(selections) = inner.selections.get_mut(&ns) {
             for s in selections.values_mut() {
-                s.members.remove(&key);
+                s.members.remove(key);
             }
         }
-        inner.gated.remove(&key);
-        remove(&mut inner.by_namespace, &ns, &key);
-        if let Some(old) = inner.node.remove(&key) {
-            remove(&mut inner.by_node, &old, &key);
+        inner.gated.remove(key);
+        remove(&mut inner.by_namespace, &ns, key);
+        if let Some(old) = inner.node.remove(key) {
+            remove(&mut inner.by_node, &old, key);
         }
     }
 
@@ -165,7 +190,7 @@ impl PodIndex {
         if !self.fed {
             return pods.state_filter(|p| node_of(p) == Some(node));
         }
-        let keys: Vec<ObjectRef<CachedPod>> = match self.lock().by_node.get(node) {
+        let keys: Vec<Key> = match self.lock().by_node.get(node) {
             Some(k) => k.iter().cloned().collect(),
             None => return Vec::new(),
         };
@@ -174,7 +199,7 @@ impl PodIndex {
             let mut inner = self.lock();
             for k in &stale {
                 remove(&mut inner.by_node, node, k);
-                if inner.node.get(k).map(String::as_str) == Some(node) {
+                if inner.node.get(k).map(|n| &**n) == Some(node) {
                     inner.node.remove(k);
                 }
             }
@@ -187,7 +212,7 @@ impl PodIndex {
         if !self.fed {
             return pods.state_filter(has_gates);
         }
-        let keys: Vec<ObjectRef<CachedPod>> = self.lock().gated.iter().cloned().collect();
+        let keys: Vec<Key> = self.lock().gated.iter().cloned().collect();
         let (found, stale) = read(keys, pods, has_gates);
         if !stale.is_empty() {
             let mut inner = self.lock();
@@ -294,7 +319,7 @@ impl PodIndex {
         if !self.fed {
             return pods.state_filter(|p| keep(p));
         }
-        let keys: Vec<ObjectRef<CachedPod>> = {
+        let keys: Vec<Key> = {
             let mut inner = self.lock();
             let current = inner
                 .selections
@@ -304,7 +329,7 @@ impl PodIndex {
             if !current {
                 // Under the index's lock: a pod the watch applies meanwhile is matched by its
                 // own event, after this pass.
-                let members: HashSet<ObjectRef<CachedPod>> = inner
+                let members: HashSet<Key> = inner
                     .by_namespace
                     .get(namespace)
                     .into_iter()
@@ -384,8 +409,8 @@ fn key(pod: &CachedPod) -> ObjectRef<CachedPod> {
     }
 }
 
-fn remove(
-    map: &mut HashMap<String, HashSet<ObjectRef<CachedPod>>>,
+fn remove<K: std::borrow::Borrow<str> + Eq + std::hash::Hash>(
+    map: &mut HashMap<K, HashSet<Key>>,
     at: &str,
     key: &ObjectRef<CachedPod>,
 ) {
@@ -399,10 +424,10 @@ fn remove(
 
 /// The pods of `keys` the cache holds and `keep` accepts, and the keys it no longer holds so.
 fn read(
-    keys: Vec<ObjectRef<CachedPod>>,
+    keys: Vec<Key>,
     pods: &Store<CachedPod>,
     keep: impl Fn(&CachedPod) -> bool,
-) -> (Vec<Arc<CachedPod>>, Vec<ObjectRef<CachedPod>>) {
+) -> (Vec<Arc<CachedPod>>, Vec<Key>) {
     let mut found = Vec::with_capacity(keys.len());
     let mut stale = Vec::new();
     for k in keys {
@@ -474,6 +499,41 @@ mod tests {
     ) {
         writer.apply_watcher_event(&Event::Apply(p.clone()));
         index.applied(&p);
+    }
+
+    #[test]
+    fn every_map_shares_one_key_per_pod_and_one_name_per_node() {
+        let (reader, mut writer) = store::<CachedPod>();
+        let index = PodIndex::watched();
+        let mut apply = |p: CachedPod| watched_apply(&mut writer, &index, p);
+        apply(pod("a", "p1", Some("n1")));
+        apply(pod("a", "p2", Some("n1")));
+        // The budget's selection and the pod applied again, bound elsewhere, then back.
+        assert_eq!(names(in_namespace(&index, "a", &reader)), ["p1", "p2"]);
+        apply(pod("a", "p1", Some("n2")));
+        apply(pod("a", "p1", Some("n1")));
+        let inner = index.lock();
+        let probe = key(&pod("a", "p1", None));
+        let in_ns = inner.by_namespace["a"]
+            .get(&probe)
+            .expect("indexed by namespace");
+        let (in_node_map, node) = inner.node.get_key_value(&probe).expect("indexed by node");
+        let on_node = inner.by_node["n1"].get(&probe).expect("indexed on n1");
+        let selected = inner.selections["a"]["all"]
+            .members
+            .get(&probe)
+            .expect("selected");
+        for k in [in_node_map, on_node, selected] {
+            assert!(Arc::ptr_eq(in_ns, k), "one allocation per pod's key");
+        }
+        let (n1, _) = inner.by_node.get_key_value("n1").expect("n1 indexed");
+        assert!(Arc::ptr_eq(n1, node), "one allocation per node's name");
+        // The probe is a value of its own: every reference counted is one of the maps'.
+        assert_eq!(
+            Arc::strong_count(in_ns),
+            4,
+            "namespace, node map, node set, selection"
+        );
     }
 
     #[test]

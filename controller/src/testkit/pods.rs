@@ -1,10 +1,9 @@
 //! Pod builder: a Running, Ready pod in namespace `default` with uid `uid-<namespace>-<name>`
 //! and one container, refined with requests, owners, status and volumes.
 
-use std::collections::BTreeMap;
-
 use crate::cluster::CachedPod;
 use crate::cluster::cached_pod::{Container, PodCondition, PodSpec, PodStatus, Requests, Volume};
+use crate::cluster::compact_map::ResourceList;
 use k8s_openapi::api::core::v1::{
     EmptyDirVolumeSource, HostPathVolumeSource, PersistentVolumeClaimVolumeSource,
 };
@@ -30,7 +29,7 @@ pub fn pod(name: &str) -> PodBuilder {
             containers: vec![Container {
                 name: "main".into(),
                 resources: Some(Requests {
-                    requests: Some(BTreeMap::new()),
+                    requests: Some(ResourceList::default()),
                 }),
                 ..Default::default()
             }],
@@ -95,14 +94,20 @@ impl PodBuilder {
             name: format!("init-{n}"),
             restart_policy: sidecar.then(|| "Always".to_string()),
             resources: Some(Requests {
-                requests: Some(BTreeMap::from([("cpu".to_string(), Quantity(v.into()))])),
+                requests: Some(ResourceList::from_iter([(
+                    "cpu".to_string(),
+                    Quantity(v.into()),
+                )])),
             }),
             ..Default::default()
         });
         self
     }
     pub fn overhead_cpu(mut self, v: &str) -> Self {
-        self.spec().overhead = Some(BTreeMap::from([("cpu".to_string(), Quantity(v.into()))]));
+        self.spec().overhead = Some(ResourceList::from_iter([(
+            "cpu".to_string(),
+            Quantity(v.into()),
+        )]));
         self
     }
     pub fn label(mut self, k: &str, v: &str) -> Self {

@@ -107,15 +107,15 @@ fn quantity_err(
 }
 
 /// Adds a resource list (`requests`, `allocatable`, `overhead`) into `Resources`.
-fn resources_from(
-    list: Option<&BTreeMap<String, Quantity>>,
+fn resources_from<'a>(
+    list: impl IntoIterator<Item = (&'a String, &'a Quantity)>,
     kind: &'static str,
     object: &str,
     field: &str,
 ) -> Result<(Resources, Option<i64>), SnapshotError> {
     let mut r = Resources::default();
     let mut pods = None;
-    for (name, q) in list.into_iter().flatten() {
+    for (name, q) in list {
         let f = || format!("{field}.{name}");
         match name.as_str() {
             "cpu" => {

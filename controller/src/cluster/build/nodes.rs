@@ -23,7 +23,9 @@ pub fn parse_node(node: &Node) -> Result<NodeInfo, SnapshotError> {
     let (allocatable, pods) = resources_from(
         status
             .and_then(|s| s.allocatable.as_ref())
-            .or(status.and_then(|s| s.capacity.as_ref())),
+            .or(status.and_then(|s| s.capacity.as_ref()))
+            .into_iter()
+            .flatten(),
         "Node",
         &name,
         "status.allocatable",

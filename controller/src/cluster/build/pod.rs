@@ -83,7 +83,11 @@ fn scheduling_requirements(
     req: &mut SchedRequirements,
 ) -> Result<(), SnapshotError> {
     req.requests = effective_requests(spec, object)?;
-    req.node_selector = spec.node_selector.clone().unwrap_or_default();
+    req.node_selector = spec
+        .node_selector
+        .as_ref()
+        .map(BTreeMap::from)
+        .unwrap_or_default();
     let affinity = spec.affinity.as_ref();
     if let Some(ns) = affinity
         .and_then(|a| a.node_affinity.as_ref())
@@ -126,7 +130,11 @@ fn container_requests(
     field: &str,
 ) -> Result<Resources, SnapshotError> {
     Ok(resources_from(
-        c.resources.as_ref().and_then(|r| r.requests.as_ref()),
+        c.resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .flatten(),
         "Pod",
         object,
         &format!("{field}[{}].resources.requests", c.name),
@@ -156,7 +164,12 @@ fn effective_requests(spec: &PodSpec, object: &str) -> Result<Resources, Snapsho
     }
     sum.add(&sidecars);
     sum.max_with(&init_max);
-    let (overhead, _) = resources_from(spec.overhead.as_ref(), "Pod", object, "spec.overhead")?;
+    let (overhead, _) = resources_from(
+        spec.overhead.iter().flatten(),
+        "Pod",
+        object,
+        "spec.overhead",
+    )?;
     sum.add(&overhead);
     sum.extended.retain(|(_, v)| *v != 0);
     Ok(sum)

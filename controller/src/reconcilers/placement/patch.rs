@@ -55,7 +55,7 @@ fn tightened(
     let mut affinity = pod
         .spec
         .as_ref()
-        .and_then(|s| s.affinity.clone())
+        .and_then(|s| s.affinity.as_deref().cloned())
         .unwrap_or_default();
     let node = affinity
         .node_affinity
