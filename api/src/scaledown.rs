@@ -245,7 +245,9 @@ pub struct ScaleDownPolicySpec {
     /// Keep nodes with pods owned by controllers ebb does not know.
     #[serde(default = "defaults::yes")]
     pub skip_nodes_with_custom_controller_pods: bool,
-    /// Most nodes soft-tainted (or untainted) per loop.
+    /// Most nodes soft-tainted (or untainted) per loop (`maxBulkSoftTaintTime` bounds the loop's
+    /// writes too). Drains start once every candidate carries the soft taint; 0 turns soft
+    /// tainting off.
     #[serde(default = "defaults::max_bulk_soft_taint_count")]
     #[schemars(range(min = 0))]
     pub max_bulk_soft_taint_count: i32,
@@ -347,7 +349,7 @@ pub mod defaults {
         true
     }
     pub fn max_bulk_soft_taint_count() -> i32 {
-        10
+        1000
     }
     pub fn max_bulk_soft_taint_time() -> KubeDuration {
         KubeDuration::from_secs(3)

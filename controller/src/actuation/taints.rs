@@ -106,6 +106,8 @@ pub struct SoftTaintPlan {
     pub add: Vec<String>,
     /// Changes left for the next loop because of the per-loop cap.
     pub deferred: usize,
+    /// Of those, candidates left without the soft taint.
+    pub deferred_adds: usize,
 }
 
 impl SoftTaintPlan {
@@ -142,10 +144,12 @@ pub fn plan_soft_taints<'a>(
     remove.sort();
     add.sort();
     let total = remove.len() + add.len();
+    let adds = add.len();
     remove.truncate(cap);
     add.truncate(cap - remove.len());
     let deferred = total - remove.len() - add.len();
     SoftTaintPlan {
+        deferred_adds: adds - add.len(),
         remove,
         add,
         deferred,
@@ -223,6 +227,10 @@ mod tests {
         assert_eq!(capped.remove, vec!["c"], "removals go first");
         assert_eq!(capped.add, vec!["a"]);
         assert_eq!(capped.deferred, 2);
+        assert_eq!(capped.deferred_adds, 2, "d and e wait");
+        let removals_only = plan_soft_taints(&nodes, &candidates, &draining, 1);
+        assert_eq!(removals_only.deferred_adds, 3);
+        assert_eq!(plan.deferred_adds, 0);
         assert!(
             plan_soft_taints(&nodes, &candidates, &draining, 0)
                 .add

@@ -31,21 +31,33 @@ pub async fn act(
     planned: &Planned,
 ) {
     if acts(policy, ctx, observed) {
-        update_soft_taints(policy, ctx, observed, planned).await;
+        let unmarked = update_soft_taints(policy, ctx, observed, planned).await;
         roll_back_stray_taints(ctx, observed).await;
-        start_drains(policy, ctx, memory, observed, planned).await;
+        // Pods evicted now would be placed by the scheduler on the emptiest nodes: the other
+        // candidates, unless they carry the soft taint. A candidate that receives them is held
+        // for `recentEvictionWindow` (nothing is moved twice), so drains wait for the marks.
+        if unmarked == 0 {
+            start_drains(policy, ctx, memory, observed, planned).await;
+        } else {
+            tracing::info!(
+                unmarked,
+                "drains wait until every candidate carries the soft taint"
+            );
+        }
     } else if ctx.leadership.is_leader() {
         stand_down(ctx, memory, observed).await;
     }
 }
 
-/// Soft taints (`ebb.dev/candidate`), removals first, within the per-loop cap and time limit.
+/// Soft taints (`ebb.dev/deletion-candidate`), removals first, within the per-loop cap and time
+/// limit. Returns how many candidates the cap or the time limit left without it (0 when soft
+/// tainting is off: a cap or a time limit of 0; a failed write is not waited for).
 async fn update_soft_taints(
     policy: &ScaleDownPolicy,
     ctx: &Context,
     observed: &Observed,
     planned: &Planned,
-) {
+) -> usize {
     let spec = &policy.spec;
     let writer = ctx.actuator.node_writer();
     let t = Instant::now();
@@ -56,7 +68,9 @@ async fn update_soft_taints(
         spec.max_bulk_soft_taint_count.max(0) as usize,
     );
     let limit = spec.max_bulk_soft_taint_time.as_duration();
-    let mut done = 0usize;
+    let off = spec.max_bulk_soft_taint_count <= 0 || limit.is_zero();
+    let mut unmarked = soft.deferred_adds;
+    let (mut done, mut tried) = (0usize, 0usize);
     let changes: Vec<(&String, bool)> = soft
         .remove
         .iter()
@@ -66,7 +80,9 @@ async fn update_soft_taints(
     // A few writes at a time, the time limit checked between them.
     for chunk in changes.chunks(CONCURRENT_STARTS) {
         if t.elapsed() >= limit {
-            let left = changes.len() - done;
+            let left = changes.len() - tried;
+            // Adds come last: those not tried yet.
+            unmarked += soft.add.len().min(changes.len() - tried);
             tracing::info!(
                 done,
                 left,
@@ -74,6 +90,7 @@ async fn update_soft_taints(
             );
             break;
         }
+        tried += chunk.len();
         let writes = chunk.iter().map(|&(node, add)| async move {
             if add {
                 writer
@@ -100,6 +117,7 @@ async fn update_soft_taints(
         );
     }
     ctx.metrics.observe(Function::soft_taint, t.elapsed());
+    if off { 0 } else { unmarked }
 }
 
 /// Never leak: a to-be-deleted taint with no drain behind it is rolled back.
