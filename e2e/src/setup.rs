@@ -578,16 +578,7 @@ impl PodLog {
     pub fn watch(client: &kube::Client) -> (Self, AbortOnDrop) {
         let log = Self::default();
         let l = log.clone();
-        let api: Api<Pod> = Api::all(client.clone());
-        let task = tokio::spawn(async move {
-            let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
-            while let Some(ev) = s.next().await {
-                if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = ev {
-                    l.see(&p);
-                }
-            }
-        });
-        (log, AbortOnDrop(task))
+        (log, watch_all(client, move |p: &Pod| l.see(p)))
     }
 
     fn see(&self, p: &Pod) {
@@ -663,6 +654,70 @@ pub fn cpu_milli(q: &str) -> i64 {
         return m.parse().unwrap_or(0);
     }
     q.parse::<f64>().map_or(0, |c| (c * 1000.0).round() as i64)
+}
+
+/// A watch over all nodes, from the test's start: where in the API server's order of node events
+/// each taint key first showed on each node.
+#[derive(Clone, Default)]
+pub struct TaintLog(Arc<Mutex<TaintLogInner>>);
+
+#[derive(Default)]
+struct TaintLogInner {
+    events: usize,
+    /// Taint key → node → the number of the node event that first showed it.
+    first: BTreeMap<String, BTreeMap<String, usize>>,
+}
+
+impl TaintLog {
+    /// Starts watching; the task ends when the returned handle is dropped (aborted).
+    pub fn watch(client: &kube::Client) -> (Self, AbortOnDrop) {
+        let log = Self::default();
+        let l = log.clone();
+        (log, watch_all(client, move |n: &Node| l.see(n)))
+    }
+
+    fn see(&self, n: &Node) {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        let mut g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.events += 1;
+        let at = g.events;
+        for t in n.spec.iter().flat_map(|s| s.taints.iter().flatten()) {
+            g.first
+                .entry(t.key.clone())
+                .or_default()
+                .entry(name.clone())
+                .or_insert(at);
+        }
+    }
+
+    /// Node → the number of the node event that first showed taint `key` on it.
+    pub fn first_shown(&self, key: &str) -> BTreeMap<String, usize> {
+        let g = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        g.first.get(key).cloned().unwrap_or_default()
+    }
+}
+
+/// Watches every object of kind `K` from now, handing each one added or changed (or listed) to
+/// `see`, until the returned handle is dropped.
+fn watch_all<K, F>(client: &kube::Client, mut see: F) -> AbortOnDrop
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + 'static,
+    F: FnMut(&K) + Send + 'static,
+{
+    let api: Api<K> = Api::all(client.clone());
+    AbortOnDrop(tokio::spawn(async move {
+        let mut s = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff());
+        while let Some(ev) = s.next().await {
+            if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = ev {
+                see(&o);
+            }
+        }
+    }))
 }
 
 /// A task aborted when this is dropped.

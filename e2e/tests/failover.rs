@@ -106,7 +106,7 @@ async fn pdb_paced_pool(c: &Cluster, web_ready_after: Duration) {
 async fn apply_pool_policy(client: &kube::Client) {
     let spec = merged(
         fast_policy_spec("drain"),
-        &json!({"utilizationThreshold": 0.6, "maxBulkSoftTaintCount": 100,
+        &json!({"utilizationThreshold": 0.6,
             "maxPodEvictionTime": "300s"}),
     );
     create_policy(client, "pool", spec).await.unwrap();

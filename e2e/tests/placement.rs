@@ -624,7 +624,6 @@ async fn pod_evicted_by_a_scaledown_policy_is_not_pinned_back(backend) {
             "maxDrainParallelism": 10,
             "evictionRetryInterval": "200ms",
             "maxPodEvictionTime": "60s",
-            "maxBulkSoftTaintCount": 100,
             "recentEvictionWindow": "5s",
         },
     }))

@@ -17,7 +17,7 @@ use ebb_e2e::AuditRecord;
 use ebb_e2e::harness::{Backend, TestEnv, wait_for};
 use ebb_e2e::pdb_safety;
 use ebb_e2e::setup::{
-    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, PodChange, PodLog, bare_pod,
+    Apps, Cluster, Controller, DEFAULT_RECHECK, NodeGroup, PodChange, PodLog, TaintLog, bare_pod,
     controller_audit_user, create_policy, fast_policy_spec, has_taint, impersonating_kubeconfig,
     key, merged, node_of, nodes, peak_unavailable, running_pods, wait_running,
 };
@@ -77,11 +77,7 @@ async fn add_keep_nodes(c: &Cluster) {
 
 /// A ScaleDownPolicy on nodes labelled `pool: drain`, acting fast; `extra` overrides the spec.
 async fn apply_policy(client: &kube::Client, name: &str, extra: Value) {
-    let spec = merged(
-        fast_policy_spec("drain"),
-        &json!({"maxBulkSoftTaintCount": 100}),
-    );
-    create_policy(client, name, merged(spec, &extra))
+    create_policy(client, name, merged(fast_policy_spec("drain"), &extra))
         .await
         .unwrap();
 }
@@ -657,6 +653,55 @@ async fn sixty_underutilised_nodes_drain_in_parallel(backend) {
     // A replacement starts within kwok's two pod stages (up to 0.5 s each) or the sim's 1 s of
     // sim time; a few seconds more are allowed for the scheduler and the watch.
     fidelity(&c, &ctl, &pods, &drain, Duration::from_secs(6)).await;
+    assert_scaledown_safe(env, &[&user]);
+}
+
+/// 1b. Drains wait for the soft taints. Four under-used nodes of a pool with no taint of its own
+/// and `maxBulkSoftTaintCount: 1`: the candidates are marked one a loop, and no node shows the
+/// to-be-deleted taint (no pod is evicted) before every removed node showed
+/// `ebb.dev/deletion-candidate`. A drain started earlier would send its pods' replacements to
+/// the unmarked candidates, the emptiest nodes, which would then be held as
+/// `DestinationOfMovedPods`.
+async fn drains_wait_until_every_candidate_carries_the_soft_taint(backend) {
+    let c = start(backend, 20.0).await;
+    let env = &c.env;
+    let spare = NodeGroup {
+        labels: json!({"pool": "drain"}),
+        ..NodeGroup::plain("spare-", 4, "2", "8Gi")
+    };
+    c.add_nodes(&spare).await.unwrap();
+    c.add_apps(&Apps {
+        count: 2,
+        replicas: 2,
+        ..Apps::default()
+    })
+    .await
+    .unwrap();
+    wait_running(&env.client, 4).await.unwrap();
+    add_keep_nodes(&c).await;
+    let (taints, _w) = TaintLog::watch(&env.client);
+    let spares = names("spare-", 4);
+    let _ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
+    apply_policy(
+        &env.client,
+        "pool",
+        json!({"maxBulkSoftTaintCount": 1, "maxDrainParallelism": 4}),
+    )
+    .await;
+    wait_nodes_deleted(&env.client, "pool", &spares, Duration::from_secs(120)).await;
+    let soft = taints.first_shown(CANDIDATE);
+    let hard = taints.first_shown(TO_BE_DELETED);
+    let first_drain = hard.values().min().copied();
+    let first_drain = first_drain.expect("the removed nodes were drained (to-be-deleted taint)");
+    for node in &spares {
+        let marked = soft.get(node).copied();
+        assert!(
+            marked.is_some_and(|m| m < first_drain),
+            "{node} showed the soft taint (event {marked:?}) before the first drain (event \
+             {first_drain}); soft {soft:?}, to-be-deleted {hard:?}"
+        );
+    }
+    let user = controller_audit_user(env, "pool").await.unwrap();
     assert_scaledown_safe(env, &[&user]);
 }
 
@@ -1653,16 +1698,9 @@ async fn a_packed_pool_drains_with_every_replacement_on_its_planned_node() {
     let drain = names("drain-", 6);
     let ctl = Controller::spawn(env, CONTROLLER, false, DEFAULT_RECHECK).unwrap();
     // The policy at the default utilizationThreshold.
-    create_policy(
-        &env.client,
-        "pool",
-        merged(
-            fast_policy_spec("drain"),
-            &json!({"maxBulkSoftTaintCount": 100}),
-        ),
-    )
-    .await
-    .unwrap();
+    create_policy(&env.client, "pool", fast_policy_spec("drain"))
+        .await
+        .unwrap();
     wait_nodes_deleted(&env.client, "pool", &drain, Duration::from_secs(90)).await;
     wait_running(&env.client, 12).await.unwrap();
     let after = running_pods(&env.client).await;

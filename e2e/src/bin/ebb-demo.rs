@@ -104,7 +104,6 @@ fn policy(mode: &str) -> anyhow::Result<ScaleDownPolicy> {
             "maxDrainParallelism": 10,
             "evictionRetryInterval": "500ms",
             "maxPodEvictionTime": "60s",
-            "maxBulkSoftTaintCount": 100,
             "recentEvictionWindow": "5s",
         },
     }))
