@@ -246,8 +246,8 @@ pub struct ScaleDownPolicySpec {
     #[serde(default = "defaults::yes")]
     pub skip_nodes_with_custom_controller_pods: bool,
     /// Most nodes soft-tainted (or untainted) per loop (`maxBulkSoftTaintTime` bounds the loop's
-    /// writes too). Drains start once every candidate carries the soft taint; 0 turns soft
-    /// tainting off.
+    /// writes too). Drains start once every candidate carries the soft taint (or after waiting a
+    /// minute for it); 0 turns soft tainting off.
     #[serde(default = "defaults::max_bulk_soft_taint_count")]
     #[schemars(range(min = 0))]
     pub max_bulk_soft_taint_count: i32,

@@ -156,6 +156,30 @@ pub fn plan_soft_taints<'a>(
     }
 }
 
+/// Drains wait while candidates lack the soft taint (their pods' replacements would land on the
+/// unmarked ones), but at most [`SoftTaintWait::MAX`]: an API server too slow to mark them, or a
+/// candidate set that changes every loop, must not hold every drain.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SoftTaintWait {
+    since: Option<jiff::Timestamp>,
+}
+
+impl SoftTaintWait {
+    /// The longest wait.
+    pub const MAX: jiff::SignedDuration = jiff::SignedDuration::from_secs(60);
+
+    /// Whether drains may start at `now`, with `unmarked` candidates left without the soft taint
+    /// this loop.
+    pub fn drains_may_start(&mut self, unmarked: usize, now: jiff::Timestamp) -> bool {
+        if unmarked == 0 {
+            self.since = None;
+            return true;
+        }
+        let since = *self.since.get_or_insert(now);
+        now.duration_since(since) >= Self::MAX
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -204,6 +228,30 @@ mod tests {
         assert_eq!(with(&added, EbbTaint::Candidate, ts(9)), None);
         assert_eq!(without(&added, EbbTaint::Candidate), Some(base.clone()));
         assert_eq!(without(&base, EbbTaint::ToBeDeleted), None);
+    }
+
+    #[test]
+    fn drains_wait_for_the_soft_taints_at_most_a_minute() {
+        let mut wait = SoftTaintWait::default();
+        assert!(wait.drains_may_start(0, ts(100)), "every candidate marked");
+        assert!(!wait.drains_may_start(3, ts(100)), "three unmarked: wait");
+        assert!(
+            !wait.drains_may_start(1, ts(159)),
+            "still within the minute"
+        );
+        assert!(
+            wait.drains_may_start(1, ts(160)),
+            "a minute since the wait began"
+        );
+        assert!(
+            wait.drains_may_start(1, ts(170)),
+            "and on, until all are marked"
+        );
+        assert!(wait.drains_may_start(0, ts(171)));
+        // Marked once: a later wait starts its own minute.
+        assert!(!wait.drains_may_start(2, ts(200)));
+        assert!(!wait.drains_may_start(2, ts(259)));
+        assert!(wait.drains_may_start(2, ts(260)));
     }
 
     #[test]

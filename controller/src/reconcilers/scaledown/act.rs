@@ -35,8 +35,12 @@ pub async fn act(
         roll_back_stray_taints(ctx, observed).await;
         // Pods evicted now would be placed by the scheduler on the emptiest nodes: the other
         // candidates, unless they carry the soft taint. A candidate that receives them is held
-        // for `recentEvictionWindow` (nothing is moved twice), so drains wait for the marks.
-        if unmarked == 0 {
+        // for `recentEvictionWindow` (nothing is moved twice), so drains wait for the marks (at
+        // most `SoftTaintWait::MAX`).
+        if memory
+            .soft_taint_wait
+            .drains_may_start(unmarked, observed.now)
+        {
             start_drains(policy, ctx, memory, observed, planned).await;
         } else {
             tracing::info!(

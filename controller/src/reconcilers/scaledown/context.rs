@@ -31,6 +31,8 @@ pub struct PolicyMemory {
     /// Cancels this policy's drains (policy deleted or switched to DryRun); a child of the
     /// controller's shutdown token, created on first use.
     pub cancel: Option<CancellationToken>,
+    /// Since when drains have waited for candidates' soft taints (see `act::SoftTaintWait`).
+    pub soft_taint_wait: crate::actuation::taints::SoftTaintWait,
 }
 
 /// Shared by every reconcile.
