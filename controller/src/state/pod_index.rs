@@ -169,8 +169,7 @@ impl PodIndex {
 
     /// A pod the watch saw deleted.
     pub fn deleted(&self, pod: &CachedPod) {
-        let key = key(pod);
-        let key = &key;
+        let key = &key(pod);
         let ns = pod.namespace().unwrap_or_default();
         let mut inner = self.lock();
         if let Some(selections) = inner.selections.get_mut(&ns) {

@@ -86,7 +86,7 @@ async fn update_soft_taints(
         if t.elapsed() >= limit {
             let left = changes.len() - tried;
             // Adds come last: those not tried yet.
-            unmarked += soft.add.len().min(changes.len() - tried);
+            unmarked += soft.add.len().min(left);
             tracing::info!(
                 done,
                 left,
